@@ -1,0 +1,82 @@
+"""Direct tool calls: ``agent.tool.NAME(**kwargs)`` runs a tool without asking the model."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from orchestra._sync import run_sync
+from orchestra.tools import ToolResultDict
+
+if TYPE_CHECKING:
+    from orchestra.agent.agent import Agent
+
+__all__ = ["ToolCaller"]
+
+
+class ToolCaller:
+    """``agent.tool``: one attribute per tool of the agent."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    def __getattr__(self, name: str) -> _DirectCall:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        registry = self._agent.tool_registry
+        if name not in registry:
+            # Tool names may contain '-', which Python attributes cannot: accept '_' in their place.
+            matches = [n for n in registry.names if n.replace("-", "_") == name]
+            if not matches:
+                available = ", ".join(registry.names) or "none"
+                raise AttributeError(
+                    f"agent {self._agent.name!r} has no tool {name!r}; its tools: {available}"
+                )
+            name = matches[0]
+        return _DirectCall(self._agent, name)
+
+    def __dir__(self) -> list[str]:
+        return self._agent.tool_registry.names
+
+
+class _DirectCall:
+    def __init__(self, agent: Agent, name: str) -> None:
+        self._agent = agent
+        self._name = name
+
+    def __call__(self, **kwargs: Any) -> ToolResultDict:
+        """Run the tool and return its result block.
+
+        ``record_direct_tool_call=False`` (here or on the agent) leaves the history untouched; otherwise
+        the call is recorded as a valid exchange: a user note, the toolUse, its toolResult, and an
+        assistant acknowledgement.
+        """
+        return run_sync(self.call_async, **kwargs)
+
+    async def call_async(self, **kwargs: Any) -> ToolResultDict:
+        from orchestra.agent._loop import run_tool
+
+        agent = self._agent
+        record = kwargs.pop("record_direct_tool_call", agent.record_direct_tool_call)
+        invocation_state: dict[str, Any] = kwargs.pop("invocation_state", None) or {}
+        tool_use = {"toolUseId": f"tooluse_{secrets.token_hex(8)}", "name": self._name, "input": kwargs}
+        with agent.exclusive("direct tool call"):
+            result = await run_tool(agent, tool_use, invocation_state)
+            if record:
+                for message in (
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "text": f"agent.tool.{self._name} direct tool call.\n"
+                                f"Input parameters: {json.dumps(kwargs, default=str)}\n"
+                            }
+                        ],
+                    },
+                    {"role": "assistant", "content": [{"toolUse": tool_use}]},
+                    {"role": "user", "content": [{"toolResult": result}]},
+                    {"role": "assistant", "content": [{"text": f"agent.tool.{self._name} was called."}]},
+                ):
+                    await agent._append_message(message, invocation_state)
+        return result

@@ -1,0 +1,267 @@
+"""The agent loop: model -> tools (concurrently) -> model, until the model ends its turn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from orchestra.agent.result import (
+    AgentMetrics,
+    AgentResult,
+    AgentStreamEvent,
+    MessageEvent,
+    ResultEvent,
+    TextChunkEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from orchestra.errors import AgentError, ContextWindowOverflowError, MaxCyclesError
+from orchestra.hooks import (
+    AfterInvocation,
+    AfterModelCall,
+    AfterToolCall,
+    BeforeInvocation,
+    BeforeModelCall,
+    BeforeToolCall,
+)
+from orchestra.interrupts import Interrupt, InterruptException, interrupt_responses, is_interrupt_responses
+from orchestra.messages import MessageDict, Usage, validate_message
+from orchestra.models import StreamStop, TextDelta, ToolUseEvent, UsageEvent
+from orchestra.tools import ToolContext, ToolResultDict, tool_result
+
+if TYPE_CHECKING:
+    from orchestra.agent.agent import Agent
+
+__all__ = ["PendingTools", "prompt_messages", "run_invocation", "run_tool"]
+
+
+class PendingTools:
+    """Tool calls stopped by an interrupt, waiting for responses (persisted with the agent's state)."""
+
+    def __init__(
+        self,
+        tool_uses: list[dict[str, Any]],
+        completed: dict[str, ToolResultDict],
+        interrupts: dict[str, Interrupt],
+    ) -> None:
+        self.tool_uses = tool_uses
+        self.completed = completed
+        self.interrupts = interrupts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_uses": self.tool_uses,
+            "completed": self.completed,
+            "interrupts": {k: v.model_dump(mode="json") for k, v in self.interrupts.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PendingTools:
+        return cls(
+            list(data["tool_uses"]),
+            dict(data["completed"]),
+            {k: Interrupt.model_validate(v) for k, v in data["interrupts"].items()},
+        )
+
+
+def prompt_messages(prompt: Any) -> list[MessageDict]:
+    """The messages a prompt adds: a string, a list of content blocks, or a list of messages."""
+    if prompt is None:
+        return []
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": [{"text": prompt}]}]
+    if isinstance(prompt, dict) and "role" in prompt:
+        return [validate_message(prompt)]
+    if isinstance(prompt, Sequence) and prompt:
+        if all(isinstance(item, dict) and "role" in item for item in prompt):
+            return [validate_message(item) for item in prompt]
+        return [validate_message({"role": "user", "content": list(prompt)})]
+    raise ValueError(
+        "a prompt is a string, a list of content blocks, a list of messages or None; "
+        f"got {type(prompt).__name__}"
+    )
+
+
+async def run_tool(
+    agent: Agent,
+    tool_use: dict[str, Any],
+    invocation_state: dict[str, Any],
+    interrupts: dict[str, Interrupt] | None = None,
+) -> ToolResultDict:
+    """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts."""
+    hooks = agent.hooks
+    before = await hooks.invoke(BeforeToolCall(agent, tool_use, invocation_state))
+    tool_use_id = tool_use["toolUseId"]
+    exception: BaseException | None = None
+    if before.cancel is not None:
+        result = tool_result(tool_use_id, f"Error: the tool call was cancelled: {before.cancel}", "error")
+    else:
+        agent_tool = agent.tool_registry.get(tool_use["name"])
+        if agent_tool is None:
+            available = ", ".join(agent.tool_registry.names) or "none"
+            result = tool_result(
+                tool_use_id, f"Error: unknown tool {tool_use['name']!r} (available: {available})", "error"
+            )
+        else:
+            context = ToolContext(
+                agent=agent,
+                tool_use=tool_use,
+                invocation_state=invocation_state,
+                orchestrator=invocation_state.get("orchestrator"),
+                _interrupts=interrupts or {},
+            )
+            try:
+                result = await agent_tool.invoke(tool_use, context)
+            except InterruptException:
+                raise
+            except Exception as exc:
+                exception = exc
+                result = tool_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}", "error")
+    after = await hooks.invoke(AfterToolCall(agent, tool_use, invocation_state, result, exception))
+    return after.result
+
+
+async def _run_tools(
+    agent: Agent, pending: PendingTools, invocation_state: dict[str, Any]
+) -> list[ToolResultDict] | None:
+    """Run the pending tool calls concurrently; None when one of them interrupted (pending is updated)."""
+    raised: dict[str, Interrupt] = {}
+
+    async def one(tool_use: dict[str, Any]) -> None:
+        try:
+            pending.completed[tool_use["toolUseId"]] = await run_tool(
+                agent, tool_use, invocation_state, pending.interrupts
+            )
+        except InterruptException as signal:
+            raised[signal.interrupt.id] = signal.interrupt
+
+    async with anyio.create_task_group() as group:
+        for tool_use in pending.tool_uses:
+            if tool_use["toolUseId"] not in pending.completed:
+                group.start_soon(one, tool_use)
+    if raised:
+        for interrupt in raised.values():
+            known = pending.interrupts.get(interrupt.id)
+            pending.interrupts[interrupt.id] = interrupt if known is None else known
+        return None
+    return [pending.completed[t["toolUseId"]] for t in pending.tool_uses]
+
+
+async def run_invocation(
+    agent: Agent, prompt: Any, invocation_state: dict[str, Any]
+) -> AsyncIterator[AgentStreamEvent]:
+    """One invocation of ``agent``: the body of ``Agent.stream_async``."""
+    started = time.perf_counter()
+    metrics = AgentMetrics()
+    hooks = agent.hooks
+    await hooks.invoke(BeforeInvocation(agent, invocation_state))
+    try:
+        pending = agent._pending_tools
+        if is_interrupt_responses(prompt):
+            if pending is None:
+                raise AgentError(f"agent {agent.name!r} got interrupt responses but is not interrupted")
+            for interrupt_id, response in interrupt_responses(prompt).items():
+                if interrupt_id not in pending.interrupts:
+                    raise AgentError(f"agent {agent.name!r} has no open interrupt {interrupt_id!r}")
+                pending.interrupts[interrupt_id].response = response
+        else:
+            if pending is not None:
+                open_ids = ", ".join(i.id for i in pending.interrupts.values() if i.response is None)
+                raise AgentError(
+                    f"agent {agent.name!r} is interrupted and waits for responses to {open_ids}; invoke "
+                    "it with [{'interruptResponse': {'interruptId': ..., 'response': ...}}]"
+                )
+            for prompt_message in prompt_messages(prompt):
+                await agent._append_message(prompt_message, invocation_state)
+                yield MessageEvent(prompt_message)
+
+        message: MessageDict = agent.messages[-1] if agent.messages else {"role": "assistant", "content": []}
+        stop_reason = "end_turn"
+        while True:
+            if pending is None:
+                metrics.cycles += 1
+                if metrics.cycles > agent.max_cycles:
+                    raise MaxCyclesError(
+                        f"agent {agent.name!r}: the model kept calling tools for {agent.max_cycles} cycles "
+                        "without ending its turn; raise Agent(max_cycles=...) or check the tools' results"
+                    )
+                await hooks.invoke(BeforeModelCall(agent, invocation_state))
+                text: list[str] = []
+                tool_uses: list[dict[str, Any]] = []
+                usage = Usage()
+                try:
+                    async for event in _stream_model(agent):
+                        if isinstance(event, TextDelta):
+                            text.append(event.text)
+                            yield TextChunkEvent(event.text)
+                        elif isinstance(event, ToolUseEvent):
+                            tool_use = {
+                                "toolUseId": event.tool_use_id,
+                                "name": event.name,
+                                "input": event.input,
+                            }
+                            tool_uses.append(tool_use)
+                            yield ToolCallEvent(tool_use)
+                        elif isinstance(event, UsageEvent):
+                            usage = event.usage
+                        elif isinstance(event, StreamStop):
+                            stop_reason = event.reason
+                except Exception as exc:
+                    await hooks.invoke(AfterModelCall(agent, invocation_state, exception=exc))
+                    raise
+                metrics.usage = metrics.usage + usage
+                content: list[dict[str, Any]] = [{"text": "".join(text)}] if text or not tool_uses else []
+                content.extend({"toolUse": t} for t in tool_uses)
+                message = {"role": "assistant", "content": content}
+                await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
+                await agent._append_message(message, invocation_state)
+                yield MessageEvent(message)
+                if not tool_uses:
+                    break
+                pending = PendingTools(tool_uses, {}, {})
+            metrics.tool_calls += sum(1 for t in pending.tool_uses if t["toolUseId"] not in pending.completed)
+            results = await _run_tools(agent, pending, invocation_state)
+            if results is None:
+                agent._pending_tools = pending
+                stop_reason = "interrupt"
+                break
+            agent._pending_tools = pending = None
+            for tool_outcome in results:
+                yield ToolResultEvent(tool_outcome)
+            tool_message: MessageDict = {"role": "user", "content": [{"toolResult": r} for r in results]}
+            await agent._append_message(tool_message, invocation_state)
+            yield MessageEvent(tool_message)
+
+        await agent.conversation_manager.apply_management(agent)
+        metrics.latency_ms = (time.perf_counter() - started) * 1000
+        open_interrupts = (
+            [i for i in agent._pending_tools.interrupts.values() if i.response is None]
+            if agent._pending_tools
+            else []
+        )
+        result = AgentResult(message, stop_reason, invocation_state, metrics, open_interrupts)
+    except Exception as exc:
+        await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
+        raise
+    await hooks.invoke(AfterInvocation(agent, invocation_state, result=result))
+    yield ResultEvent(result)
+
+
+async def _stream_model(agent: Agent) -> AsyncIterator[Any]:
+    """Stream one model turn; on a context-window overflow let the conversation manager reduce and retry."""
+    while True:
+        started = False
+        try:
+            async for event in agent.model.stream(
+                agent.messages, tool_specs=agent.tool_registry.specs(), system_prompt=agent.system_prompt
+            ):
+                started = True
+                yield event
+            return
+        except ContextWindowOverflowError as exc:
+            if started:
+                raise
+            await agent.conversation_manager.reduce_context(agent, exc)

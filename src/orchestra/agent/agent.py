@@ -1,0 +1,259 @@
+"""``Agent``: a model, tools, and three kinds of state."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestra._logging import get_logger
+from orchestra._sync import run_sync
+from orchestra.agent._direct import ToolCaller
+from orchestra.agent._loop import PendingTools, run_invocation
+from orchestra.agent.result import AgentResult, AgentStreamEvent, ResultEvent
+from orchestra.agent.state import JSONState
+from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
+from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError
+from orchestra.hooks import AgentInitialized, HookProvider, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.messages import MessageDict, validate_message, validate_messages
+from orchestra.models import Model, default_model, resolve_model
+from orchestra.models._registry import MODEL_ENV_VAR
+from orchestra.tools import ToolRegistry
+
+__all__ = ["Agent", "AgentData", "validate_id"]
+
+_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def validate_id(value: str, what: str) -> str:
+    """Check a session, agent or orchestrator id: letters, digits, ``._-``, 1-128 characters."""
+    if not isinstance(value, str) or not _ID.match(value) or value in (".", ".."):
+        raise ValueError(
+            f"invalid {what} {value!r}: use 1-128 letters, digits, '.', '_' or '-' (and not '.' or '..')"
+        )
+    return value
+
+
+@dataclass
+class AgentData:
+    """What a session persists of an agent (what a snapshot trigger receives as ``agent_data``)."""
+
+    messages: list[MessageDict]
+    state: dict[str, Any]
+    conversation_manager_state: dict[str, Any]
+    system_prompt: str | None
+    interrupt_state: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent:
+    """An agent: talks to a model, calls tools, keeps conversation history, agent state and invocation state.
+
+    Args:
+        model: a ``Model``, a model string (``openai:gpt-4o``, ``bedrock:<id>``, ``scripted``) or None for
+            the model named by ``ORCHESTRA_MODEL``.
+        messages: an earlier conversation to continue (plain dicts or ``Message`` models).
+        state: initial agent state (JSON values only; never sent to the model).
+        tools: functions decorated with ``@tool`` (plain functions are wrapped) or ``AgentTool`` objects.
+        system_prompt: the system prompt.
+        conversation_manager: keeps the history within the context window; defaults to a
+            ``SlidingWindowConversationManager``.
+        session_manager: persists and restores this agent (a ``HookProvider`` with a ``session_id``).
+        name: a human readable name (node id in graphs, handoff target in swarms).
+        agent_id: the id under which sessions store this agent; defaults to ``"default"``.
+        description: what the agent does (shown to other agents in a swarm).
+        hooks: hook providers to register.
+        record_direct_tool_call: whether ``agent.tool.NAME(...)`` calls are recorded in the history.
+        max_cycles: the most model calls in one invocation before ``MaxCyclesError``.
+    """
+
+    def __init__(
+        self,
+        model: Model | str | Mapping[str, Any] | None = None,
+        messages: Iterable[Mapping[str, Any]] | None = None,
+        state: Mapping[str, Any] | JSONState | None = None,
+        tools: Iterable[Any] | None = None,
+        system_prompt: str | None = None,
+        conversation_manager: ConversationManager | None = None,
+        session_manager: Any = None,
+        name: str | None = None,
+        agent_id: str | None = None,
+        description: str | None = None,
+        hooks: Iterable[HookProvider] | None = None,
+        record_direct_tool_call: bool = True,
+        max_cycles: int = 50,
+    ) -> None:
+        self.name = name or "agent"
+        self.agent_id = validate_id(agent_id or "default", "agent_id")
+        self.description = description
+        self.system_prompt = system_prompt
+        self._model = resolve_model(model) if model is not None else None
+        self.messages: list[MessageDict] = validate_messages(messages or [])
+        owner = f"agent {self.name!r} state"
+        if isinstance(state, JSONState):
+            self.state = state
+        else:
+            self.state = JSONState(state, owner=owner)
+        self.tool_registry = ToolRegistry(tools or [])
+        self.tool = ToolCaller(self)
+        self.conversation_manager: ConversationManager = (
+            conversation_manager if conversation_manager is not None else SlidingWindowConversationManager()
+        )
+        self.record_direct_tool_call = record_direct_tool_call
+        if max_cycles < 1:
+            raise ConfigurationError(f"max_cycles must be at least 1, got {max_cycles}")
+        self.max_cycles = max_cycles
+        self.hooks = HookRegistry()
+        for provider in hooks or []:
+            self.hooks.add_hook(provider)
+        self._pending_tools: PendingTools | None = None
+        self._invoking = threading.Lock()
+        self._own_session_id = secrets.token_hex(4)
+        self.log = get_logger("orchestra.agent", agent=self.name)
+        self.session_manager = session_manager
+        if session_manager is not None:
+            if not isinstance(session_manager, HookProvider) or not hasattr(session_manager, "session_id"):
+                raise ConfigurationError(
+                    f"agent {self.name!r}: session_manager must be a session manager (a HookProvider with a "
+                    f"session_id), got {type(session_manager).__name__}"
+                )
+            self.hooks.add_hook(session_manager)
+        if self.hooks.has_callbacks(AgentInitialized):
+            run_sync(self.hooks.invoke, AgentInitialized(self))
+
+    # -- identity -------------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """The session manager's id, or a random 8-hex-character id made for this instance."""
+        if self.session_manager is not None:
+            return str(self.session_manager.session_id)
+        return self._own_session_id
+
+    @property
+    def model(self) -> Model:
+        """The agent's model; without one, the model named by ``ORCHESTRA_MODEL``."""
+        if self._model is None:
+            self._model = default_model()
+            if self._model is None:
+                raise ModelNotConfiguredError(
+                    f"agent {self.name!r} has no model: pass Agent(model=...) (e.g. a ScriptedModel for "
+                    f"tests) or set {MODEL_ENV_VAR} (e.g. {MODEL_ENV_VAR}=openai:gpt-4o-mini, "
+                    f"bedrock:<model id>, ollama:llama3.2, or echo for an offline stand-in)"
+                )
+        return self._model
+
+    @model.setter
+    def model(self, value: Model | str | Mapping[str, Any]) -> None:
+        self._model = resolve_model(value)
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, agent_id={self.agent_id!r})"
+
+    # -- invocation -----------------------------------------------------------------------------------
+
+    def __call__(self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None) -> AgentResult:
+        """Invoke the agent and wait for the result (works inside a running event loop too).
+
+        Args:
+            prompt: a string, a list of content blocks, a list of messages, interrupt responses, or None
+                to continue from the current history.
+            invocation_state: a dict shared by reference with every hook and tool of this invocation;
+                returned as ``result.state``. Defaults to a new empty dict.
+        """
+        return run_sync(self.invoke_async, prompt, invocation_state=invocation_state)
+
+    async def invoke_async(
+        self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None
+    ) -> AgentResult:
+        """Invoke the agent and return the result."""
+        result: AgentResult | None = None
+        async for event in self.stream_async(prompt, invocation_state=invocation_state):
+            if isinstance(event, ResultEvent):
+                result = event.result
+        assert result is not None, "an invocation always ends with a ResultEvent"
+        return result
+
+    async def stream_async(
+        self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None
+    ) -> AsyncIterator[AgentStreamEvent]:
+        """Invoke the agent, yielding text chunks, tool calls and results, messages, and the result last."""
+        if invocation_state is None:
+            invocation_state = {}
+        with self.exclusive("invoke"):
+            log = self.log.bind(invocation_id=secrets.token_hex(4))
+            log.debug("invocation.start")
+            async for event in run_invocation(self, prompt, invocation_state):
+                yield event
+            log.debug("invocation.end")
+
+    def exclusive(self, what: str) -> _Exclusive:
+        """Hold the agent for one operation; a second, overlapping one raises ``ConcurrencyError``."""
+        return _Exclusive(self, what)
+
+    # -- history --------------------------------------------------------------------------------------
+
+    async def _append_message(self, message: MessageDict, invocation_state: dict[str, Any]) -> None:
+        self.messages.append(message)
+        if self.hooks.has_callbacks(MessageAdded):
+            await self.hooks.invoke(MessageAdded(self, message, invocation_state))
+
+    async def append_message(self, message: Mapping[str, Any]) -> MessageDict:
+        """Validate and append a message to the history (hooks see it as added)."""
+        plain = validate_message(message)
+        await self._append_message(plain, {})
+        return plain
+
+    async def redact_latest_message(self, redacted: str | Mapping[str, Any]) -> None:
+        """Replace the newest message with a redacted version; sessions persist it under every strategy."""
+        if not self.messages:
+            raise ValueError(f"agent {self.name!r} has no message to redact")
+        old = self.messages[-1]
+        message = (
+            {"role": old["role"], "content": [{"text": redacted}]}
+            if isinstance(redacted, str)
+            else validate_message(redacted)
+        )
+        index = len(self.messages) - 1
+        self.messages[index] = message
+        await self.hooks.invoke(MessageRedacted(self, index, message))
+
+    # -- what sessions and orchestrators persist -------------------------------------------------------
+
+    def agent_data(self) -> AgentData:
+        """The agent's persistable state (``messages`` is the live history list, not a copy)."""
+        return AgentData(
+            messages=self.messages,
+            state=self.state.to_dict(),
+            conversation_manager_state=self.conversation_manager.get_state(),
+            system_prompt=self.system_prompt,
+            interrupt_state=self._pending_tools.to_dict() if self._pending_tools else None,
+        )
+
+    def load_agent_data(self, data: AgentData) -> None:
+        """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
+        self.messages = list(data.messages)
+        self.state.replace(data.state)
+        self.conversation_manager.restore_state(data.conversation_manager_state)
+        self.system_prompt = data.system_prompt
+        self._pending_tools = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
+
+
+class _Exclusive:
+    def __init__(self, agent: Agent, what: str) -> None:
+        self._agent = agent
+        self._what = what
+
+    def __enter__(self) -> None:
+        if not self._agent._invoking.acquire(blocking=False):
+            raise ConcurrencyError(
+                f"agent {self._agent.name!r} is already running an invocation; an agent runs one "
+                f"invocation at a time (this {self._what} overlapped it). Create one agent per "
+                "concurrent conversation, or await the first invocation."
+            )
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._agent._invoking.release()

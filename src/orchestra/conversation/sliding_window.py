@@ -1,0 +1,91 @@
+"""``SlidingWindowConversationManager``: keeps the newest messages, drops the oldest."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestra.conversation._base import is_clean_start
+from orchestra.errors import ContextWindowOverflowError
+
+if TYPE_CHECKING:
+    from orchestra.agent.agent import Agent
+
+__all__ = ["SlidingWindowConversationManager"]
+
+TRUNCATED_RESULT = "The tool result was too large to keep in the conversation and was removed."
+
+
+class SlidingWindowConversationManager:
+    """Keeps at most ``window_size`` messages (the default manager).
+
+    Args:
+        window_size: the most messages kept after an invocation.
+        should_truncate_results: on a context-window overflow, first replace the largest tool result with
+            a short note before dropping whole messages.
+
+    The window only ever starts at a user message that is not a tool result, so a tool call is never
+    separated from its result.
+    """
+
+    def __init__(self, window_size: int = 40, should_truncate_results: bool = True) -> None:
+        if window_size < 1:
+            raise ValueError(f"window_size must be at least 1, got {window_size}")
+        self.window_size = window_size
+        self.should_truncate_results = should_truncate_results
+        self.removed_message_count = 0
+
+    async def apply_management(self, agent: Agent) -> None:
+        if len(agent.messages) > self.window_size:
+            self._trim(agent, len(agent.messages) - self.window_size)
+
+    async def reduce_context(self, agent: Agent, error: Exception | None = None) -> None:
+        if error is not None and self.should_truncate_results and self._truncate_largest_result(agent):
+            return
+        excess = len(agent.messages) - self.window_size
+        self._trim(agent, max(excess, 2), error)
+
+    def _trim(self, agent: Agent, count: int, error: Exception | None = None) -> None:
+        messages = agent.messages
+        cut = count
+        while cut < len(messages) and not is_clean_start(messages, cut):
+            cut += 1
+        if cut >= len(messages):
+            raise ContextWindowOverflowError(
+                f"agent {agent.name!r}: cannot reduce the context any further: no message after the first "
+                f"{count} starts a clean turn ({len(messages)} messages in the history)"
+            ) from error
+        del messages[:cut]
+        self.removed_message_count += cut
+
+    def _truncate_largest_result(self, agent: Agent) -> bool:
+        best: tuple[int, int, int] | None = None  # (size, message index, block index)
+        for i, message in enumerate(agent.messages):
+            for j, block in enumerate(message["content"]):
+                result = block.get("toolResult")
+                if result is None or result["content"] == [{"text": TRUNCATED_RESULT}]:
+                    continue
+                size = len(str(result["content"]))
+                if best is None or size > best[0]:
+                    best = (size, i, j)
+        if best is None:
+            return False
+        _, i, j = best
+        old = agent.messages[i]
+        content = list(old["content"])
+        result = content[j]["toolResult"]
+        content[j] = {
+            "toolResult": {
+                "toolUseId": result["toolUseId"],
+                "status": "error",
+                "content": [{"text": TRUNCATED_RESULT}],
+            }
+        }
+        # Replace the message rather than mutate it: sessions detect changes by identity.
+        agent.messages[i] = {**old, "content": content}
+        return True
+
+    def get_state(self) -> dict[str, Any]:
+        return {"__name__": type(self).__name__, "removed_message_count": self.removed_message_count}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.removed_message_count = int(state.get("removed_message_count", 0))

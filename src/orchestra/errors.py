@@ -1,0 +1,149 @@
+"""Every exception orchestra raises, as one small tree.
+
+Each class also inherits the nearest builtin, so callers can catch either::
+
+    OrchestraError
+    ├── ConfigurationError (ValueError)        bad arguments or settings; says what to set
+    │   ├── GraphError                         an invalid Graph or Swarm, named by node id
+    │   └── OrchestraSpecError                 a bad YAML pipeline, named by file:line:column and field
+    ├── ModelError (RuntimeError)              a model provider failed
+    │   ├── ModelNotConfiguredError            no model given and none configured
+    │   ├── ScriptExhaustedError               a ScriptedModel ran out of replies
+    │   ├── ContextWindowOverflowError         the conversation no longer fits the model's window
+    │   ├── ModelThrottledError                the provider kept throttling after every retry
+    │   └── ModelAuthenticationError           the provider refused the credentials
+    ├── AgentError (RuntimeError)
+    │   ├── ConcurrencyError                   a second, overlapping invocation of one agent
+    │   └── MaxCyclesError                     the model never ended its turn
+    ├── StorageError (OSError)
+    │   ├── StorageConflictError               a conditional write lost (somebody else wrote first)
+    │   ├── StorageSecurityError               a symlink or a key that escapes the storage root
+    │   └── StorageUnavailableError            the backend kept failing after every retry
+    ├── SessionError (RuntimeError)
+    │   ├── SessionConflictError               a second live writer of one session scope
+    │   └── SnapshotError                      a stored snapshot is corrupt, truncated or unknown
+    └── RunError (RuntimeError)                a multi-agent run could not be carried out
+
+Control-flow signals (a tool interrupting for a human, a handoff) are not errors and do not live here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "ConcurrencyError",
+    "ConfigurationError",
+    "ContextWindowOverflowError",
+    "GraphError",
+    "MaxCyclesError",
+    "ModelAuthenticationError",
+    "ModelError",
+    "ModelNotConfiguredError",
+    "ModelThrottledError",
+    "OrchestraError",
+    "OrchestraSpecError",
+    "RunError",
+    "ScriptExhaustedError",
+    "SessionConflictError",
+    "SessionError",
+    "SnapshotError",
+    "StorageConflictError",
+    "StorageError",
+    "StorageSecurityError",
+    "StorageUnavailableError",
+]
+
+
+class OrchestraError(Exception):
+    """The root of every error orchestra raises."""
+
+
+class ConfigurationError(OrchestraError, ValueError):
+    """An argument or setting is wrong; the message says which and what to do instead."""
+
+
+class GraphError(ConfigurationError):
+    """A Graph or Swarm is not valid; the message names the nodes involved."""
+
+
+class OrchestraSpecError(ConfigurationError):
+    """A pipeline spec (YAML) is not valid.
+
+    Attributes:
+        errors: every problem found, each already formatted as ``file:line:column: field: message``.
+    """
+
+    def __init__(self, errors: list[str] | str) -> None:
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+class ModelError(OrchestraError, RuntimeError):
+    """A model provider failed."""
+
+
+class ModelNotConfiguredError(ModelError):
+    """An agent has no model and none is configured through ``ORCHESTRA_MODEL``."""
+
+
+class ScriptExhaustedError(ModelError):
+    """A ScriptedModel was called more times than it has replies."""
+
+
+class ContextWindowOverflowError(ModelError):
+    """The request no longer fits the model's context window.
+
+    Conversation managers catch this, reduce the history and retry.
+    """
+
+
+class ModelThrottledError(ModelError):
+    """The provider kept throttling the requests after every retry."""
+
+
+class ModelAuthenticationError(ModelError):
+    """The provider refused the credentials."""
+
+
+class AgentError(OrchestraError, RuntimeError):
+    """An agent could not complete an invocation."""
+
+
+class ConcurrencyError(AgentError):
+    """An agent was invoked while another invocation of the same agent was still running."""
+
+
+class MaxCyclesError(AgentError):
+    """The model kept calling tools past the agent's cycle limit."""
+
+
+class StorageError(OrchestraError, OSError):
+    """A storage backend failed."""
+
+
+class StorageConflictError(StorageError):
+    """A conditional write failed: the key was not in the expected version."""
+
+
+class StorageSecurityError(StorageError):
+    """A key tried to escape the storage root, or a symlink was found under it."""
+
+
+class StorageUnavailableError(StorageError):
+    """The backend kept failing (5xx, timeouts) after every retry; nothing was written."""
+
+
+class SessionError(OrchestraError, RuntimeError):
+    """A session could not be loaded or saved."""
+
+
+class SessionConflictError(SessionError):
+    """Another live writer saved the same session scope since this manager last read or wrote it."""
+
+
+class SnapshotError(SessionError):
+    """A stored snapshot or journal record is corrupt, truncated or of an unknown schema."""
+
+
+class RunError(OrchestraError, RuntimeError):
+    """A multi-agent run could not be carried out (for example a resume against a changed graph)."""

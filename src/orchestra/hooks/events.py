@@ -1,0 +1,116 @@
+"""The events an agent emits to its hooks.
+
+Every event carries the agent; events inside an invocation also carry ``invocation_state``, the very dict
+passed to the invocation (by reference, so a hook's change is seen by later hooks and tools).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestra.hooks._registry import HookEvent
+from orchestra.messages import MessageDict
+
+if TYPE_CHECKING:
+    from orchestra.agent.agent import Agent
+    from orchestra.agent.result import AgentResult
+    from orchestra.tools._tool import ToolResultDict
+
+__all__ = [
+    "AfterInvocation",
+    "AfterModelCall",
+    "AfterToolCall",
+    "AgentInitialized",
+    "BeforeInvocation",
+    "BeforeModelCall",
+    "BeforeToolCall",
+    "MessageAdded",
+    "MessageRedacted",
+]
+
+
+@dataclass
+class AgentInitialized(HookEvent):
+    """The agent was constructed (session managers restore the saved state here)."""
+
+    agent: Agent
+
+
+@dataclass
+class BeforeInvocation(HookEvent):
+    """An invocation starts, before the prompt is added to the history."""
+
+    agent: Agent
+    invocation_state: dict[str, Any]
+
+
+@dataclass
+class AfterInvocation(HookEvent):
+    """An invocation ended, successfully (``result``) or not (``exception``)."""
+
+    agent: Agent
+    invocation_state: dict[str, Any]
+    result: AgentResult | None = None
+    exception: BaseException | None = None
+    reverse_order = True
+
+
+@dataclass
+class MessageAdded(HookEvent):
+    """A message was appended to ``agent.messages``."""
+
+    agent: Agent
+    message: MessageDict
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MessageRedacted(HookEvent):
+    """A message of the history was replaced by a redacted version (persisted under every save strategy)."""
+
+    agent: Agent
+    index: int
+    message: MessageDict
+
+
+@dataclass
+class BeforeModelCall(HookEvent):
+    """The model is about to be called with the current history."""
+
+    agent: Agent
+    invocation_state: dict[str, Any]
+
+
+@dataclass
+class AfterModelCall(HookEvent):
+    """The model answered (``message``, ``stop_reason``) or raised (``exception``)."""
+
+    agent: Agent
+    invocation_state: dict[str, Any]
+    message: MessageDict | None = None
+    stop_reason: str | None = None
+    exception: BaseException | None = None
+    reverse_order = True
+
+
+@dataclass
+class BeforeToolCall(HookEvent):
+    """A tool is about to run. Set ``cancel`` to a message to skip it (the model sees an error result)."""
+
+    agent: Agent
+    tool_use: dict[str, Any]
+    invocation_state: dict[str, Any]
+    cancel: str | None = None
+
+
+@dataclass
+class AfterToolCall(HookEvent):
+    """A tool ran. ``result`` may be replaced; ``exception`` is what the tool raised, if anything."""
+
+    agent: Agent
+    tool_use: dict[str, Any]
+    invocation_state: dict[str, Any]
+    result: ToolResultDict
+    exception: BaseException | None = None
+    reverse_order = True

@@ -1,0 +1,104 @@
+"""The ``Model`` protocol every provider implements, and the events a model streams."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+from orchestra.messages import MessageDict, Usage
+
+__all__ = [
+    "Model",
+    "ModelEvent",
+    "StopReason",
+    "StreamStop",
+    "TextDelta",
+    "ToolSpec",
+    "ToolUseEvent",
+    "UsageEvent",
+    "complete_text",
+]
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered", "interrupt"]
+
+
+class ToolSpec(TypedDict):
+    """A tool as a model sees it: name, description and a JSON schema of its input."""
+
+    name: str
+    description: str
+    inputSchema: dict[str, Any]  # the wire name of the field
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the reply's text, as it streams in."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseEvent:
+    """A complete tool call requested by the model."""
+
+    tool_use_id: str
+    name: str
+    input: Any
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    """Token usage of this model call."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStop:
+    """The model ended its turn; always the last event of a stream."""
+
+    reason: StopReason
+
+
+ModelEvent = TextDelta | ToolUseEvent | UsageEvent | StreamStop
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model: takes the conversation, the tools and the system prompt, streams a reply.
+
+    Implementations must not mutate ``messages``: the list is the agent's own history, passed by
+    reference so that a long conversation is never copied per call. A provider that cannot fit the
+    request in its context window raises :class:`~orchestra.errors.ContextWindowOverflowError`.
+    """
+
+    @property
+    def name(self) -> str:
+        """A short, human readable name used in errors and logs (e.g. ``openai:gpt-4o``)."""
+        ...
+
+    def stream(
+        self,
+        messages: Sequence[MessageDict],
+        *,
+        tool_specs: Sequence[ToolSpec] = (),
+        system_prompt: str | None = None,
+    ) -> AsyncIterator[ModelEvent]:
+        """Stream one model turn: text deltas and tool calls, then usage and a ``StreamStop``."""
+        ...
+
+
+async def complete_text(
+    model: Model,
+    messages: Sequence[MessageDict],
+    *,
+    tool_specs: Sequence[ToolSpec] = (),
+    system_prompt: str | None = None,
+) -> str:
+    """Run one model turn and return only its text (used for summaries and other side requests)."""
+    parts: list[str] = []
+    async for event in model.stream(messages, tool_specs=tool_specs, system_prompt=system_prompt):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+    return "".join(parts)

@@ -1,0 +1,174 @@
+"""Deterministic, offline models for tests and examples: ``ScriptedModel`` and ``FunctionModel``."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import anyio
+
+from orchestra.errors import ScriptExhaustedError
+from orchestra.messages import MessageDict, Usage, text_of
+from orchestra.models._base import ModelEvent, StreamStop, TextDelta, ToolSpec, ToolUseEvent, UsageEvent
+
+__all__ = ["FunctionModel", "ModelRequest", "Reply", "ScriptedModel", "ToolCall"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A scripted tool call: the model asks for tool ``name`` with ``input``."""
+
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    tool_use_id: str | None = None
+
+
+Reply: TypeAlias = str | ToolCall | Sequence[str | ToolCall]
+"""One model turn: final text, one tool call, or a list of text parts and (parallel) tool calls."""
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What a deterministic model was asked: the messages (a shallow copy), tools and system prompt."""
+
+    messages: list[MessageDict]
+    tool_specs: list[ToolSpec]
+    system_prompt: str | None
+
+    @property
+    def last_text(self) -> str:
+        """The text of the newest message of the request."""
+        return text_of(self.messages[-1]) if self.messages else ""
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+async def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> AsyncIterator[ModelEvent]:
+    parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, str | ToolCall) else reply
+    output_tokens = 0
+    calls = 0
+    for part in parts:
+        if isinstance(part, str):
+            output_tokens += _estimate_tokens(part)
+            yield TextDelta(part)
+        elif isinstance(part, ToolCall):
+            calls += 1
+            output_tokens += _estimate_tokens(part.name) + 1
+            yield ToolUseEvent(part.tool_use_id or ids(), part.name, dict(part.input))
+        else:
+            raise TypeError(
+                f"a scripted reply is a str, a ToolCall or a list of them, not {type(part).__name__}"
+            )
+    yield UsageEvent(
+        Usage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens)
+    )
+    yield StreamStop("tool_use" if calls else "end_turn")
+
+
+class _RecordingModel:
+    """Shared parts of the deterministic models: request log, tool-use ids, latency, token estimate."""
+
+    def __init__(self, name: str, latency: float) -> None:
+        self._name = name
+        self.latency = latency
+        self.requests: list[ModelRequest] = []
+        counter = itertools.count(1)
+        self._next_id = lambda: f"tooluse_{next(counter)}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def _record(
+        self, messages: Sequence[MessageDict], tool_specs: Sequence[ToolSpec], system_prompt: str | None
+    ) -> int:
+        request = ModelRequest(list(messages), list(tool_specs), system_prompt)
+        self.requests.append(request)
+        # Deterministic, cheap estimate: only the newest message and the system prompt are counted, so the
+        # cost of a call does not grow with the history.
+        return _estimate_tokens(request.last_text) + _estimate_tokens(system_prompt or "")
+
+    async def _delay(self) -> None:
+        if self.latency:
+            await anyio.sleep(self.latency)
+
+
+class ScriptedModel(_RecordingModel):
+    """A model that answers with canned replies, in order.
+
+    Args:
+        replies: one entry per model turn: a string (final text), a ``ToolCall``, or a list of strings and
+            tool calls (one turn with parallel tool calls).
+        latency: seconds to wait before each reply, to simulate a real provider.
+        name: how the model is named in errors.
+
+    Every request is recorded in ``requests``. Running out of replies raises ``ScriptExhaustedError``.
+    """
+
+    def __init__(
+        self, replies: Sequence[Reply] = (), *, latency: float = 0.0, name: str = "scripted"
+    ) -> None:
+        super().__init__(name, latency)
+        self.replies: list[Reply] = list(replies)
+        self._position = 0
+
+    @property
+    def remaining(self) -> int:
+        """How many replies have not been used yet."""
+        return len(self.replies) - self._position
+
+    async def stream(
+        self,
+        messages: Sequence[MessageDict],
+        *,
+        tool_specs: Sequence[ToolSpec] = (),
+        system_prompt: str | None = None,
+    ) -> AsyncIterator[ModelEvent]:
+        input_tokens = self._record(messages, tool_specs, system_prompt)
+        if self._position >= len(self.replies):
+            raise ScriptExhaustedError(
+                f"ScriptedModel {self._name!r} has no reply left: it was given {len(self.replies)} "
+                f"replies and this is call {len(self.requests)}; add replies to its script"
+            )
+        reply = self.replies[self._position]
+        self._position += 1
+        await self._delay()
+        async for event in _reply_events(reply, self._next_id, input_tokens):
+            yield event
+
+
+ReplyFunction: TypeAlias = Callable[[list[MessageDict], list[ToolSpec]], "Reply | Awaitable[Reply]"]
+
+
+class FunctionModel(_RecordingModel):
+    """A model whose replies a Python function decides.
+
+    Args:
+        fn: ``fn(messages, tool_specs)`` returning what a ``ScriptedModel`` reply may be (sync or async).
+        latency: seconds to wait before each reply.
+        name: how the model is named in errors; defaults to the function's name.
+    """
+
+    def __init__(self, fn: ReplyFunction, *, latency: float = 0.0, name: str | None = None) -> None:
+        super().__init__(name or f"function:{getattr(fn, '__name__', 'fn')}", latency)
+        self.fn = fn
+
+    async def stream(
+        self,
+        messages: Sequence[MessageDict],
+        *,
+        tool_specs: Sequence[ToolSpec] = (),
+        system_prompt: str | None = None,
+    ) -> AsyncIterator[ModelEvent]:
+        input_tokens = self._record(messages, tool_specs, system_prompt)
+        await self._delay()
+        reply = self.fn(list(messages), list(tool_specs))
+        if inspect.isawaitable(reply):
+            reply = await reply
+        async for event in _reply_events(reply, self._next_id, input_tokens):
+            yield event

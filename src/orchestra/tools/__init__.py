@@ -1,0 +1,16 @@
+"""Tools: the ``@tool`` decorator, ``ToolContext``, and vended tools such as ``notebook``."""
+
+from orchestra.tools._registry import ToolRegistry
+from orchestra.tools._tool import AgentTool, FunctionTool, ToolContext, ToolResultDict, tool, tool_result
+from orchestra.tools.notebook import notebook
+
+__all__ = [
+    "AgentTool",
+    "FunctionTool",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResultDict",
+    "notebook",
+    "tool",
+    "tool_result",
+]

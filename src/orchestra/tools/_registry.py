@@ -1,0 +1,53 @@
+"""The tools of one agent, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from orchestra.errors import ConfigurationError
+from orchestra.models import ToolSpec
+from orchestra.tools._tool import AgentTool, as_tool
+
+__all__ = ["ToolRegistry"]
+
+
+class ToolRegistry:
+    """An agent's tools by name; tool names are unique."""
+
+    def __init__(self, tools: Iterable[Any] = ()) -> None:
+        self._tools: dict[str, AgentTool] = {}
+        self._specs: list[ToolSpec] | None = None
+        for item in tools:
+            self.add(item)
+
+    def add(self, item: Any) -> AgentTool:
+        """Register a tool (or a plain function, wrapped with ``@tool``)."""
+        agent_tool = as_tool(item)
+        if agent_tool.name in self._tools and self._tools[agent_tool.name] is not agent_tool:
+            raise ConfigurationError(f"two tools are named {agent_tool.name!r}; tool names must be unique")
+        self._tools[agent_tool.name] = agent_tool
+        self._specs = None
+        return agent_tool
+
+    def get(self, name: str) -> AgentTool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        """The specs the model sees (cached until the tools change)."""
+        if self._specs is None:
+            self._specs = [t.spec for t in self._tools.values()]
+        return self._specs
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[AgentTool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)

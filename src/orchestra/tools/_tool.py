@@ -1,0 +1,271 @@
+"""The ``@tool`` decorator: a Python function becomes a tool with a JSON schema and validated input."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, overload, runtime_checkable
+
+import anyio.to_thread
+import pydantic
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from orchestra.errors import ConfigurationError
+from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.models import ToolSpec
+
+if TYPE_CHECKING:
+    from orchestra.agent.agent import Agent
+
+__all__ = ["AgentTool", "FunctionTool", "ToolContext", "ToolResultDict", "as_tool", "tool", "tool_result"]
+
+ToolResultDict = dict[str, Any]
+"""``{"toolUseId": ..., "status": "success" | "error", "content": [{"text": ...} | {"json": ...}]}``"""
+
+CONTEXT_PARAMETER = "tool_context"
+
+
+@dataclass
+class ToolContext:
+    """What a tool declared with ``context=True`` receives as its ``tool_context`` parameter.
+
+    Attributes:
+        agent: the agent running the tool (``agent.state``, ``agent.messages``).
+        tool_use: the model's request: ``toolUseId``, ``name``, ``input``.
+        invocation_state: the invocation's state dict, shared by reference with hooks and other tools.
+        orchestrator: the Graph or Swarm running the agent, if any (its ``state`` is shared by all nodes).
+    """
+
+    agent: Agent
+    tool_use: dict[str, Any]
+    invocation_state: dict[str, Any]
+    orchestrator: Any = None
+    _interrupts: dict[str, Interrupt] = field(default_factory=dict, repr=False)
+
+    def interrupt(self, name: str, reason: Any = None) -> Any:
+        """Ask a human (or the calling application) for input and stop the run until it answers.
+
+        The first time, this stops the agent (and the Graph or Swarm around it) with status INTERRUPTED
+        and ``result.interrupts`` lists the question. When the run is invoked again with a response for
+        this interrupt, the tool runs again from the start and this call returns the response.
+        """
+        interrupt_id = Interrupt.make_id(self.tool_use["toolUseId"], name)
+        known = self._interrupts.get(interrupt_id)
+        if known is not None and known.response is not None:
+            return known.response
+        raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
+
+
+@runtime_checkable
+class AgentTool(Protocol):
+    """Anything an agent can call: a name, a spec for the model, and an async ``invoke``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
+        """Run the tool for ``tool_use``; errors inside the tool become an error result."""
+        ...
+
+
+def tool_result(tool_use_id: str, value: Any, status: str = "success") -> ToolResultDict:
+    """Turn what a tool returned into a tool result block."""
+    if isinstance(value, dict) and "status" in value and "content" in value:
+        return {"toolUseId": tool_use_id, "status": value["status"], "content": list(value["content"])}
+    if isinstance(value, str):
+        content: list[dict[str, Any]] = [{"text": value}]
+    elif isinstance(value, BaseModel):
+        content = [{"json": value.model_dump(mode="json")}]
+    elif isinstance(value, dict | list):
+        content = [{"json": json.loads(json.dumps(value, default=str))}]
+    elif value is None:
+        content = [{"text": ""}]
+    else:
+        content = [{"text": str(value)}]
+    return {"toolUseId": tool_use_id, "status": status, "content": content}
+
+
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Notes?)\s*:\s*$")
+_ARG = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its description and its ``Args:`` descriptions."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    description: list[str] = []
+    args: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    arg_indent: int | None = None
+    for line in lines:
+        heading = _SECTION.match(line)
+        if heading:
+            section, current, arg_indent = heading.group(1), None, None
+            continue
+        if section is None:
+            description.append(line)
+        elif section in ("Args", "Arguments", "Parameters") and line.strip():
+            indent = len(line) - len(line.lstrip())
+            match = _ARG.match(line)
+            if match and (arg_indent is None or indent <= arg_indent):
+                arg_indent = indent
+                current = match.group(1).lstrip("*")
+                args[current] = match.group(2).strip()
+            elif current is not None:
+                args[current] = f"{args[current]} {line.strip()}".strip()
+    return "\n".join(description).strip(), args
+
+
+class FunctionTool:
+    """A Python function as a tool. Made by :func:`tool`; still callable as the plain function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        context: bool = False,
+    ) -> None:
+        self.fn = fn
+        self._name = name or fn.__name__
+        self.takes_context = context
+        signature = inspect.signature(fn)
+        if context and CONTEXT_PARAMETER not in signature.parameters:
+            raise ConfigurationError(
+                f"tool {self._name!r} is declared with context=True but has no parameter named "
+                f"{CONTEXT_PARAMETER!r}; add `{CONTEXT_PARAMETER}: ToolContext` to its signature"
+            )
+        summary, arg_docs = _parse_docstring(fn.__doc__)
+        self._description = description or summary or self._name
+        hints = get_type_hints(fn)
+        fields: dict[str, Any] = {}
+        for param in signature.parameters.values():
+            if context and param.name == CONTEXT_PARAMETER:
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            annotation = hints.get(param.name, Any)
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (
+                annotation,
+                pydantic.Field(default=default, description=arg_docs.get(param.name)),
+            )
+        self.input_model: type[BaseModel] = pydantic.create_model(
+            f"{self._name}_input", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        self._spec: ToolSpec = {
+            "name": self._name,
+            "description": self._description,
+            "inputSchema": {"json": schema},
+        }
+        self._is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__name__ = self._name
+        self.__wrapped__ = fn
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def description(self) -> str:
+        return self._description
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"FunctionTool({self._name!r})"
+
+    async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
+        tool_use_id = tool_use["toolUseId"]
+        raw_input = tool_use.get("input") or {}
+        try:
+            validated = self.input_model.model_validate(raw_input)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}"
+                for err in exc.errors(include_url=False)
+            )
+            return tool_result(
+                tool_use_id, f"Error: invalid input for tool {self._name!r}: {problems}", "error"
+            )
+        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+        if self.takes_context:
+            kwargs[CONTEXT_PARAMETER] = context
+        try:
+            if self._is_async:
+                value = await self.fn(**kwargs)
+            else:
+                value = await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
+            if inspect.isawaitable(value):
+                value = await value
+        except InterruptException:
+            raise
+        except Exception as exc:
+            return tool_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}", "error")
+        return tool_result(tool_use_id, value)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, context: bool = False
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    context: bool = False,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool of a function, bare (``@tool``) or with options (``@tool(name=..., context=True)``).
+
+    The input schema comes from the type hints and the ``Args:`` section of a Google-style docstring; the
+    description from the docstring's first part. Input is validated before the call.
+
+    Args:
+        fn: the function (when used bare).
+        name: the tool's name; defaults to the function's name.
+        description: the tool's description; defaults to the docstring.
+        context: pass a :class:`ToolContext` to the function's ``tool_context`` parameter.
+    """
+    if fn is not None:
+        return FunctionTool(fn, name=name, description=description, context=context)
+
+    def decorate(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(f, name=name, description=description, context=context)
+
+    return decorate
+
+
+def as_tool(obj: Any) -> AgentTool:
+    """Accept what users pass as ``tools=[...]``: tool objects, or plain functions (wrapped with ``@tool``)."""
+    if isinstance(obj, AgentTool):
+        return obj
+    if callable(obj):
+        return FunctionTool(obj)
+    raise ConfigurationError(f"{obj!r} is not a tool: pass a function decorated with @tool or an AgentTool")
