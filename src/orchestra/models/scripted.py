@@ -65,7 +65,9 @@ async def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int)
                 f"a scripted reply is a str, a ToolCall or a list of them, not {type(part).__name__}"
             )
     yield UsageEvent(
-        Usage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens)
+        Usage(
+            input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
+        )
     )
     yield StreamStop("tool_use" if calls else "end_turn")
 

@@ -1,0 +1,24 @@
+"""Storage: pluggable bytes-level key-value backends with conditional writes.
+
+``InMemoryStorage``, ``LocalFileStorage`` (the default, ``./.orchestra/``) and ``S3Storage`` implement the
+``Storage`` protocol; ``storage_from_uri`` builds one from ``file:./dir``, ``s3://bucket/prefix`` or ``memory``.
+"""
+
+from orchestra.storage._base import ABSENT, Absent, Expect, Storage, validate_key
+from orchestra.storage._uri import DEFAULT_STORAGE_URI, storage_from_uri
+from orchestra.storage.local import LocalFileStorage
+from orchestra.storage.memory import InMemoryStorage
+from orchestra.storage.s3 import S3Storage
+
+__all__ = [
+    "ABSENT",
+    "DEFAULT_STORAGE_URI",
+    "Absent",
+    "Expect",
+    "InMemoryStorage",
+    "LocalFileStorage",
+    "S3Storage",
+    "Storage",
+    "storage_from_uri",
+    "validate_key",
+]

@@ -1,0 +1,107 @@
+"""The ``Storage`` protocol: opaque bytes under string keys, with conditional writes."""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Protocol, TypeAlias, final, runtime_checkable
+
+from orchestra.errors import StorageSecurityError
+
+__all__ = ["ABSENT", "Absent", "Expect", "Storage", "validate_key"]
+
+
+@final
+class Absent:
+    """The type of ``ABSENT``: a write condition meaning "only if the key does not exist yet"."""
+
+    _instance: Absent | None = None
+
+    def __new__(cls) -> Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Final = Absent()
+
+Expect: TypeAlias = Absent | str | None
+"""A write condition: None (always write), ``ABSENT`` (create only) or a version (compare-and-swap)."""
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Bytes-level key-value storage that sessions persist through.
+
+    Keys are ``/``-separated paths such as ``session/s1/scopes/agent/a1/snapshots/snapshot_latest.json``.
+    A version is an opaque string that changes whenever the value changes. Every implementation runs the
+    same conformance suite (``tests/storage/test_conformance.py``), concurrent writers included.
+    """
+
+    async def read(self, key: str) -> tuple[bytes, str] | None:
+        """The value and its version, or None if the key does not exist."""
+        ...
+
+    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
+        """Store ``data`` under ``key`` and return the new version.
+
+        Args:
+            expect: None writes unconditionally; ``ABSENT`` writes only if the key does not exist; a version
+                writes only if the key currently has that version.
+
+        Raises:
+            StorageConflictError: the condition did not hold; nothing was written.
+        """
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; removing a key that does not exist is not an error."""
+        ...
+
+    async def list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        """The keys that start with ``prefix``, sorted, after ``start_after``, at most ``limit`` of them."""
+        ...
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Remove every key that starts with ``prefix``; returns how many were removed."""
+        ...
+
+
+_FORBIDDEN = re.compile(r"[\x00\\]")
+
+
+def validate_key(key: str) -> str:
+    """Refuse keys that could escape a storage root or collide with a backend's private files.
+
+    A key is non-empty, has no leading ``/``, no backslash or NUL, and no empty, ``.``, ``..`` or
+    dot-prefixed segment (names starting with ``.`` are reserved for temp and lock files).
+
+    Raises:
+        StorageSecurityError: the key is not acceptable; the message names it and says why.
+    """
+    if not isinstance(key, str) or not key:
+        raise StorageSecurityError(f"invalid storage key {key!r}: keys are non-empty strings")
+    if key.startswith("/"):
+        raise StorageSecurityError(f"invalid storage key {key!r}: keys must not start with '/'")
+    if _FORBIDDEN.search(key):
+        raise StorageSecurityError(f"invalid storage key {key!r}: keys must not contain a backslash or NUL")
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise StorageSecurityError(f"invalid storage key {key!r}: empty, '.' or '..' path segment")
+        if segment.startswith("."):
+            raise StorageSecurityError(
+                f"invalid storage key {key!r}: segments starting with '.' are reserved for the backend"
+            )
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """Like :func:`validate_key`, but an empty prefix and a trailing ``/`` are allowed."""
+    if prefix == "":
+        return prefix
+    validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix

@@ -1,0 +1,330 @@
+"""``LocalFileStorage``: one file per key under a root folder, written atomically, never via a symlink.
+
+How it stays safe:
+
+- Atomic writes: the data goes to a temp file in the same folder, is fsynced, renamed over the key's file,
+  and the folder is fsynced, so a reader (or a process killed mid-write) sees the old value or the new one.
+- Conditional writes hold across processes: each folder has a ``.lock`` file taken with ``fcntl.flock``
+  around the compare and the rename.
+- No symlink is ever followed below the root: every path is walked one folder at a time with
+  ``O_NOFOLLOW`` relative to the parent's descriptor; a symlink found raises ``StorageSecurityError``.
+- Folders are created 0700 and files 0600. Names starting with ``.`` are the backend's own (temp and lock
+  files) and never appear as keys.
+
+A version is a hash of the content, so it is the same in every process that reads the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio.to_thread
+
+from orchestra.errors import StorageConflictError, StorageSecurityError
+from orchestra.storage._base import ABSENT, Expect, validate_key, validate_prefix
+
+__all__ = ["LocalFileStorage"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK_NAME = ".lock"
+
+
+def _version(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class LocalFileStorage:
+    """Storage in files under ``root`` (created 0700 if missing).
+
+    Args:
+        root: the folder that holds every key; defaults to ``./.orchestra/``.
+        durable: fsync files and folders on every write (turn off only for throwaway data).
+    """
+
+    def __init__(self, root: str | os.PathLike[str] = "./.orchestra/", *, durable: bool = True) -> None:
+        self.root = Path(root).absolute()
+        self.durable = durable
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LocalFileStorage({str(self.root)!r})"
+
+    # -- folder walking -------------------------------------------------------------------------------
+
+    def _security_error(self, what: str) -> StorageSecurityError:
+        return StorageSecurityError(
+            f"refusing to follow a symlink or special file at {what!r} under storage root {str(self.root)!r}"
+        )
+
+    def _open_dir(self, parts: list[str], *, create: bool) -> int | None:
+        """A descriptor of root/parts..., opened without following symlinks; None if absent."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        walked: list[str] = []
+        try:
+            for part in parts:
+                walked.append(part)
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        os.close(fd)
+                        return None
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o700, dir_fd=fd)
+                        if self.durable:
+                            os.fsync(fd)
+                    child = self._open_child_dir(fd, part, walked)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise self._security_error("/".join(walked)) from None
+                    raise
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_child_dir(self, fd: int, part: str, walked: list[str]) -> int:
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise self._security_error("/".join(walked)) from None
+            raise
+
+    @staticmethod
+    def _split(key: str) -> tuple[list[str], str]:
+        *parts, name = key.split("/")
+        return parts, name
+
+    @contextlib.contextmanager
+    def _locked_dir(self, key: str, *, create: bool) -> Iterator[int | None]:
+        """The key's folder, held under its ``.lock`` for the duration of the block."""
+        parts, _ = self._split(key)
+        fd = self._open_dir(parts, create=create)
+        if fd is None:
+            yield None
+            return
+        try:
+            lock = self._acquire_lock(fd)
+            try:
+                yield fd
+            finally:
+                os.close(lock)  # closing the descriptor releases the flock
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _acquire_lock(fd: int) -> int:
+        # delete_prefix may unlink a lock file; a lock taken on an unlinked file protects nothing, so
+        # after locking, check that the file is still the one at that name, and try again if not.
+        while True:
+            lock = os.open(
+                _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if os.lstat(_LOCK_NAME, dir_fd=fd).st_ino == os.fstat(lock).st_ino:
+                    return lock
+            except FileNotFoundError:
+                pass
+            os.close(lock)
+
+    def _read_in(self, fd: int, name: str, key: str) -> tuple[bytes, str] | None:
+        try:
+            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._security_error(key) from None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+                raise self._security_error(key)
+            chunks = []
+            while chunk := os.read(file_fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(file_fd)
+        data = b"".join(chunks)
+        return data, _version(data)
+
+    # -- sync implementations (run in worker threads) -------------------------------------------------
+
+    def _read(self, key: str) -> tuple[bytes, str] | None:
+        parts, name = self._split(key)
+        fd = self._open_dir(parts, create=False)
+        if fd is None:
+            return None
+        try:
+            return self._read_in(fd, name, key)
+        finally:
+            os.close(fd)
+
+    def _write(self, key: str, data: bytes, expect: Expect) -> str:
+        for _ in range(3):
+            try:
+                return self._write_once(key, data, expect)
+            except FileNotFoundError:
+                continue  # a concurrent delete_prefix removed the folder: create it again
+        return self._write_once(key, data, expect)
+
+    def _write_once(self, key: str, data: bytes, expect: Expect) -> str:
+        _, name = self._split(key)
+        with self._locked_dir(key, create=True) as fd:
+            assert fd is not None
+            try:
+                existing = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                existing = None
+            if existing is not None and not stat.S_ISREG(existing.st_mode):
+                raise self._security_error(key)
+            if expect is ABSENT and existing is not None:
+                raise StorageConflictError(f"cannot create {key!r}: it already exists")
+            if isinstance(expect, str):
+                current = self._read_in(fd, name, key) if existing is not None else None
+                if current is None or current[1] != expect:
+                    found = "it does not exist" if current is None else f"it is at version {current[1]}"
+                    raise StorageConflictError(
+                        f"cannot update {key!r}: expected version {expect}, but {found}"
+                    )
+            temp = f".tmp-{name}-{secrets.token_hex(6)}"
+            file_fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
+            )
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(file_fd, view) :]
+                if self.durable:
+                    os.fsync(file_fd)
+            except BaseException:
+                os.close(file_fd)
+                os.unlink(temp, dir_fd=fd)
+                raise
+            os.close(file_fd)
+            os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            if self.durable:
+                os.fsync(fd)
+        return _version(data)
+
+    def _delete(self, key: str) -> None:
+        _, name = self._split(key)
+        with self._locked_dir(key, create=False) as fd:
+            if fd is None:
+                return
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                    return
+                os.unlink(name, dir_fd=fd)
+                if self.durable:
+                    os.fsync(fd)
+
+    def _walk(self, fd: int, base: str, name_prefix: str, out: list[str]) -> None:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.name.startswith(name_prefix):
+                    continue
+                key = f"{base}{entry.name}"
+                if entry.is_symlink():
+                    raise self._security_error(key)
+                if entry.is_dir(follow_symlinks=False):
+                    child = self._open_child_dir(fd, entry.name, key.split("/"))
+                    try:
+                        self._walk(child, f"{key}/", "", out)
+                    finally:
+                        os.close(child)
+                elif entry.is_file(follow_symlinks=False):
+                    out.append(key)
+                else:
+                    raise self._security_error(key)
+
+    def _list(self, prefix: str, start_after: str | None, limit: int | None) -> list[str]:
+        folder, _, name_prefix = prefix.rpartition("/")
+        parts = folder.split("/") if folder else []
+        fd = self._open_dir(parts, create=False)
+        if fd is None:
+            return []
+        keys: list[str] = []
+        try:
+            self._walk(fd, f"{folder}/" if folder else "", name_prefix, keys)
+        finally:
+            os.close(fd)
+        keys.sort()
+        if start_after is not None:
+            keys = [k for k in keys if k > start_after]
+        return keys if limit is None else keys[:limit]
+
+    def _delete_prefix(self, prefix: str) -> int:
+        keys = self._list(prefix, None, None)
+        for key in keys:
+            self._delete(key)
+        self._prune_empty_dirs(prefix)
+        return len(keys)
+
+    def _prune_empty_dirs(self, prefix: str) -> None:
+        """Remove folders left empty under ``prefix`` (best effort: a concurrent writer may refill one)."""
+        folder = prefix.rstrip("/") if prefix.endswith("/") else prefix.rpartition("/")[0]
+        if not folder:
+            return
+        parts = folder.split("/")
+        parent = self._open_dir(parts[:-1], create=False)
+        if parent is None:
+            return
+        try:
+            self._remove_tree_if_empty(parent, parts[-1])
+        finally:
+            os.close(parent)
+
+    def _remove_tree_if_empty(self, parent: int, name: str) -> None:
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except OSError:
+            return
+        try:
+            with os.scandir(fd) as entries:
+                children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            for child, is_dir in children:
+                if is_dir:
+                    self._remove_tree_if_empty(fd, child)
+                elif child == _LOCK_NAME or child.startswith(".tmp-"):  # ours: a lock, or a killed write's temp
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(child, dir_fd=fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=parent)
+
+    # -- the Storage protocol -------------------------------------------------------------------------
+
+    async def read(self, key: str) -> tuple[bytes, str] | None:
+        validate_key(key)
+        return await anyio.to_thread.run_sync(self._read, key)
+
+    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
+        validate_key(key)
+        return await anyio.to_thread.run_sync(self._write, key, bytes(data), expect)
+
+    async def delete(self, key: str) -> None:
+        validate_key(key)
+        await anyio.to_thread.run_sync(self._delete, key)
+
+    async def list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        validate_prefix(prefix)
+        return await anyio.to_thread.run_sync(self._list, prefix, start_after, limit)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        validate_prefix(prefix)
+        return await anyio.to_thread.run_sync(self._delete_prefix, prefix)
