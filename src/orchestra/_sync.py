@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
@@ -28,8 +27,7 @@ def run_sync(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     """Run ``fn(*args, **kwargs)`` to completion and return its result.
 
     Without a running event loop this is ``anyio.run``. Inside one (a notebook, an async web handler)
-    the loop's thread cannot block on itself, so the call runs on a fresh loop in a worker thread, with
-    the caller's context variables.
+    the loop's thread cannot block on itself, so the call runs on a fresh loop in a worker thread.
     """
 
     async def call() -> T:
@@ -37,6 +35,5 @@ def run_sync(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
 
     if not _in_running_loop():
         return anyio.run(call)
-    context = contextvars.copy_context()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="orchestra-sync") as pool:
-        return pool.submit(lambda: context.run(anyio.run, call)).result()
+        return pool.submit(anyio.run, call).result()

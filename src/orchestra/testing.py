@@ -12,8 +12,10 @@ from typing import TypeVar
 from orchestra.hooks import HookEvent, HookRegistry
 from orchestra.hooks import events as _agent_events
 from orchestra.models.scripted import FunctionModel, ModelRequest, Reply, ScriptedModel, ToolCall
+from orchestra.storage import Expect, Storage
 
 __all__ = [
+    "CountingStorage",
     "EventRecorder",
     "FunctionModel",
     "ModelRequest",
@@ -61,3 +63,41 @@ class EventRecorder:
 async def collect(stream: AsyncIterable[T]) -> list[T]:
     """Everything an async iterator yields (e.g. ``await collect(agent.stream_async("hi"))``)."""
     return [item async for item in stream]
+
+
+class CountingStorage:
+    """Wraps a storage and counts what goes through it (bytes written, writes, reads).
+
+    Example::
+
+        storage = CountingStorage(LocalFileStorage(tmp_path))
+        ...
+        print(storage.bytes_written, storage.writes)
+    """
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.bytes_written = 0
+        self.writes = 0
+        self.reads = 0
+
+    async def read(self, key: str) -> tuple[bytes, str] | None:
+        self.reads += 1
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
+        version = await self.inner.write(key, data, expect=expect)
+        self.writes += 1
+        self.bytes_written += len(data)
+        return version
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        return await self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        return await self.inner.delete_prefix(prefix)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent._direct import ToolCaller
@@ -23,18 +23,7 @@ from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import MODEL_ENV_VAR
 from orchestra.tools import ToolRegistry
 
-__all__ = ["Agent", "AgentData", "validate_id"]
-
-_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-
-
-def validate_id(value: str, what: str) -> str:
-    """Check a session, agent or orchestrator id: letters, digits, ``._-``, 1-128 characters."""
-    if not isinstance(value, str) or not _ID.match(value) or value in (".", ".."):
-        raise ValueError(
-            f"invalid {what} {value!r}: use 1-128 letters, digits, '.', '_' or '-' (and not '.' or '..')"
-        )
-    return value
+__all__ = ["Agent", "AgentData"]
 
 
 @dataclass

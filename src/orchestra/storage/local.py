@@ -297,7 +297,9 @@ class LocalFileStorage:
             for child, is_dir in children:
                 if is_dir:
                     self._remove_tree_if_empty(fd, child)
-                elif child == _LOCK_NAME or child.startswith(".tmp-"):  # ours: a lock, or a killed write's temp
+                elif child == _LOCK_NAME or child.startswith(
+                    ".tmp-"
+                ):  # ours: a lock, or a killed write's temp
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(child, dir_fd=fd)
         finally:

@@ -1,0 +1,385 @@
+"""The journal of one scope: incremental, conditional saves of a document of fields and logs.
+
+A scope's state is a *document*: named JSON fields (an agent's state, a node's result) and named logs
+(append-mostly lists: a conversation, an execution order). A save writes one journal record holding only
+what changed since the previous save: the fields whose JSON differs and, per log, the items added (plus
+how many were dropped from the front or replaced at the end). Logs are compared by object identity,
+which costs a pointer comparison per item: the history is never re-serialized to find what changed.
+
+Every record is created with ``expect=ABSENT`` under the next sequence number, so two live writers of
+one scope cannot both append: the one that is behind gets ``SessionConflictError``. Now and then (when
+the records since the last compaction outweigh the compacted snapshot several times over) the whole
+document is written to ``snapshot_latest.json`` with a compare-and-swap; loading reads that snapshot and
+replays the records after it. Records are kept, so an immutable snapshot is just "the state after record
+N" and shares every byte with the journal.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import operator
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from orchestra.errors import SessionConflictError, SnapshotError, StorageConflictError
+from orchestra.messages import Message
+from orchestra.session._layout import ScopeLayout
+from orchestra.session.snapshot import (
+    JournalInfo,
+    LogOp,
+    Record,
+    Snapshot,
+    SnapshotManifest,
+    decode_model,
+    encode_model,
+)
+from orchestra.storage import ABSENT, Storage
+
+__all__ = ["Compaction", "Document", "Journal", "is_message_log"]
+
+_READ_CONCURRENCY = 32
+
+
+@dataclass
+class Document:
+    """A scope's state: JSON fields and append-mostly logs."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    logs: dict[str, list[Any]] = field(default_factory=dict)
+
+    def apply(self, record: Record) -> None:
+        self.fields.update(record.set)
+        for name in record.unset:
+            self.fields.pop(name, None)
+        for name, op in record.logs.items():
+            old = self.logs.get(name, [])
+            keep = len(old) - op.drop if op.keep is None else op.keep
+            self.logs[name] = [*old[op.drop : op.drop + keep], *op.add]
+
+    def flat(self) -> dict[str, Any]:
+        return {**self.fields, **self.logs}
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """When to fold the journal into ``snapshot_latest.json``.
+
+    Compaction happens when the records written since the last one exceed both ``min_bytes`` and
+    ``ratio`` times the size of the compacted snapshot, or when there are ``max_records`` of them. The
+    ratio keeps the bytes rewritten by compaction a geometric series (at most ``1 / (ratio - 1)`` of the
+    final size on top of the journal itself); ``max_records`` bounds how many records a load replays.
+    """
+
+    min_bytes: int = 256 * 1024
+    ratio: float = 4.0
+    max_records: int = 1000
+
+
+def is_message_log(name: str) -> bool:
+    """Logs named ``messages`` or ``.../messages`` hold conversation messages (binary content inside)."""
+    return name == "messages" or name.endswith("/messages")
+
+
+def _bytes_as_base64(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_bytes_as_base64, ensure_ascii=False)
+
+
+def _has_binary(message: Any) -> bool:
+    for block in message.get("content", ()):
+        if "image" in block or "document" in block:
+            return True
+        result = block.get("toolResult")
+        if result and any("image" in c or "document" in c for c in result.get("content", ())):
+            return True
+    return False
+
+
+def _decode_messages(items: list[Any], key: str) -> list[Any]:
+    """Messages as stored (base64 strings for bytes) back to their plain form (bytes)."""
+    out = []
+    for item in items:
+        if isinstance(item, dict) and _has_binary(item):
+            try:
+                item = Message.model_validate_json(json.dumps(item)).model_dump(
+                    by_alias=True, exclude_none=True
+                )
+            except ValueError as exc:
+                raise SnapshotError(f"{key}: a stored message is not valid: {exc}") from None
+        out.append(item)
+    return out
+
+
+def _diff(old: Sequence[Any], new: Sequence[Any]) -> LogOp | None:
+    """The smallest LogOp that turns ``old`` into ``new``, comparing items by identity."""
+    if len(old) <= len(new) and all(map(operator.is_, old, new)):
+        return LogOp(add=list(new[len(old) :])) if len(new) > len(old) else None
+    drop = None
+    if new:
+        first = new[0]
+        drop = next((i for i, item in enumerate(old) if item is first), None)
+    if drop is None:
+        return LogOp(drop=len(old), keep=0, add=list(new))
+    keep = 0
+    while drop + keep < len(old) and keep < len(new) and old[drop + keep] is new[keep]:
+        keep += 1
+    return LogOp(drop=drop, keep=keep, add=list(new[keep:]))
+
+
+class Journal:
+    """Loads, saves, compacts and checkpoints one scope (see the module docstring)."""
+
+    def __init__(self, storage: Storage, layout: ScopeLayout, compaction: Compaction | None = None) -> None:
+        self.storage = storage
+        self.layout = layout
+        self.compaction = compaction or Compaction()
+        self.seq = -1  # the last record this journal read or wrote
+        self._latest_version: str | None = None
+        self._field_text: dict[str, str] = {}
+        self._log_refs: dict[str, list[Any]] = {}
+        self._latest_bytes = 0
+        self._since_bytes = 0
+        self._since_records = 0
+        self.bytes_written = 0
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    async def _read_latest(self) -> tuple[Snapshot, str, int] | None:
+        found = await self.storage.read(self.layout.latest)
+        if found is None:
+            return None
+        data, version = found
+        return decode_model(Snapshot, data, self.layout.latest), version, len(data)
+
+    def _doc_from_snapshot(self, snapshot: Snapshot, key: str) -> Document:
+        logs = set(snapshot.journal.logs) if snapshot.journal else set()
+        doc = Document()
+        for name, value in snapshot.data.items():
+            if name in logs:
+                if not isinstance(value, list):
+                    raise SnapshotError(f"{key}: log {name!r} is not a list")
+                doc.logs[name] = _decode_messages(value, key) if is_message_log(name) else value
+            else:
+                doc.fields[name] = value
+        return doc
+
+    async def _read_records(self, after: int, until: int | None = None) -> list[tuple[int, Record, int]]:
+        start_after = self.layout.record(after) if after >= 0 else None
+        keys = await self.storage.list(self.layout.journal, start_after=start_after)
+        keys = [k for k in keys if k.endswith(".json")]
+        if until is not None:
+            keys = [k for k in keys if self.layout.seq_of(k) <= until]
+        results: list[tuple[int, Record, int] | None] = [None] * len(keys)
+        limiter = anyio.CapacityLimiter(_READ_CONCURRENCY)
+
+        async def read(index: int, key: str) -> None:
+            async with limiter:
+                found = await self.storage.read(key)
+            if found is None:
+                raise SnapshotError(
+                    f"{key}: journal record vanished while loading; another process is deleting it"
+                )
+            record = decode_model(Record, found[0], key)
+            for name, op in record.logs.items():
+                if is_message_log(name):
+                    op.add = _decode_messages(op.add, key)
+            results[index] = (self.layout.seq_of(key), record, len(found[0]))
+
+        async with anyio.create_task_group() as group:
+            for index, key in enumerate(keys):
+                group.start_soon(read, index, key)
+        records = [r for r in results if r is not None]
+        expected = after + 1
+        for seq, _, _ in records:
+            if seq != expected:
+                raise SnapshotError(
+                    f"{self.layout.record(expected)}: journal record missing ({self.layout.describe()} jumps "
+                    f"from record {expected - 1} to {seq}); the session was damaged or deleted while in use"
+                )
+            expected += 1
+        return records
+
+    async def load(self) -> Document | None:
+        """Read the scope's current state (None if it was never created) and track it for later saves."""
+        latest = await self._read_latest()
+        if latest is None:
+            doc, base_seq = Document(), -1
+            self._latest_version, self._latest_bytes = None, 0
+        else:
+            snapshot, self._latest_version, self._latest_bytes = latest
+            doc = self._doc_from_snapshot(snapshot, self.layout.latest)
+            base_seq = snapshot.journal.seq if snapshot.journal else -1
+        records = await self._read_records(base_seq)
+        for _, record, _ in records:
+            doc.apply(record)
+        self.seq = records[-1][0] if records else base_seq
+        self._since_records = len(records)
+        self._since_bytes = sum(size for _, _, size in records)
+        if latest is None and not records:
+            return None
+        self._track(doc)
+        return doc
+
+    async def load_at(self, seq: int) -> Document:
+        """The state after record ``seq`` (does not change what this journal tracks)."""
+        latest = await self._read_latest()
+        if latest is not None and latest[0].journal is not None and latest[0].journal.seq <= seq:
+            doc, base = self._doc_from_snapshot(latest[0], self.layout.latest), latest[0].journal.seq
+        else:
+            doc, base = Document(), -1
+        for _, record, _ in await self._read_records(base, until=seq):
+            doc.apply(record)
+        return doc
+
+    def _track(self, doc: Document) -> None:
+        self._field_text = {name: _dumps(value) for name, value in doc.fields.items()}
+        self._log_refs = {name: list(items) for name, items in doc.logs.items()}
+
+    def current(self) -> Document:
+        """The document as last saved (fields decoded again, logs by reference)."""
+        return Document(
+            fields={name: json.loads(text) for name, text in self._field_text.items()},
+            logs={name: list(items) for name, items in self._log_refs.items()},
+        )
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    def _conflict(self, what: str) -> SessionConflictError:
+        return SessionConflictError(
+            f"{self.layout.describe()}: another writer saved this scope since this one last read it "
+            f"({what}). Two live writers (two processes, or two objects with the same session and "
+            "agent/orchestrator ids) would overwrite each other's turns, so nothing was written. Reload: "
+            "create the agent or orchestrator again with this session manager to continue from the "
+            "stored state."
+        )
+
+    async def _write(self, key: str, data: bytes, expect: Any) -> str:
+        version = await self.storage.write(key, data, expect=expect)
+        self.bytes_written += len(data)
+        return version
+
+    async def create(self, doc: Document) -> None:
+        """Create the scope with ``doc`` as record 0; exactly one of two racing creators succeeds."""
+        if self.seq != -1:
+            raise RuntimeError("create() is for a scope that does not exist yet")
+        await self.save(doc.fields, doc.logs, creating=True)
+        snapshot = self._snapshot(self.current(), JournalInfo(seq=0, logs=sorted(self._log_refs)))
+        data = _dumps(snapshot.model_dump(mode="python")).encode()
+        try:
+            self._latest_version = await self._write(self.layout.latest, data, ABSENT)
+        except StorageConflictError as exc:
+            raise self._conflict("its snapshot_latest.json appeared meanwhile") from exc
+        self._latest_bytes = len(data)
+        await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
+
+    async def save(
+        self,
+        fields: Mapping[str, Any],
+        logs: Mapping[str, Sequence[Any]],
+        unset: Iterable[str] = (),
+        *,
+        creating: bool = False,
+    ) -> bool:
+        """Append a record with what changed among ``fields`` and ``logs``; False if nothing changed.
+
+        Only the fields and logs passed are compared: callers pass what may have changed.
+
+        Raises:
+            SessionConflictError: another writer appended to this scope first; nothing was written.
+        """
+        changed: dict[str, Any] = {}
+        texts: dict[str, str] = {}
+        for name, value in fields.items():
+            text = _dumps(value)
+            if self._field_text.get(name) != text:
+                changed[name] = value
+                texts[name] = text
+        removed = [name for name in unset if name in self._field_text]
+        ops: dict[str, LogOp] = {}
+        for name, items in logs.items():
+            op = _diff(self._log_refs.get(name, ()), items)
+            if op is not None:
+                ops[name] = op
+        if not (changed or removed or ops or creating):
+            return False
+        body: dict[str, Any] = {"t": time.time_ns() // 1_000_000}
+        if changed:
+            body["set"] = changed
+        if removed:
+            body["del"] = removed
+        if ops:
+            body["logs"] = {name: op.model_dump(exclude_defaults=True) for name, op in ops.items()}
+        data = _dumps(body).encode()
+        seq = self.seq + 1
+        try:
+            await self._write(self.layout.record(seq), data, ABSENT)
+        except StorageConflictError as exc:
+            raise self._conflict(f"journal record {seq} already exists") from exc
+        self.seq = seq
+        self._field_text.update(texts)
+        for name in removed:
+            del self._field_text[name]
+        for name in ops:
+            self._log_refs[name] = list(logs[name])
+        self._since_bytes += len(data)
+        self._since_records += 1
+        if self._should_compact():
+            await self.compact()
+        return True
+
+    def _should_compact(self) -> bool:
+        policy = self.compaction
+        if self._since_records >= policy.max_records:
+            return True
+        return self._since_bytes > max(policy.min_bytes, policy.ratio * self._latest_bytes)
+
+    def _snapshot(
+        self, doc: Document, journal: JournalInfo | None, app_data: dict[str, Any] | None = None
+    ) -> Snapshot:
+        return Snapshot(scope=self.layout.kind, data=doc.flat(), app_data=app_data or {}, journal=journal)
+
+    async def compact(self) -> None:
+        """Write the whole current document to ``snapshot_latest.json`` (compare-and-swap)."""
+        snapshot = self._snapshot(self.current(), JournalInfo(seq=self.seq, logs=sorted(self._log_refs)))
+        data = _dumps(snapshot.model_dump(mode="python")).encode()
+        expect = self._latest_version if self._latest_version is not None else ABSENT
+        try:
+            self._latest_version = await self._write(self.layout.latest, data, expect)
+        except StorageConflictError as exc:
+            raise self._conflict("snapshot_latest.json changed") from exc
+        self._latest_bytes = len(data)
+        self._since_bytes = 0
+        self._since_records = 0
+        await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
+
+    async def checkpoint(self, snapshot_id: str, app_data: dict[str, Any] | None = None) -> None:
+        """Write an immutable snapshot: a reference to "the state after the current record"."""
+        info = JournalInfo(seq=self.seq, logs=sorted(self._log_refs), ref=True)
+        snapshot = Snapshot(scope=self.layout.kind, app_data=app_data or {}, journal=info)
+        await self._write(self.layout.immutable_snapshot(snapshot_id), encode_model(snapshot), ABSENT)
+
+    async def read_checkpoint(self, snapshot_id: str) -> tuple[Document, Snapshot]:
+        """The state an immutable snapshot refers to."""
+        key = self.layout.immutable_snapshot(snapshot_id)
+        found = await self.storage.read(key)
+        if found is None:
+            raise SnapshotError(f"{key}: no immutable snapshot {snapshot_id!r} in {self.layout.describe()}")
+        snapshot = decode_model(Snapshot, found[0], key)
+        if snapshot.journal is not None and snapshot.journal.ref:
+            return await self.load_at(snapshot.journal.seq), snapshot
+        return self._doc_from_snapshot(snapshot, key), snapshot
+
+    def export(self, doc: Document | None = None) -> bytes:
+        """A self-contained snapshot of ``doc`` (default: the current state), as JSON bytes."""
+        snapshot = self._snapshot(doc or self.current(), None)
+        return json.dumps(snapshot.model_dump(mode="python"), default=_bytes_as_base64, indent=2).encode()

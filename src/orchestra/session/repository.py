@@ -1,0 +1,363 @@
+"""The repository-based session managers: the seed's per-message layout, kept for compatibility.
+
+``RepositorySessionManager`` stores a session through a ``SessionRepository`` (create/read session;
+create/read/update agent; create/read/update/list messages; create/read/update multi-agent).
+``FileSessionManager`` and ``S3SessionManager`` use ``StorageSessionRepository`` over local files or S3,
+with the seed's layout::
+
+    session_<id>/session.json
+    session_<id>/agents/agent_<agent_id>/agent.json
+    session_<id>/agents/agent_<agent_id>/messages/message_<n>.json
+    session_<id>/multi_agents/multi_agent_<orchestrator_id>/multi_agent.json
+
+New code should prefer ``SnapshotSessionManager``: it saves only what changed and detects a second writer
+on every save. Here messages are created with create-only writes (a second writer is detected when both
+append), while agent records are overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import weakref
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestra._ids import validate_id
+from orchestra.agent.agent import Agent
+from orchestra.errors import SessionConflictError, SessionError, StorageConflictError
+from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.messages import Message, MessageDict, validate_message
+from orchestra.session.snapshot import decode_model, now_iso
+from orchestra.storage import ABSENT, LocalFileStorage, S3Storage, Storage
+
+__all__ = [
+    "FileSessionManager",
+    "RepositorySessionManager",
+    "S3SessionManager",
+    "Session",
+    "SessionAgent",
+    "SessionMessage",
+    "SessionRepository",
+    "StorageSessionRepository",
+]
+
+_R = TypeVar("_R", bound=BaseModel)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", ser_json_bytes="base64", val_json_bytes="base64")
+
+
+class Session(_Record):
+    """A session: the namespace of its agents and orchestrators."""
+
+    session_id: str
+    session_type: str = "AGENT"
+    created_at: str = Field(default_factory=now_iso)
+    updated_at: str = Field(default_factory=now_iso)
+
+
+class SessionAgent(_Record):
+    """One agent of a session: its state and its conversation manager's state."""
+
+    agent_id: str
+    state: dict[str, Any] = Field(default_factory=dict)
+    conversation_manager_state: dict[str, Any] = Field(default_factory=dict)
+    system_prompt: str | None = None
+    interrupt_state: dict[str, Any] | None = None
+    created_at: str = Field(default_factory=now_iso)
+    updated_at: str = Field(default_factory=now_iso)
+
+
+class SessionMessage(_Record):
+    """One message of an agent's conversation, with its redacted version if it was redacted."""
+
+    message: Message
+    message_id: int
+    redact_message: Message | None = None
+    created_at: str = Field(default_factory=now_iso)
+    updated_at: str = Field(default_factory=now_iso)
+
+    def to_message(self) -> MessageDict:
+        """The message to show the model: the redacted version when there is one."""
+        chosen = self.redact_message or self.message
+        return chosen.model_dump(by_alias=True, exclude_none=True)
+
+
+@runtime_checkable
+class SessionRepository(Protocol):
+    """Where a repository-based session lives. Methods may be sync or async."""
+
+    def create_session(self, session: Session) -> Any: ...
+    def read_session(self, session_id: str) -> Any: ...
+    def create_agent(self, session_id: str, session_agent: SessionAgent) -> Any: ...
+    def read_agent(self, session_id: str, agent_id: str) -> Any: ...
+    def update_agent(self, session_id: str, session_agent: SessionAgent) -> Any: ...
+    def create_message(self, session_id: str, agent_id: str, session_message: SessionMessage) -> Any: ...
+    def read_message(self, session_id: str, agent_id: str, message_id: int) -> Any: ...
+    def update_message(self, session_id: str, agent_id: str, session_message: SessionMessage) -> Any: ...
+    def list_messages(
+        self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0
+    ) -> Any: ...
+    def create_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> Any: ...
+    def read_multi_agent(self, session_id: str, multi_agent_id: str) -> Any: ...
+    def update_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> Any: ...
+
+
+async def _call(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+class StorageSessionRepository:
+    """A ``SessionRepository`` over any ``Storage``, in the seed's layout. Reads messages concurrently."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @staticmethod
+    def _session(session_id: str) -> str:
+        return f"session_{validate_id(session_id, 'session_id')}/"
+
+    def _agent(self, session_id: str, agent_id: str) -> str:
+        return f"{self._session(session_id)}agents/agent_{validate_id(agent_id, 'agent_id')}/"
+
+    def _message(self, session_id: str, agent_id: str, message_id: int) -> str:
+        return f"{self._agent(session_id, agent_id)}messages/message_{int(message_id)}.json"
+
+    def _multi_agent(self, session_id: str, multi_agent_id: str) -> str:
+        oid = validate_id(multi_agent_id, "orchestrator id")
+        return f"{self._session(session_id)}multi_agents/multi_agent_{oid}/multi_agent.json"
+
+    async def _read(self, key: str, cls: type[_R]) -> _R | None:
+        found = await self.storage.read(key)
+        return None if found is None else decode_model(cls, found[0], key)
+
+    async def _create(self, key: str, record: BaseModel) -> None:
+        try:
+            await self.storage.write(key, record.model_dump_json().encode(), expect=ABSENT)
+        except StorageConflictError as exc:
+            raise SessionConflictError(
+                f"{key} already exists: another writer created it first (two live writers of one session "
+                "and agent); nothing was overwritten. Reload the agent to continue from the stored state."
+            ) from exc
+
+    async def create_session(self, session: Session) -> Session:
+        await self._create(f"{self._session(session.session_id)}session.json", session)
+        return session
+
+    async def read_session(self, session_id: str) -> Session | None:
+        return await self._read(f"{self._session(session_id)}session.json", Session)
+
+    async def create_agent(self, session_id: str, session_agent: SessionAgent) -> None:
+        await self._create(f"{self._agent(session_id, session_agent.agent_id)}agent.json", session_agent)
+
+    async def read_agent(self, session_id: str, agent_id: str) -> SessionAgent | None:
+        return await self._read(f"{self._agent(session_id, agent_id)}agent.json", SessionAgent)
+
+    async def update_agent(self, session_id: str, session_agent: SessionAgent) -> None:
+        session_agent.updated_at = now_iso()
+        key = f"{self._agent(session_id, session_agent.agent_id)}agent.json"
+        await self.storage.write(key, session_agent.model_dump_json().encode())
+
+    async def create_message(self, session_id: str, agent_id: str, session_message: SessionMessage) -> None:
+        await self._create(self._message(session_id, agent_id, session_message.message_id), session_message)
+
+    async def read_message(self, session_id: str, agent_id: str, message_id: int) -> SessionMessage | None:
+        return await self._read(self._message(session_id, agent_id, message_id), SessionMessage)
+
+    async def update_message(self, session_id: str, agent_id: str, session_message: SessionMessage) -> None:
+        session_message.updated_at = now_iso()
+        key = self._message(session_id, agent_id, session_message.message_id)
+        await self.storage.write(key, session_message.model_dump_json().encode())
+
+    async def list_messages(
+        self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[SessionMessage]:
+        prefix = f"{self._agent(session_id, agent_id)}messages/message_"
+        keys = sorted(
+            await self.storage.list(prefix), key=lambda k: int(k[len(prefix) :].removesuffix(".json"))
+        )
+        keys = keys[offset:] if limit is None else keys[offset : offset + limit]
+        found: list[SessionMessage | None] = [None] * len(keys)
+        limiter = anyio.CapacityLimiter(32)
+
+        async def read(index: int, key: str) -> None:
+            async with limiter:
+                found[index] = await self._read(key, SessionMessage)
+
+        async with anyio.create_task_group() as group:
+            for index, key in enumerate(keys):
+                group.start_soon(read, index, key)
+        return [m for m in found if m is not None]
+
+    async def create_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> None:
+        key = self._multi_agent(session_id, str(multi_agent_state["id"]))
+        await self.storage.write(key, _json_bytes(multi_agent_state), expect=ABSENT)
+
+    async def read_multi_agent(self, session_id: str, multi_agent_id: str) -> dict[str, Any] | None:
+        found = await self.storage.read(self._multi_agent(session_id, multi_agent_id))
+        return None if found is None else dict(json.loads(found[0]))
+
+    async def update_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> None:
+        key = self._multi_agent(session_id, str(multi_agent_state["id"]))
+        await self.storage.write(key, _json_bytes(multi_agent_state))
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, default=str).encode()
+
+
+class _Tracked:
+    def __init__(self, next_message_id: int) -> None:
+        self.next_message_id = next_message_id
+
+
+class RepositorySessionManager:
+    """Persists an agent message by message through a ``SessionRepository``.
+
+    Args:
+        session_id: the session (letters, digits, ``._-``, 1-128 characters).
+        session_repository: where the session lives.
+    """
+
+    def __init__(self, session_id: str, session_repository: SessionRepository) -> None:
+        self._session_id = validate_id(session_id, "session_id")
+        self.session_repository = session_repository
+        self._agents: weakref.WeakKeyDictionary[Agent, _Tracked] = weakref.WeakKeyDictionary()
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(AgentInitialized, self._on_initialized)
+        registry.add_callback(MessageAdded, self._on_message_added)
+        registry.add_callback(MessageRedacted, self._on_message_redacted)
+        registry.add_callback(AfterInvocation, self._on_after_invocation)
+
+    async def _ensure_session(self) -> None:
+        repo = self.session_repository
+        if await _call(repo.read_session(self._session_id)) is None:
+            # Created meanwhile by another agent of this session: that is fine.
+            with contextlib.suppress(SessionConflictError):
+                await _call(repo.create_session(Session(session_id=self._session_id)))
+
+    async def _on_initialized(self, event: AgentInitialized) -> None:
+        agent = event.agent
+        repo = self.session_repository
+        await self._ensure_session()
+        stored: SessionAgent | None = await _call(repo.read_agent(self._session_id, agent.agent_id))
+        if stored is None:
+            data = agent.agent_data()
+            await _call(
+                repo.create_agent(
+                    self._session_id,
+                    SessionAgent(
+                        agent_id=agent.agent_id,
+                        state=data.state,
+                        conversation_manager_state=data.conversation_manager_state,
+                        system_prompt=data.system_prompt,
+                    ),
+                )
+            )
+            tracked = _Tracked(0)
+            self._agents[agent] = tracked
+            for message in list(agent.messages):
+                await self._create_message(agent, message)
+            return
+        agent.conversation_manager.restore_state(stored.conversation_manager_state)
+        offset = agent.conversation_manager.removed_message_count
+        stored_messages: list[SessionMessage] = await _call(
+            repo.list_messages(self._session_id, agent.agent_id, None, 0)
+        )
+        messages = [m.to_message() for m in stored_messages[offset:]]
+        summary = stored.conversation_manager_state.get("summary_message")
+        if summary:
+            messages.insert(0, validate_message(summary))
+        agent.messages = messages
+        agent.state.replace(stored.state)
+        if stored.system_prompt is not None:
+            agent.system_prompt = stored.system_prompt
+        self._agents[agent] = _Tracked(len(stored_messages))
+
+    def _tracked(self, agent: Agent) -> _Tracked:
+        tracked = self._agents.get(agent)
+        if tracked is None:
+            raise SessionError(f"agent {agent.name!r} is not attached to session {self._session_id!r}")
+        return tracked
+
+    async def _create_message(self, agent: Agent, message: MessageDict) -> None:
+        tracked = self._tracked(agent)
+        session_message = SessionMessage(
+            message=Message.model_validate(message), message_id=tracked.next_message_id
+        )
+        await _call(self.session_repository.create_message(self._session_id, agent.agent_id, session_message))
+        tracked.next_message_id += 1
+
+    async def _on_message_added(self, event: MessageAdded) -> None:
+        await self._create_message(event.agent, event.message)
+
+    async def _on_message_redacted(self, event: MessageRedacted) -> None:
+        agent = event.agent
+        message_id = self._tracked(agent).next_message_id - 1
+        repo = self.session_repository
+        stored: SessionMessage | None = await _call(
+            repo.read_message(self._session_id, agent.agent_id, message_id)
+        )
+        if stored is None:
+            raise SessionError(f"session {self._session_id!r}: message {message_id} to redact is not stored")
+        stored.redact_message = Message.model_validate(event.message)
+        await _call(repo.update_message(self._session_id, agent.agent_id, stored))
+
+    async def _on_after_invocation(self, event: AfterInvocation) -> None:
+        agent = event.agent
+        data = agent.agent_data()
+        await _call(
+            self.session_repository.update_agent(
+                self._session_id,
+                SessionAgent(
+                    agent_id=agent.agent_id,
+                    state=data.state,
+                    conversation_manager_state=data.conversation_manager_state,
+                    system_prompt=data.system_prompt,
+                    interrupt_state=data.interrupt_state,
+                ),
+            )
+        )
+
+
+class FileSessionManager(RepositorySessionManager):
+    """A repository-based session in local files under ``storage_dir`` (default ``./.orchestra/``)."""
+
+    def __init__(self, session_id: str, storage_dir: str | None = None) -> None:
+        self.storage_dir = storage_dir or "./.orchestra/"
+        super().__init__(session_id, StorageSessionRepository(LocalFileStorage(self.storage_dir)))
+
+
+class S3SessionManager(RepositorySessionManager):
+    """A repository-based session in an S3 bucket under ``prefix``."""
+
+    def __init__(
+        self,
+        session_id: str,
+        bucket: str,
+        prefix: str = "",
+        *,
+        region_name: str | None = None,
+        boto_session: Any = None,
+        client: Any = None,
+        endpoint_url: str | None = None,
+    ) -> None:
+        storage = S3Storage(
+            bucket,
+            prefix=prefix,
+            region_name=region_name,
+            boto_session=boto_session,
+            client=client,
+            endpoint_url=endpoint_url,
+        )
+        super().__init__(session_id, StorageSessionRepository(storage))

@@ -1,0 +1,127 @@
+"""The snapshot format: a versioned pydantic model, and the journal records beside it.
+
+A ``Snapshot`` is what ``snapshot_latest.json``, an immutable snapshot and an export hold::
+
+    {"scope": "agent", "schema_version": 1, "created_at": "...",
+     "data": {"messages": [...], "state": {...}, "conversation_manager_state": {...},
+              "system_prompt": "...", "interrupt_state": null},
+     "app_data": {},
+     "journal": {"seq": 41, "logs": ["messages"]}}
+
+``journal`` says which journal record the snapshot reflects and which ``data`` keys are append-mostly
+logs. An export has ``journal: null`` and is self-contained. An immutable snapshot written by a running
+session has ``data: {}`` and ``journal.ref: true``: it is "the state after record ``seq``", rebuilt from
+the journal, so it shares the data instead of copying it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestra.errors import SnapshotError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "JournalInfo",
+    "LogOp",
+    "Record",
+    "Snapshot",
+    "SnapshotManifest",
+    "decode_model",
+    "encode_model",
+    "now_iso",
+]
+
+SCHEMA_VERSION = 1
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JournalInfo(_Model):
+    """Which journal record a snapshot reflects, and which of its data keys are logs."""
+
+    seq: int
+    logs: list[str] = Field(default_factory=list)
+    ref: bool = False
+
+
+class Snapshot(_Model):
+    """A point-in-time snapshot of one scope (an agent, or a Graph/Swarm)."""
+
+    scope: Literal["agent", "multiAgent"]
+    schema_version: int = SCHEMA_VERSION
+    created_at: str = Field(default_factory=now_iso)
+    data: dict[str, Any] = Field(default_factory=dict)
+    app_data: dict[str, Any] = Field(default_factory=dict)
+    journal: JournalInfo | None = None
+
+
+class SnapshotManifest(_Model):
+    """A scope's manifest: its schema version and when it was created and last compacted."""
+
+    schema_version: int = SCHEMA_VERSION
+    created_at: str = Field(default_factory=now_iso)
+    updated_at: str = Field(default_factory=now_iso)
+
+
+class LogOp(_Model):
+    """A change to a log: ``new = old[drop : drop + keep] + add`` (``keep`` None means "all the rest")."""
+
+    drop: int = 0
+    keep: int | None = None
+    add: list[Any] = Field(default_factory=list)
+
+
+class Record(_Model):
+    """One journal record: what one save changed."""
+
+    t: int  # milliseconds since the epoch
+    set: dict[str, Any] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list, alias="del")
+    logs: dict[str, LogOp] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def encode_model(model: BaseModel) -> bytes:
+    return model.model_dump_json(by_alias=True, exclude_defaults=False).encode()
+
+
+def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
+    """Parse stored JSON into ``cls``, or raise ``SnapshotError`` naming the key and the problem."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(
+            f"{key}: not valid JSON ({exc}); the file is corrupt or truncated. Nothing was overwritten: "
+            "restore it from a backup or an export, or delete the session to start over"
+        ) from None
+    if isinstance(raw, dict):
+        version = raw.get("schema_version", SCHEMA_VERSION)
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise SnapshotError(
+                f"{key}: schema_version {version} was written by a newer orchestra (this one reads up to "
+                f"{SCHEMA_VERSION}); upgrade orchestra to load it"
+            )
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        raise SnapshotError(
+            f"{key}: not a valid {cls.__name__} ({problems}); nothing was overwritten"
+        ) from None

@@ -1,0 +1,224 @@
+"""``SnapshotSessionManager``: persists agents (and Graph/Swarm orchestrators) as journaled snapshots."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, Literal
+
+from orchestra._ids import validate_id
+from orchestra.agent.agent import Agent, AgentData
+from orchestra.errors import SessionError
+from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.session._journal import Compaction, Document, Journal
+from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
+from orchestra.session._uuid7 import uuid7
+from orchestra.storage import LocalFileStorage, Storage
+
+__all__ = ["MultiAgentSaveLatestOn", "SaveLatestOn", "SnapshotSessionManager", "export_scope"]
+
+SaveLatestOn = Literal["message", "invocation", "trigger"]
+MultiAgentSaveLatestOn = Literal["node", "invocation"]
+SnapshotTrigger = Callable[..., bool]
+
+AGENT_FIELDS = ("state", "conversation_manager_state", "system_prompt", "interrupt_state")
+
+
+def agent_document(data: AgentData) -> Document:
+    """An agent's persisted form: its fields and its message log."""
+    return Document(
+        fields={
+            "state": data.state,
+            "conversation_manager_state": data.conversation_manager_state,
+            "system_prompt": data.system_prompt,
+            "interrupt_state": data.interrupt_state,
+        },
+        logs={"messages": data.messages},
+    )
+
+
+def agent_data_of(doc: Document, default_system_prompt: str | None = None) -> AgentData:
+    fields = doc.fields
+    return AgentData(
+        messages=list(doc.logs.get("messages", [])),
+        state=fields.get("state") or {},
+        conversation_manager_state=fields.get("conversation_manager_state") or {},
+        system_prompt=fields.get("system_prompt", default_system_prompt),
+        interrupt_state=fields.get("interrupt_state"),
+    )
+
+
+class _AgentBinding:
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.state_version = -1
+
+
+class SnapshotSessionManager:
+    """Keeps an agent's (or an orchestrator's) state in storage and restores it on the next start.
+
+    Args:
+        session_id: the session (letters, digits, ``._-``, 1-128 characters).
+        storage: where to keep it; defaults to ``LocalFileStorage("./.orchestra/")``.
+        save_latest_on: for agents: ``"message"`` (after every added message and at the end of each
+            invocation), ``"invocation"`` (at the end of each invocation) or ``"trigger"`` (only when
+            ``snapshot_trigger`` fires or ``save_snapshot`` is called). A redacted message is saved at
+            once under every strategy.
+        snapshot_trigger: ``fn(*, agent_data, **_) -> bool``, asked at the end of every invocation; when
+            it returns True an immutable snapshot is taken.
+        multi_agent_save_latest_on: for a Graph or Swarm: ``"node"`` (after every node and at the end of
+            the invocation) or ``"invocation"`` (only at the end).
+        compaction: when the journal is folded into ``snapshot_latest.json``.
+
+    Every save is conditional: a second live writer of the same session and agent (another process, or a
+    second agent object with the same ids) gets ``SessionConflictError`` instead of overwriting turns.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        storage: Storage | None = None,
+        save_latest_on: SaveLatestOn = "invocation",
+        snapshot_trigger: SnapshotTrigger | None = None,
+        multi_agent_save_latest_on: MultiAgentSaveLatestOn = "node",
+        compaction: Compaction | None = None,
+    ) -> None:
+        self._session_id = validate_id(session_id, "session_id")
+        if save_latest_on not in ("message", "invocation", "trigger"):
+            raise ValueError(
+                f"save_latest_on must be 'message', 'invocation' or 'trigger', not {save_latest_on!r}"
+            )
+        if multi_agent_save_latest_on not in ("node", "invocation"):
+            raise ValueError(
+                f"multi_agent_save_latest_on must be 'node' or 'invocation', not {multi_agent_save_latest_on!r}"
+            )
+        self.storage: Storage = storage if storage is not None else LocalFileStorage("./.orchestra/")
+        self.save_latest_on = save_latest_on
+        self.snapshot_trigger = snapshot_trigger
+        self.multi_agent_save_latest_on = multi_agent_save_latest_on
+        self.compaction = compaction or Compaction()
+        self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    def __repr__(self) -> str:
+        return f"SnapshotSessionManager(session_id={self._session_id!r}, storage={self.storage!r})"
+
+    def journal(self, kind: ScopeKind, scope_id: str) -> Journal:
+        """A journal over one scope of this session."""
+        return Journal(self.storage, ScopeLayout(self._session_id, kind, scope_id), self.compaction)
+
+    # -- agent hooks ----------------------------------------------------------------------------------
+
+    def register_hooks(self, registry: HookRegistry) -> None:
+        registry.add_callback(AgentInitialized, self._on_initialized)
+        registry.add_callback(MessageAdded, self._on_message_added)
+        registry.add_callback(MessageRedacted, self._on_message_redacted)
+        registry.add_callback(AfterInvocation, self._on_after_invocation)
+
+    async def _on_initialized(self, event: AgentInitialized) -> None:
+        agent = event.agent
+        journal = self.journal("agent", agent.agent_id)
+        binding = _AgentBinding(journal)
+        doc = await journal.load()
+        if doc is None:
+            await journal.create(agent_document(agent.agent_data()))
+        else:
+            agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
+        binding.state_version = agent.state.version
+        self._agents[agent] = binding
+
+    def _binding(self, agent: Agent) -> _AgentBinding:
+        binding = self._agents.get(agent)
+        if binding is None:
+            raise SessionError(
+                f"agent {agent.name!r} is not attached to session {self._session_id!r}: pass "
+                "Agent(session_manager=...) so the session is loaded when the agent is created"
+            )
+        return binding
+
+    async def _save(self, agent: Agent) -> bool:
+        binding = self._binding(agent)
+        data = agent.agent_data()
+        fields: dict[str, Any] = {
+            "conversation_manager_state": data.conversation_manager_state,
+            "system_prompt": data.system_prompt,
+            "interrupt_state": data.interrupt_state,
+        }
+        if agent.state.version != binding.state_version:
+            fields["state"] = data.state
+        saved = await binding.journal.save(fields, {"messages": data.messages})
+        binding.state_version = agent.state.version
+        return saved
+
+    async def _on_message_added(self, event: MessageAdded) -> None:
+        if self.save_latest_on == "message":
+            await self._save(event.agent)
+
+    async def _on_message_redacted(self, event: MessageRedacted) -> None:
+        await self._save(event.agent)
+
+    async def _on_after_invocation(self, event: AfterInvocation) -> None:
+        agent = event.agent
+        if self.save_latest_on != "trigger":
+            await self._save(agent)
+        if self.snapshot_trigger is not None and self.snapshot_trigger(agent_data=agent.agent_data()):
+            await self.save_snapshot(agent, is_latest=False)
+
+    # -- snapshots ------------------------------------------------------------------------------------
+
+    async def save_snapshot(
+        self, agent: Agent, is_latest: bool = True, app_data: dict[str, Any] | None = None
+    ) -> str:
+        """Save the agent now; with ``is_latest=False`` also take an immutable snapshot and return its id.
+
+        Returns:
+            the immutable snapshot's UUIDv7, or ``"latest"``.
+        """
+        await self._save(agent)
+        if is_latest:
+            return "latest"
+        snapshot_id = str(uuid7())
+        await self._binding(agent).journal.checkpoint(snapshot_id, app_data)
+        return snapshot_id
+
+    async def list_snapshot_ids(
+        self, agent: Agent, limit: int | None = None, start_after: str | None = None
+    ) -> list[str]:
+        """The agent's immutable snapshot ids, oldest first."""
+        layout = self._binding(agent).journal.layout
+        start = layout.immutable_snapshot(start_after) if start_after else None
+        keys = await self.storage.list(layout.immutable, start_after=start, limit=limit)
+        return [k[len(layout.immutable) :].removeprefix("snapshot_").removesuffix(".json") for k in keys]
+
+    async def restore_snapshot(self, agent: Agent, snapshot_id: str | None = None) -> None:
+        """Put the agent back to an immutable snapshot (or, with no id, to the latest saved state).
+
+        The restored state becomes the latest at the next save; the journal keeps the history in between.
+        """
+        journal = self._binding(agent).journal
+        if snapshot_id is None:
+            doc = await journal.load_at(journal.seq)
+        else:
+            validate_id(snapshot_id, "snapshot_id")
+            doc, _ = await journal.read_checkpoint(snapshot_id)
+        agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
+
+    async def delete_session(self) -> int:
+        """Remove every key of this session (all agents and orchestrators in it); returns how many."""
+        return await self.storage.delete_prefix(session_prefix(self._session_id))
+
+    async def export(self, agent_id: str = "default", kind: ScopeKind = "agent") -> bytes:
+        """One scope of this session as a single self-contained snapshot file (JSON bytes)."""
+        return await export_scope(self.storage, self._session_id, kind, agent_id)
+
+
+async def export_scope(storage: Storage, session_id: str, kind: ScopeKind, scope_id: str) -> bytes:
+    """A scope as one self-contained snapshot (messages inline, no journal), as JSON bytes."""
+    journal = Journal(storage, ScopeLayout(session_id, kind, scope_id))
+    doc = await journal.load()
+    if doc is None:
+        raise SessionError(f"session {session_id!r} has no {kind} {scope_id!r}")
+    return journal.export(doc)
