@@ -30,7 +30,9 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
     counting = CountingStorage(storage)
     manager = SnapshotSessionManager("bench", storage=counting, save_latest_on="message")
     replies = [f"Reply {i}: the summary of the previous answer fits in one sentence." for i in range(turns)]
-    agent = Agent(model=ScriptedModel(replies), conversation_manager=NullConversationManager(), session_manager=manager)
+    agent = Agent(
+        model=ScriptedModel(replies), conversation_manager=NullConversationManager(), session_manager=manager
+    )
     durations = []
     started = time.perf_counter()
     for i in range(turns):
@@ -60,7 +62,11 @@ def s3_storage() -> tuple[Storage, Any]:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    for key, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         os.environ.setdefault(key, value)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -28,7 +28,7 @@ class FaultyProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+            def log_message(self, format, *args):
                 pass
 
             def _handle(self):
@@ -45,16 +45,25 @@ class FaultyProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
                 with httpx.Client() as client:
-                    answer = client.request(self.command, proxy.target + self.path, headers=headers, content=body)
+                    answer = client.request(
+                        self.command, proxy.target + self.path, headers=headers, content=body
+                    )
                 if delay:
                     time.sleep(delay)
                 if delay:
                     self.close_connection = True  # the client gave up on this connection
                 self.send_response(answer.status_code)
                 for key, value in answer.headers.items():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                    if key.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    ):
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(answer.content)))
                 self.end_headers()

@@ -26,11 +26,20 @@ def test_pydantic_models_are_accepted_and_turned_plain():
 
 def test_tool_use_and_result_blocks_round_trip():
     messages = [
-        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "add", "input": {"a": 1}}}]},
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": "t1", "name": "add", "input": {"a": 1}}}],
+        },
         {
             "role": "user",
             "content": [
-                {"toolResult": {"toolUseId": "t1", "status": "success", "content": [{"text": "2"}, {"json": {"x": 1}}]}}
+                {
+                    "toolResult": {
+                        "toolUseId": "t1",
+                        "status": "success",
+                        "content": [{"text": "2"}, {"json": {"x": 1}}],
+                    }
+                }
             ],
         },
     ]
@@ -61,10 +70,19 @@ def test_document_block():
     [
         ({"role": "system", "content": [{"text": "x"}]}, "role"),
         ({"role": "user", "content": [{}]}, "exactly one of"),
-        ({"role": "user", "content": [{"text": "a", "toolUse": {"toolUseId": "t", "name": "n"}}]}, "exactly one"),
+        (
+            {"role": "user", "content": [{"text": "a", "toolUse": {"toolUseId": "t", "name": "n"}}]},
+            "exactly one",
+        ),
         ({"role": "user", "content": [{"txt": "a"}]}, "exactly one of"),
         ({"role": "user"}, "content"),
-        ({"role": "user", "content": [{"toolResult": {"toolUseId": "t", "status": "maybe", "content": []}}]}, "status"),
+        (
+            {
+                "role": "user",
+                "content": [{"toolResult": {"toolUseId": "t", "status": "maybe", "content": []}}],
+            },
+            "status",
+        ),
     ],
 )
 def test_invalid_messages_name_the_problem(message, fragment):

@@ -55,7 +55,9 @@ def test_direct_tool_calls_are_recorded_unless_asked_not_to():
 
 def test_sliding_window_conversation_manager_with_custom_window():
     conversation_manager = SlidingWindowConversationManager(window_size=10)
-    agent = Agent(model=ScriptedModel([f"reply {i}" for i in range(8)]), conversation_manager=conversation_manager)
+    agent = Agent(
+        model=ScriptedModel([f"reply {i}" for i in range(8)]), conversation_manager=conversation_manager
+    )
     for i in range(8):
         agent(f"message {i}")
     assert len(agent.messages) == 10
@@ -68,7 +70,11 @@ def test_agent_state_basic_usage():
     assert agent.state.get("user_preferences") == {"theme": "dark"}
     agent.state.set("last_action", "login")
     agent.state.set("session_count", 1)
-    assert agent.state.get() == {"user_preferences": {"theme": "dark"}, "session_count": 1, "last_action": "login"}
+    assert agent.state.get() == {
+        "user_preferences": {"theme": "dark"},
+        "session_count": 1,
+        "last_action": "login",
+    }
     agent.state.delete("last_action")
     assert agent.state.get() == {"user_preferences": {"theme": "dark"}, "session_count": 1}
 

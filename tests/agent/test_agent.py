@@ -62,7 +62,9 @@ async def test_parallel_tool_calls_run_concurrently():
         await first_started.wait()
         return "two"
 
-    agent = Agent(model=ScriptedModel([[ToolCall("first"), ToolCall("second")], "both done"]), tools=[first, second])
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("first"), ToolCall("second")], "both done"]), tools=[first, second]
+    )
     with anyio.fail_after(5):  # run one after the other, these two tools would wait forever
         result = await agent.invoke_async("go")
     assert str(result) == "both done"

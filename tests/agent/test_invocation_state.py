@@ -15,7 +15,13 @@ def test_one_dict_by_reference_through_hooks_tools_and_cycles():
 
     class Watcher:
         def register_hooks(self, registry):
-            for event_type in (BeforeInvocation, BeforeModelCall, BeforeToolCall, AfterToolCall, AfterInvocation):
+            for event_type in (
+                BeforeInvocation,
+                BeforeModelCall,
+                BeforeToolCall,
+                AfterToolCall,
+                AfterInvocation,
+            ):
                 registry.add_callback(event_type, self.record)
 
         def record(self, event):
@@ -39,5 +45,6 @@ def test_default_is_a_fresh_empty_dict_per_invocation():
     agent = Agent(model=ScriptedModel(["a", "b"]))
     first = agent("x")
     second = agent("y")
-    assert first.state == {} and second.state == {}
+    assert first.state == {}
+    assert second.state == {}
     assert first.state is not second.state

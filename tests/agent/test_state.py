@@ -10,7 +10,11 @@ def test_get_set_delete_and_whole_dict():
     assert agent.state.get("user_preferences") == {"theme": "dark"}
     agent.state.set("last_action", "login")
     agent.state.set("session_count", 1)
-    assert agent.state.get() == {"user_preferences": {"theme": "dark"}, "session_count": 1, "last_action": "login"}
+    assert agent.state.get() == {
+        "user_preferences": {"theme": "dark"},
+        "session_count": 1,
+        "last_action": "login",
+    }
     agent.state.delete("last_action")
     assert agent.state.get("last_action") is None
     assert "last_action" not in agent.state
@@ -28,7 +32,13 @@ def test_json_values_are_accepted(value):
 
 @pytest.mark.parametrize(
     ("value", "type_name"),
-    [(lambda x: x, "function"), ({1, 2}, "set"), (object(), "object"), (float("nan"), "float"), (b"x", "bytes")],
+    [
+        (lambda x: x, "function"),
+        ({1, 2}, "set"),
+        (object(), "object"),
+        (float("nan"), "float"),
+        (b"x", "bytes"),
+    ],
 )
 def test_non_json_values_raise_value_error_naming_key_and_type(value, type_name):
     agent = Agent(name="keeper")

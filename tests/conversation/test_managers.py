@@ -47,7 +47,10 @@ def test_sliding_window_keeps_newest_messages_and_never_splits_tool_pairs():
         assert_pairs_intact(agent.messages)
     assert agent.messages[-1]["content"][0]["text"] == "answer 5"
     state = agent.conversation_manager.get_state()
-    assert state == {"__name__": "SlidingWindowConversationManager", "removed_message_count": 24 - len(agent.messages)}
+    assert state == {
+        "__name__": "SlidingWindowConversationManager",
+        "removed_message_count": 24 - len(agent.messages),
+    }
 
 
 def overflowing_model(limit, replies):
@@ -116,7 +119,9 @@ def test_summarizing_manager_replaces_oldest_messages_with_a_summary():
         ]
     summarizer = ScriptedModel(["the user asked twelve questions"])
     model = overflowing_model(3000, ["answered"])
-    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=4, summarization_model=summarizer)
+    manager = SummarizingConversationManager(
+        summary_ratio=0.5, preserve_recent_messages=4, summarization_model=summarizer
+    )
     agent = Agent(model=model, messages=history, conversation_manager=manager)
     assert str(agent("one more")) == "answered"
     first = agent.messages[0]
@@ -134,7 +139,9 @@ def test_summarizing_manager_replaces_oldest_messages_with_a_summary():
 
 def test_summarizing_manager_says_when_it_cannot_reduce():
     model = FunctionModel(lambda m, s: (_ for _ in ()).throw(ContextWindowOverflowError("x")))
-    agent = Agent(model=model, conversation_manager=SummarizingConversationManager(preserve_recent_messages=10))
+    agent = Agent(
+        model=model, conversation_manager=SummarizingConversationManager(preserve_recent_messages=10)
+    )
     with pytest.raises(ContextWindowOverflowError, match="cannot reduce the context any further"):
         agent("hi")
 

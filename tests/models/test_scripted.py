@@ -93,5 +93,3 @@ def test_model_strings():
         resolve_model("openai:")
     fn_model = resolve_model("function:tests.support:reply_fn")
     assert isinstance(fn_model, FunctionModel)
-
-

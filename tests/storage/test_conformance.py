@@ -1,6 +1,7 @@
 """The conformance suite every Storage backend runs (memory, local files, S3 through moto's server)."""
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from orchestra.errors import StorageConflictError, StorageSecurityError
@@ -129,7 +130,7 @@ async def test_concurrent_compare_and_swap_loses_no_update(storage):
                     increments += 1
                     break
                 except StorageConflictError:
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as group:
         for _ in range(4):

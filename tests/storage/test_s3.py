@@ -44,7 +44,9 @@ async def test_a_timed_out_create_that_landed_is_not_a_false_conflict(moto_url, 
 
 
 def test_storage_uri_for_s3():
-    storage = storage_from_uri("s3://my-bucket/team/sessions?region=eu-west-1&endpoint_url=http://127.0.0.1:9")
+    storage = storage_from_uri(
+        "s3://my-bucket/team/sessions?region=eu-west-1&endpoint_url=http://127.0.0.1:9"
+    )
     assert isinstance(storage, S3Storage)
     assert storage.bucket == "my-bucket"
     assert storage.prefix == "team/sessions/"

@@ -13,7 +13,10 @@ def test_notebook_modes_keep_notes_in_agent_state():
     agent.tool.notebook(mode="write", name="ideas", new_str="- a durable pipeline")
     agent.tool.notebook(mode="write", name="ideas", new_str="- first", insert_line=2)
     agent.tool.notebook(mode="write", name="ideas", old_str="durable", new_str="resumable")
-    assert text(agent.tool.notebook(mode="read", name="ideas")) == "# Project ideas\n- first\n- a resumable pipeline"
+    assert (
+        text(agent.tool.notebook(mode="read", name="ideas"))
+        == "# Project ideas\n- first\n- a resumable pipeline"
+    )
     agent.tool.notebook(mode="create", name="todo")
     assert text(agent.tool.notebook(mode="list")) == "ideas\ntodo"
     assert agent.state.get("notebooks")["ideas"].startswith("# Project ideas")

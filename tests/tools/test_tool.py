@@ -35,7 +35,10 @@ def test_bare_decorator_builds_schema_from_hints_and_docstring():
     assert "Returns" not in spec["description"]
     schema = spec["inputSchema"]["json"]
     assert schema["required"] == ["query"]
-    assert schema["properties"]["query"] == {"description": "What to look for, over two lines.", "type": "string"}
+    assert schema["properties"]["query"] == {
+        "description": "What to look for, over two lines.",
+        "type": "string",
+    }
     assert schema["properties"]["limit"]["default"] == 5
     assert schema["properties"]["limit"]["description"] == "How many results."
     assert schema["properties"]["mode"]["enum"] == ["fast", "deep"]

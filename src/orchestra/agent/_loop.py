@@ -6,8 +6,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
+from orchestra._concurrency import map_concurrently
 from orchestra.agent.result import (
     AgentMetrics,
     AgentResult,
@@ -138,10 +137,8 @@ async def _run_tools(
         except InterruptException as signal:
             raised[signal.interrupt.id] = signal.interrupt
 
-    async with anyio.create_task_group() as group:
-        for tool_use in pending.tool_uses:
-            if tool_use["toolUseId"] not in pending.completed:
-                group.start_soon(one, tool_use)
+    waiting = [t for t in pending.tool_uses if t["toolUseId"] not in pending.completed]
+    await map_concurrently(one, waiting, limit=len(waiting))
     if raised:
         for interrupt in raised.values():
             known = pending.interrupts.get(interrupt.id)

@@ -24,8 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
+from orchestra._concurrency import map_concurrently
 from orchestra.errors import SessionConflictError, SnapshotError, StorageConflictError
 from orchestra.messages import Message
 from orchestra.session._layout import ScopeLayout
@@ -179,12 +178,9 @@ class Journal:
         keys = [k for k in keys if k.endswith(".json")]
         if until is not None:
             keys = [k for k in keys if self.layout.seq_of(k) <= until]
-        results: list[tuple[int, Record, int] | None] = [None] * len(keys)
-        limiter = anyio.CapacityLimiter(_READ_CONCURRENCY)
 
-        async def read(index: int, key: str) -> None:
-            async with limiter:
-                found = await self.storage.read(key)
+        async def read(key: str) -> tuple[int, Record, int]:
+            found = await self.storage.read(key)
             if found is None:
                 raise SnapshotError(
                     f"{key}: journal record vanished while loading; another process is deleting it"
@@ -193,12 +189,9 @@ class Journal:
             for name, op in record.logs.items():
                 if is_message_log(name):
                     op.add = _decode_messages(op.add, key)
-            results[index] = (self.layout.seq_of(key), record, len(found[0]))
+            return self.layout.seq_of(key), record, len(found[0])
 
-        async with anyio.create_task_group() as group:
-            for index, key in enumerate(keys):
-                group.start_soon(read, index, key)
-        records = [r for r in results if r is not None]
+        records = await map_concurrently(read, keys, _READ_CONCURRENCY)
         expected = after + 1
         for seq, _, _ in records:
             if seq != expected:
@@ -280,6 +273,7 @@ class Journal:
         except StorageConflictError as exc:
             raise self._conflict("its snapshot_latest.json appeared meanwhile") from exc
         self._latest_bytes = len(data)
+        self._since_bytes = self._since_records = 0
         await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
 
     async def save(
@@ -333,7 +327,7 @@ class Journal:
             self._log_refs[name] = list(logs[name])
         self._since_bytes += len(data)
         self._since_records += 1
-        if self._should_compact():
+        if not creating and self._should_compact():
             await self.compact()
         return True
 
@@ -382,4 +376,4 @@ class Journal:
     def export(self, doc: Document | None = None) -> bytes:
         """A self-contained snapshot of ``doc`` (default: the current state), as JSON bytes."""
         snapshot = self._snapshot(doc or self.current(), None)
-        return json.dumps(snapshot.model_dump(mode="python"), default=_bytes_as_base64, indent=2).encode()
+        return _dumps(snapshot.model_dump(mode="python")).encode()

@@ -23,9 +23,9 @@ import json
 import weakref
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestra._concurrency import map_concurrently
 from orchestra._ids import validate_id
 from orchestra.agent.agent import Agent
 from orchestra.errors import SessionConflictError, SessionError, StorageConflictError
@@ -182,16 +182,11 @@ class StorageSessionRepository:
             await self.storage.list(prefix), key=lambda k: int(k[len(prefix) :].removesuffix(".json"))
         )
         keys = keys[offset:] if limit is None else keys[offset : offset + limit]
-        found: list[SessionMessage | None] = [None] * len(keys)
-        limiter = anyio.CapacityLimiter(32)
 
-        async def read(index: int, key: str) -> None:
-            async with limiter:
-                found[index] = await self._read(key, SessionMessage)
+        async def read(key: str) -> SessionMessage | None:
+            return await self._read(key, SessionMessage)
 
-        async with anyio.create_task_group() as group:
-            for index, key in enumerate(keys):
-                group.start_soon(read, index, key)
+        found = await map_concurrently(read, keys)
         return [m for m in found if m is not None]
 
     async def create_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> None:

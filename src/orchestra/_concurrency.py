@@ -1,0 +1,40 @@
+"""Run async calls concurrently and get the first failure back as itself, not as an ExceptionGroup."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import anyio
+
+__all__ = ["map_concurrently"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+async def map_concurrently(fn: Callable[[T], Awaitable[R]], items: Sequence[T], limit: int = 32) -> list[R]:
+    """``[await fn(item) for item in items]``, run at most ``limit`` at a time, results in input order.
+
+    The first exception cancels the remaining calls and is raised as it is, so callers catch the
+    errors they know (``SnapshotError``, ``StorageUnavailableError``) instead of an ``ExceptionGroup``.
+    """
+    results: list[R | None] = [None] * len(items)
+    errors: list[Exception] = []
+    limiter = anyio.CapacityLimiter(max(1, limit))
+
+    async with anyio.create_task_group() as group:
+
+        async def run(index: int, item: T) -> None:
+            try:
+                async with limiter:
+                    results[index] = await fn(item)
+            except Exception as exc:
+                errors.append(exc)
+                group.cancel_scope.cancel()
+
+        for index, item in enumerate(items):
+            group.start_soon(run, index, item)
+    if errors:
+        raise errors[0]
+    return results  # type: ignore[return-value]  # every slot was filled: no error occurred

@@ -1,0 +1,162 @@
+"""Corrupt, truncated and unknown snapshots; processes killed mid-save; S3 faults."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from orchestra import Agent
+from orchestra.errors import SnapshotError, StorageUnavailableError
+from orchestra.session import SnapshotSessionManager
+from orchestra.storage import LocalFileStorage, S3Storage
+from orchestra.testing import ScriptedModel
+from tests.faults import FaultyProxy
+
+BASE = "session/s1/scopes/agent/default/"
+LATEST = BASE + "snapshots/snapshot_latest.json"
+
+
+def agent_on(storage, replies=("a", "b", "c")):
+    return Agent(
+        model=ScriptedModel(list(replies)), session_manager=SnapshotSessionManager("s1", storage=storage)
+    )
+
+
+async def saved_session(storage):
+    agent = agent_on(storage)
+    await agent.invoke_async("hello")
+    return agent
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        (b'{"scope": "agent", "schema_version": 1, "data": {"messa', "not valid JSON"),
+        (b"\x00\xff garbage", "not valid JSON"),
+        (b'{"scope": "agent", "schema_version": 99, "data": {}}', "schema_version 99 was written by a newer"),
+        (b'{"scope": "galaxy", "schema_version": 1}', "not a valid Snapshot"),
+        (b"[1, 2, 3]", "not a valid Snapshot"),
+    ],
+)
+async def test_a_bad_latest_snapshot_is_refused_naming_the_key(storage, payload, problem):
+    await saved_session(storage)
+    await storage.write(LATEST, payload)
+    with pytest.raises(SnapshotError, match=problem) as info:
+        agent_on(storage)
+    assert LATEST in str(info.value)
+    assert (await storage.read(LATEST))[0] == payload  # nothing overwritten
+
+
+async def test_a_truncated_journal_record_is_refused(storage):
+    await saved_session(storage)
+    keys = list(await storage.list(BASE + "journal/"))
+    data, _ = await storage.read(keys[-1])
+    await storage.write(keys[-1], data[: len(data) // 2])
+    with pytest.raises(SnapshotError, match=keys[-1]):
+        agent_on(storage)
+    assert (await storage.read(keys[-1]))[0] == data[: len(data) // 2]
+
+
+async def test_a_missing_journal_record_is_refused(storage):
+    agent = await saved_session(storage)
+    await agent.invoke_async("again")
+    keys = await storage.list(BASE + "journal/")
+    await storage.delete(keys[1])
+    with pytest.raises(SnapshotError, match="journal record missing"):
+        agent_on(storage)
+
+
+async def test_s3_faults_are_retried_and_then_reported_with_nothing_lost(moto_url, s3_bucket):
+    with FaultyProxy(moto_url) as proxy:
+        storage = S3Storage(s3_bucket, endpoint_url=proxy.url, max_attempts=3)
+        agent = agent_on(storage, replies=("a", "b", "c"))
+        proxy.fail_next(2, 500)
+        await agent.invoke_async("survives two 500s")
+        proxy.fail_next(3, 503)
+        with pytest.raises(StorageUnavailableError, match="failed after every retry"):
+            await agent.invoke_async("this save fails")
+        # the failed save wrote nothing; the agent can save again once S3 is back
+        await agent.session_manager.save_snapshot(agent)
+    restored = agent_on(S3Storage(s3_bucket, endpoint_url=moto_url))
+    texts = [m["content"][0]["text"] for m in restored.messages]
+    assert texts == ["survives two 500s", "a", "this save fails", "b"]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from orchestra import Agent, ScriptedModel
+    from orchestra.conversation import NullConversationManager
+    from orchestra.session import Compaction, SnapshotSessionManager
+    from orchestra.storage import LocalFileStorage
+
+    root, start = sys.argv[1], int(sys.argv[2])
+    manager = SnapshotSessionManager(
+        "kill", storage=LocalFileStorage(root), save_latest_on="message",
+        compaction=Compaction(min_bytes=2000, ratio=2.0, max_records=40),
+    )
+    agent = Agent(model=ScriptedModel([f"a{i}" for i in range(start, start + 100000)]),
+                  conversation_manager=NullConversationManager(), session_manager=manager)
+    if agent.messages and agent.messages[-1]["role"] == "user":
+        agent()  # the last turn was cut after its user message: finish it
+    print("ready", flush=True)
+    i = len(agent.messages) // 2
+    while True:
+        agent.state.set("turn", i)
+        agent(f"u{i}" + "x" * 200)
+        i += 1
+    """
+)
+
+
+def check_consistent(messages, state):
+    """A loaded session must be a state the writer had at some save: u0,a0,u1,a1,... possibly ending at a u."""
+    texts = [m["content"][0]["text"] for m in messages]
+    for index, text in enumerate(texts):
+        turn = index // 2
+        expected = f"u{turn}" if index % 2 == 0 else f"a{turn}"
+        assert text.startswith(expected), texts[-4:]
+        assert index % 2 == 1 or text == expected + "x" * 200, texts[-4:]
+    turns_started = (len(texts) + 1) // 2
+    assert state.get("turn") in (None, turns_started - 1), (state, len(texts))
+
+
+def test_killed_mid_save_always_leaves_a_loadable_session(tmp_path):
+    rounds = int(
+        os.environ.get("ORCHESTRA_KILL_ROUNDS", "200" if os.environ.get("ORCHESTRA_STRESS") else "50")
+    )
+    rng = random.Random(1234)
+    root = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for _ in range(rounds):
+        storage = LocalFileStorage(root)
+        agent = Agent(
+            model=ScriptedModel([]), session_manager=SnapshotSessionManager("kill", storage=storage)
+        )
+        check_consistent(agent.messages, agent.state)
+        start = len(agent.messages) // 2
+        del agent
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(root), str(start)], stdout=subprocess.PIPE, env=env
+        )
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.0, 0.05))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    final = Agent(
+        model=ScriptedModel([]),
+        session_manager=SnapshotSessionManager("kill", storage=LocalFileStorage(root)),
+    )
+    check_consistent(final.messages, final.state)
+    assert len(final.messages) > rounds  # the writers made progress across the kills
+    journal = json.loads(
+        (root / "session/kill/scopes/agent/default/snapshots/snapshot_latest.json").read_text()
+    )
+    assert journal["journal"]["seq"] > 0  # compaction happened along the way, and survived the kills
