@@ -69,10 +69,9 @@ class Snapshot(_Model):
 
 
 class SnapshotManifest(_Model):
-    """A scope's manifest: its schema version and when it was created and last compacted."""
+    """A scope's manifest: its schema version and when its latest snapshot was last rewritten."""
 
     schema_version: int = SCHEMA_VERSION
-    created_at: str = Field(default_factory=now_iso)
     updated_at: str = Field(default_factory=now_iso)
 
 
