@@ -29,7 +29,7 @@ from orchestra.hooks import (
 from orchestra.interrupts import Interrupt, InterruptException, interrupt_responses, is_interrupt_responses
 from orchestra.messages import MessageDict, Usage, validate_message
 from orchestra.models import StreamStop, TextDelta, ToolUseEvent, UsageEvent
-from orchestra.tools import ToolContext, ToolResultDict, tool_result
+from orchestra.tools import ToolContext, ToolResultDict, TurnControl, tool_result
 
 if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
@@ -89,6 +89,7 @@ async def run_tool(
     tool_use: dict[str, Any],
     invocation_state: dict[str, Any],
     interrupts: dict[str, Interrupt] | None = None,
+    turn: TurnControl | None = None,
 ) -> ToolResultDict:
     """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts."""
     hooks = agent.hooks
@@ -109,8 +110,8 @@ async def run_tool(
                 agent=agent,
                 tool_use=tool_use,
                 invocation_state=invocation_state,
-                orchestrator=invocation_state.get("orchestrator"),
                 _interrupts=interrupts or {},
+                _turn=turn,
             )
             try:
                 result = await agent_tool.invoke(tool_use, context)
@@ -124,7 +125,7 @@ async def run_tool(
 
 
 async def _run_tools(
-    agent: Agent, pending: PendingTools, invocation_state: dict[str, Any]
+    agent: Agent, pending: PendingTools, invocation_state: dict[str, Any], turn: TurnControl
 ) -> list[ToolResultDict] | None:
     """Run the pending tool calls concurrently; None when one of them interrupted (pending is updated)."""
     raised: dict[str, Interrupt] = {}
@@ -132,7 +133,7 @@ async def _run_tools(
     async def one(tool_use: dict[str, Any]) -> None:
         try:
             pending.completed[tool_use["toolUseId"]] = await run_tool(
-                agent, tool_use, invocation_state, pending.interrupts
+                agent, tool_use, invocation_state, pending.interrupts, turn
             )
         except InterruptException as signal:
             raised[signal.interrupt.id] = signal.interrupt
@@ -220,7 +221,8 @@ async def run_invocation(
                     break
                 pending = PendingTools(tool_uses, {}, {})
             metrics.tool_calls += sum(1 for t in pending.tool_uses if t["toolUseId"] not in pending.completed)
-            results = await _run_tools(agent, pending, invocation_state)
+            turn = TurnControl()
+            results = await _run_tools(agent, pending, invocation_state, turn)
             if results is None:
                 agent._pending_tools = pending
                 stop_reason = "interrupt"
@@ -231,6 +233,13 @@ async def run_invocation(
             tool_message: MessageDict = {"role": "user", "content": [{"toolResult": r} for r in results]}
             await agent._append_message(tool_message, invocation_state)
             yield MessageEvent(tool_message)
+            if turn.ended:
+                # A tool ended the turn (a handoff): close it with an assistant message, no model call.
+                message = {"role": "assistant", "content": [{"text": " ".join(turn.messages)}]}
+                await agent._append_message(message, invocation_state)
+                yield MessageEvent(message)
+                stop_reason = "end_turn"
+                break
 
         await agent.conversation_manager.apply_management(agent)
         metrics.latency_ms = (time.perf_counter() - started) * 1000

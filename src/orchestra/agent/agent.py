@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,15 +161,17 @@ class Agent:
     ) -> AgentResult:
         """Invoke the agent and return the result."""
         result: AgentResult | None = None
-        async for event in self.stream_async(prompt, invocation_state=invocation_state):
-            if isinstance(event, ResultEvent):
-                result = event.result
+        # aclosing: a cancelled invocation must release the agent at once, not when the GC finalizes it.
+        async with aclosing(self.stream_async(prompt, invocation_state=invocation_state)) as events:
+            async for event in events:
+                if isinstance(event, ResultEvent):
+                    result = event.result
         assert result is not None, "an invocation always ends with a ResultEvent"
         return result
 
     async def stream_async(
         self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None
-    ) -> AsyncIterator[AgentStreamEvent]:
+    ) -> AsyncGenerator[AgentStreamEvent, None]:
         """Invoke the agent, yielding text chunks, tool calls and results, messages, and the result last."""
         if invocation_state is None:
             invocation_state = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from orchestra._ids import validate_id
 from orchestra.agent.agent import Agent, AgentData
@@ -13,6 +13,9 @@ from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, Mes
 from orchestra.session._journal import Compaction, Document, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session._uuid7 import uuid7
+
+if TYPE_CHECKING:
+    from orchestra.session._multiagent import OrchestratorPersistence
 from orchestra.storage import LocalFileStorage, Storage
 
 __all__ = ["MultiAgentSaveLatestOn", "SaveLatestOn", "SnapshotSessionManager", "export_scope"]
@@ -98,6 +101,7 @@ class SnapshotSessionManager:
         self.multi_agent_save_latest_on = multi_agent_save_latest_on
         self.compaction = compaction or Compaction()
         self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
+        self._orchestrators: OrchestratorPersistence | None = None
 
     @property
     def session_id(self) -> str:
@@ -117,6 +121,14 @@ class SnapshotSessionManager:
         registry.add_callback(MessageAdded, self._on_message_added)
         registry.add_callback(MessageRedacted, self._on_message_redacted)
         registry.add_callback(AfterInvocation, self._on_after_invocation)
+
+    def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
+        """Persist a Graph or Swarm (called when the orchestrator gets this session manager)."""
+        if self._orchestrators is None:
+            from orchestra.session._multiagent import OrchestratorPersistence
+
+            self._orchestrators = OrchestratorPersistence(self)
+        self._orchestrators.register(registry)
 
     async def _on_initialized(self, event: AgentInitialized) -> None:
         agent = event.agent

@@ -1,7 +1,15 @@
 """Tools: the ``@tool`` decorator, ``ToolContext``, and vended tools such as ``notebook``."""
 
 from orchestra.tools._registry import ToolRegistry
-from orchestra.tools._tool import AgentTool, FunctionTool, ToolContext, ToolResultDict, tool, tool_result
+from orchestra.tools._tool import (
+    AgentTool,
+    FunctionTool,
+    ToolContext,
+    ToolResultDict,
+    TurnControl,
+    tool,
+    tool_result,
+)
 from orchestra.tools.notebook import notebook
 
 __all__ = [
@@ -10,6 +18,7 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "ToolResultDict",
+    "TurnControl",
     "notebook",
     "tool",
     "tool_result",

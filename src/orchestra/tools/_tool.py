@@ -13,6 +13,7 @@ import anyio.to_thread
 import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from orchestra._context import current_orchestrator
 from orchestra.errors import ConfigurationError
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.models import ToolSpec
@@ -20,7 +21,16 @@ from orchestra.models import ToolSpec
 if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
 
-__all__ = ["AgentTool", "FunctionTool", "ToolContext", "ToolResultDict", "as_tool", "tool", "tool_result"]
+__all__ = [
+    "AgentTool",
+    "FunctionTool",
+    "ToolContext",
+    "ToolResultDict",
+    "TurnControl",
+    "as_tool",
+    "tool",
+    "tool_result",
+]
 
 ToolResultDict = dict[str, Any]
 """``{"toolUseId": ..., "status": "success" | "error", "content": [{"text": ...} | {"json": ...}]}``"""
@@ -42,8 +52,19 @@ class ToolContext:
     agent: Agent
     tool_use: dict[str, Any]
     invocation_state: dict[str, Any]
-    orchestrator: Any = None
+    orchestrator: Any = field(default_factory=current_orchestrator.get)
     _interrupts: dict[str, Interrupt] = field(default_factory=dict, repr=False)
+    _turn: TurnControl | None = field(default=None, repr=False)
+
+    def end_turn(self, message: str) -> None:
+        """End the agent's turn once this tool call returns: no further model call in this invocation.
+
+        The agent's history gets the tool results and then an assistant message with ``message``, so
+        roles keep alternating. Swarm's handoff tool uses this.
+        """
+        if self._turn is None:
+            raise RuntimeError("end_turn() is only available while the agent loop runs the tool")
+        self._turn.end(message)
 
     def interrupt(self, name: str, reason: Any = None) -> Any:
         """Ask a human (or the calling application) for input and stop the run until it answers.
@@ -57,6 +78,18 @@ class ToolContext:
         if known is not None and known.response is not None:
             return known.response
         raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
+
+
+class TurnControl:
+    """Lets the tools of one model turn end the agent's turn (see ``ToolContext.end_turn``)."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.messages: list[str] = []
+
+    def end(self, message: str) -> None:
+        self.ended = True
+        self.messages.append(message)
 
 
 @runtime_checkable

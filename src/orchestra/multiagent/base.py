@@ -1,0 +1,418 @@
+"""What Graph and Swarm share: nodes, shared state, hooks, sessions, the run document, sync and stream facades.
+
+A run's state is kept as a *document* of named JSON fields and logs, the unit sessions persist
+incrementally (see ``orchestra.session``)::
+
+    run                   {"status", "kind", "topology", "execution_count", "usage", "reason", ...}
+    task                  the original task
+    state                 the orchestrator's shared state (JSON key-value)
+    node/<id>             {"status", "executions", "result", ...} of one node
+    agent/<id>            an agent node's state, conversation-manager state, system prompt, interrupts
+    agent/<id>/messages   an agent node's conversation (a log)
+    execution_order       node ids in the order their executions finished (a log)
+
+Each change marks its field dirty; a session save takes only the dirty fields, so a per-node save costs
+the same whether 1 or 200 nodes have already completed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from typing import Any
+
+import anyio
+
+from orchestra._ids import validate_id
+from orchestra._logging import get_logger
+from orchestra._sync import run_sync
+from orchestra.agent import AgentData
+from orchestra.agent.state import JSONState
+from orchestra.errors import ConcurrencyError, ConfigurationError, RunError
+from orchestra.hooks import HookProvider, HookRegistry
+from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
+from orchestra.messages import Usage
+from orchestra.multiagent.events import (
+    AfterMultiAgentInvocation,
+    BeforeMultiAgentInvocation,
+    MultiAgentInitialized,
+    MultiAgentResultEvent,
+    MultiAgentStreamEvent,
+)
+from orchestra.multiagent.nodes import Emit, Node
+from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
+
+__all__ = ["MultiAgentBase"]
+
+_UNFINISHED = (Status.EXECUTING, Status.FAILED, Status.INTERRUPTED)
+
+
+class MultiAgentBase:
+    """The common part of ``Graph`` and ``Swarm``; not used directly."""
+
+    kind = "multiagent"
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        *,
+        id: str,
+        session_manager: Any = None,
+        hooks: Iterable[HookProvider] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.id = validate_id(id, "orchestrator id")
+        self.scope_id = self.id  # where a session keeps this orchestrator (nested ones get a derived scope)
+        self.nodes: dict[str, Node] = dict(nodes)
+        self._initial_state = dict(state or {})
+        self.state = JSONState(self._initial_state, owner=f"{self.kind} {self.id!r} state")
+        self.hooks = HookRegistry()
+        for provider in hooks or []:
+            self.hooks.add_hook(provider)
+        self.session_manager = session_manager
+        if session_manager is not None:
+            self._attach_session_manager(session_manager)
+        self.log = get_logger("orchestra.multiagent", orchestrator=self.id)
+        self._invoking = threading.Lock()
+        # the run document
+        self._fields: dict[str, Any] = {}
+        self._logs: dict[str, list[Any]] = {"execution_order": []}
+        self._dirty: set[str] = set()
+        self._dirty_logs: set[str] = set()
+        self._dirty_agents: set[str] = set()
+        self._unset: set[str] = set()
+        self._saved_state_version = -1
+        self._fields["run"] = self._new_run_record(Status.PENDING)
+        if self.hooks.has_callbacks(MultiAgentInitialized):
+            run_sync(self.hooks.invoke, MultiAgentInitialized(self))
+
+    def _attach_session_manager(self, session_manager: Any) -> None:
+        register = getattr(session_manager, "register_multi_agent_hooks", None)
+        if register is None:
+            raise ConfigurationError(
+                f"{self.kind} {self.id!r}: {type(session_manager).__name__} cannot persist a Graph or Swarm; "
+                "use SnapshotSessionManager or a repository-based session manager"
+            )
+        register(self.hooks)
+        # Nested orchestrators are persisted by the same session manager, each in a scope of its own,
+        # so a resumed run also resumes inside them.
+        for node_id, node in self.nodes.items():
+            if node.kind == "orchestrator":
+                nested: MultiAgentBase = node.executor
+                nested.scope_id = f"{self.scope_id}.{node_id}"
+                nested.session_manager = session_manager
+                nested._attach_session_manager(session_manager)
+
+    def set_session_manager(self, session_manager: Any) -> None:
+        """Give this orchestrator a session manager (before its first invocation)."""
+        if self.session_manager is not None:
+            raise ConfigurationError(f"{self.kind} {self.id!r} already has a session manager")
+        self.session_manager = session_manager
+        self._attach_session_manager(session_manager)
+
+    # -- the run document -----------------------------------------------------------------------------
+
+    def _new_run_record(self, status: Status) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "status": status.value,
+            "topology": self.topology_hash(),
+            "execution_count": 0,
+            "usage": Usage().model_dump(by_alias=True),
+            "reason": None,
+            "error": None,
+            "interrupts": [],
+            "execution_time_ms": 0.0,
+            "run_id": None,
+        }
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return self._fields["run"]  # type: ignore[no-any-return]
+
+    @property
+    def status(self) -> Status:
+        """The status of the current (or last) run."""
+        return Status(self.run["status"])
+
+    def _set(self, name: str, value: Any) -> None:
+        self._fields[name] = value
+        self._dirty.add(name)
+        self._unset.discard(name)
+
+    def _update_run(self, **changes: Any) -> None:
+        self.run.update(changes)
+        self._dirty.add("run")
+
+    def _node_record(self, node_id: str) -> dict[str, Any]:
+        record = self._fields.get(f"node/{node_id}")
+        if record is None:
+            record = {"status": Status.PENDING.value, "executions": 0, "result": None}
+            self._fields[f"node/{node_id}"] = record
+        return record
+
+    def _update_node(self, node_id: str, **changes: Any) -> None:
+        self._node_record(node_id).update(changes)
+        self._dirty.add(f"node/{node_id}")
+        self._unset.discard(f"node/{node_id}")
+
+    def _append_log(self, name: str, item: Any) -> None:
+        self._logs.setdefault(name, []).append(item)
+        self._dirty_logs.add(name)
+
+    def _mark_agent(self, node_id: str) -> None:
+        """The agent of ``node_id`` finished: its state belongs in the next save."""
+        self._dirty_agents.add(node_id)
+
+    def node_result(self, node_id: str) -> NodeResult | None:
+        """The latest result of a node in this run."""
+        record = self._fields.get(f"node/{node_id}")
+        if record is None or record.get("result") is None:
+            return None
+        return NodeResult.model_validate(record["result"])
+
+    def _agent_fields(self, node_id: str) -> tuple[dict[str, Any], list[Any]]:
+        data = self.nodes[node_id].agent.agent_data()
+        fields = {
+            "state": data.state,
+            "conversation_manager_state": data.conversation_manager_state,
+            "system_prompt": data.system_prompt,
+            "interrupt_state": data.interrupt_state,
+        }
+        return fields, data.messages
+
+    def take_changes(self) -> tuple[dict[str, Any], dict[str, list[Any]], list[str]]:
+        """What changed since the last call: (fields, logs, removed field names). Used by session managers."""
+        fields = {name: self._fields[name] for name in self._dirty if name in self._fields}
+        logs = {name: self._logs[name] for name in self._dirty_logs}
+        if self.state.version != self._saved_state_version:
+            fields["state"] = self.state.to_dict()
+            self._saved_state_version = self.state.version
+        for node_id in self._dirty_agents:
+            agent_fields, messages = self._agent_fields(node_id)
+            fields[f"agent/{node_id}"] = agent_fields
+            logs[f"agent/{node_id}/messages"] = messages
+        unset = sorted(self._unset)
+        self._dirty.clear()
+        self._dirty_logs.clear()
+        self._dirty_agents.clear()
+        self._unset.clear()
+        return fields, logs, unset
+
+    def serialize_state(self) -> dict[str, Any]:
+        """The whole run as a plain JSON dict (what a session persists); see ``deserialize_state``."""
+        out: dict[str, Any] = json.loads(json.dumps(self._fields, default=str))
+        out["state"] = self.state.to_dict()
+        for name, items in self._logs.items():
+            out[name] = list(items)
+        for node_id, node in self.nodes.items():
+            if node.kind == "agent":
+                agent_fields, messages = self._agent_fields(node_id)
+                out[f"agent/{node_id}"] = agent_fields
+                out[f"agent/{node_id}/messages"] = list(messages)
+        return out
+
+    def deserialize_state(self, payload: Mapping[str, Any]) -> None:
+        """Restore what ``serialize_state`` (or a session) produced; the next invocation resumes from it."""
+        fields = {k: v for k, v in payload.items() if not self._is_log(k, v)}
+        logs = {k: list(v) for k, v in payload.items() if self._is_log(k, v)}
+        self.load_document(fields, logs)
+
+    @staticmethod
+    def _is_log(name: str, value: Any) -> bool:
+        return isinstance(value, list) and (name.endswith("/messages") or name in _LOG_NAMES)
+
+    def load_document(self, fields: Mapping[str, Any], logs: Mapping[str, list[Any]]) -> None:
+        """Take a persisted run document (from a session or ``deserialize_state``)."""
+        if "run" not in fields:
+            return
+        self._fields = {k: v for k, v in fields.items() if k != "state" and not k.startswith("agent/")}
+        self._logs = {k: list(v) for k, v in logs.items() if not k.startswith("agent/")}
+        self._logs.setdefault("execution_order", [])
+        self.state.replace(fields.get("state") or {})
+        self._saved_state_version = self.state.version
+        for node_id, node in self.nodes.items():
+            if node.kind != "agent" or f"agent/{node_id}" not in fields:
+                continue
+            agent_fields = fields[f"agent/{node_id}"]
+            node.agent.load_agent_data(
+                AgentData(
+                    messages=list(logs.get(f"agent/{node_id}/messages", [])),
+                    state=agent_fields.get("state") or {},
+                    conversation_manager_state=agent_fields.get("conversation_manager_state") or {},
+                    system_prompt=agent_fields.get("system_prompt"),
+                    interrupt_state=agent_fields.get("interrupt_state"),
+                )
+            )
+        self._dirty.clear()
+        self._dirty_logs.clear()
+        self._dirty_agents.clear()
+        self._unset.clear()
+
+    def _start_fresh_document(self, task: Any) -> None:
+        """Reset the run document, the shared state and every agent node for a new run."""
+        self._unset.update(name for name in self._fields if name != "run")
+        self._fields = {"run": self._new_run_record(Status.EXECUTING)}
+        self._update_run(run_id=secrets.token_hex(8))
+        self._set("task", task)
+        for name in self._logs:
+            self._logs[name] = []
+            self._dirty_logs.add(name)
+        self.state.replace(self._initial_state)
+        for node_id, node in self.nodes.items():
+            node.reset()
+            if node.kind == "agent":
+                self._mark_agent(node_id)
+
+    # -- topology -------------------------------------------------------------------------------------
+
+    def _topology(self) -> dict[str, Any]:
+        return {"kind": self.kind, "nodes": {n: node.kind for n, node in sorted(self.nodes.items())}}
+
+    def topology_hash(self) -> str:
+        """A hash of the nodes and edges: a run saved with another topology is not resumed silently."""
+        text = json.dumps(self._topology(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    # -- invocation -----------------------------------------------------------------------------------
+
+    def _open_interrupt_ids(self) -> set[str]:
+        return (
+            {i["id"] for i in self.run.get("interrupts", [])} if self.status == Status.INTERRUPTED else set()
+        )
+
+    def __call__(
+        self, task: Any = None, *, invocation_state: dict[str, Any] | None = None, force_resume: bool = False
+    ) -> MultiAgentResult:
+        """Run (or resume) and wait for the result; works inside a running event loop too."""
+        return run_sync(self.invoke_async, task, invocation_state=invocation_state, force_resume=force_resume)
+
+    async def invoke_async(
+        self, task: Any = None, *, invocation_state: dict[str, Any] | None = None, force_resume: bool = False
+    ) -> MultiAgentResult:
+        """Run (or resume) and return the result.
+
+        Args:
+            task: the task (text or content blocks); interrupt responses to answer an interrupted run; or
+                None to resume an unfinished run.
+            invocation_state: a dict shared by reference with every node, condition, hook and tool.
+            force_resume: resume a saved run even though the graph's nodes or edges changed since.
+        """
+        with self._exclusive():
+            return await self._invoke(
+                task, {} if invocation_state is None else invocation_state, None, force_resume
+            )
+
+    async def stream_async(
+        self, task: Any = None, *, invocation_state: dict[str, Any] | None = None, force_resume: bool = False
+    ) -> AsyncGenerator[MultiAgentStreamEvent, None]:
+        """Run (or resume), yielding node start/stream/stop events, handoffs, and the result last.
+
+        Consume the stream to the end (or close it): the run is cancelled when the stream is closed early.
+        """
+        state = {} if invocation_state is None else invocation_state
+        with self._exclusive():
+            send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
+
+            async def produce() -> None:
+                async with send:
+                    result = await self._invoke(task, state, send.send, force_resume)
+                    await send.send(MultiAgentResultEvent(result))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(produce)
+                async with receive:
+                    async for event in receive:
+                        yield event
+
+    def _exclusive(self) -> _Exclusive:
+        return _Exclusive(self)
+
+    async def _invoke(
+        self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, force_resume: bool
+    ) -> MultiAgentResult:
+        await self.hooks.invoke(BeforeMultiAgentInvocation(self, invocation_state))
+        responses: dict[str, Any] = {}
+        resumed = self.status in _UNFINISHED
+        if is_interrupt_responses(task):
+            if self.status != Status.INTERRUPTED:
+                raise RunError(
+                    f"{self.kind} {self.id!r} got interrupt responses but its run is not interrupted"
+                )
+            responses = interrupt_responses(task)
+            unknown = set(responses) - self._open_interrupt_ids()
+            if unknown:
+                raise RunError(f"{self.kind} {self.id!r} has no open interrupt {sorted(unknown)[0]!r}")
+        elif resumed and task is not None and task != self._fields.get("task"):
+            raise RunError(
+                f"{self.kind} {self.id!r} has an unfinished run ({self.status.value}) of another task; resume "
+                "it by invoking with no task (orchestra resume), or delete the session to start over"
+            )
+        if resumed:
+            if self.run.get("topology") != self.topology_hash() and not force_resume:
+                raise RunError(
+                    f"{self.kind} {self.id!r}: the saved run was made by a different graph (its nodes or edges "
+                    "changed); resuming could skip or repeat the wrong nodes. Pass force_resume=True "
+                    "(orchestra resume --force) to resume anyway, or delete the session to start over"
+                )
+            self._update_run(status=Status.EXECUTING.value, reason=None, error=None, interrupts=[])
+        else:
+            if task is None:
+                raise RunError(f"{self.kind} {self.id!r} has no run to resume: give it a task")
+            self._start_fresh_document(task)
+        self.log.debug("run.start", resumed=resumed)
+        started = time.perf_counter()
+        result = await self._run(invocation_state, emit, responses)
+        elapsed = (time.perf_counter() - started) * 1000
+        self._update_run(execution_time_ms=self.run["execution_time_ms"] + elapsed)
+        result.execution_time_ms = self.run["execution_time_ms"]
+        result.resumed = resumed
+        result.invocation_state = invocation_state
+        await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
+        self.log.debug("run.end", status=result.status.value)
+        return result
+
+    async def _run(
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
+    ) -> MultiAgentResult:
+        raise NotImplementedError
+
+    def _finish(
+        self,
+        status: Status,
+        reason: str | None = None,
+        error: str | None = None,
+        interrupts: list[Interrupt] | None = None,
+    ) -> None:
+        self._update_run(
+            status=status.value,
+            reason=reason,
+            error=error,
+            interrupts=[i.model_dump(mode="json") for i in interrupts or []],
+        )
+
+    def _add_usage(self, usage: Usage) -> None:
+        total = Usage.model_validate(self.run["usage"]) + usage
+        self._update_run(usage=total.model_dump(by_alias=True))
+
+
+_LOG_NAMES = ("execution_order", "node_history", "handoffs")
+
+
+class _Exclusive:
+    def __init__(self, orchestrator: MultiAgentBase) -> None:
+        self._orchestrator = orchestrator
+
+    def __enter__(self) -> None:
+        if not self._orchestrator._invoking.acquire(blocking=False):
+            raise ConcurrencyError(
+                f"{self._orchestrator.kind} {self._orchestrator.id!r} is already running; it runs one "
+                "invocation at a time"
+            )
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._orchestrator._invoking.release()

@@ -1,0 +1,132 @@
+"""What Graph and Swarm runs stream, and the hook events they emit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestra.hooks import HookEvent
+from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent.results import MultiAgentResult, NodeResult
+
+if TYPE_CHECKING:
+    from orchestra.multiagent.base import MultiAgentBase
+
+__all__ = [
+    "AfterMultiAgentInvocation",
+    "AfterNodeCall",
+    "BeforeMultiAgentInvocation",
+    "BeforeNodeCall",
+    "HandoffEvent",
+    "MultiAgentInitialized",
+    "MultiAgentResultEvent",
+    "MultiAgentStreamEvent",
+    "NodeStartEvent",
+    "NodeStopEvent",
+    "NodeStreamEvent",
+]
+
+# -- streamed by stream_async ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeStartEvent:
+    """A node started (``execution_count`` counts its executions in this run)."""
+
+    node_id: str
+    execution_count: int
+
+
+@dataclass(frozen=True)
+class NodeStreamEvent:
+    """An event of the node's agent or nested orchestrator, tagged with the node id."""
+
+    node_id: str
+    event: Any
+
+
+@dataclass(frozen=True)
+class NodeStopEvent:
+    """A node finished (completed, failed or interrupted)."""
+
+    node_id: str
+    result: NodeResult
+
+
+@dataclass(frozen=True)
+class HandoffEvent:
+    """In a Swarm, one agent handed the task to another."""
+
+    from_node: str
+    to_node: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MultiAgentResultEvent:
+    """The run finished; always the last event."""
+
+    result: MultiAgentResult
+
+
+MultiAgentStreamEvent = (
+    NodeStartEvent | NodeStreamEvent | NodeStopEvent | HandoffEvent | MultiAgentResultEvent
+)
+
+# -- hooks -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MultiAgentInitialized(HookEvent):
+    """The Graph or Swarm was built."""
+
+    orchestrator: MultiAgentBase
+
+
+@dataclass
+class BeforeMultiAgentInvocation(HookEvent):
+    """A run starts (session managers restore the saved run here, before the first invocation)."""
+
+    orchestrator: MultiAgentBase
+    invocation_state: dict[str, Any]
+
+
+@dataclass
+class AfterMultiAgentInvocation(HookEvent):
+    """A run ended (completed, failed or interrupted)."""
+
+    orchestrator: MultiAgentBase
+    invocation_state: dict[str, Any]
+    result: MultiAgentResult | None = None
+    reverse_order = True
+
+
+@dataclass
+class BeforeNodeCall(HookEvent):
+    """A node is about to run. Set ``cancel_node`` (a message) to fail it without running it, or call
+    ``interrupt(name, reason)`` to stop the run until a human answers."""
+
+    orchestrator: MultiAgentBase
+    node_id: str
+    invocation_state: dict[str, Any]
+    execution_count: int = 1
+    cancel_node: str | None = None
+    _responses: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def interrupt(self, name: str, reason: Any = None) -> Any:
+        """Stop the run with status INTERRUPTED before this node runs; returns the answer once given."""
+        interrupt_id = Interrupt.make_id(f"node:{self.node_id}:{self.execution_count}", name)
+        if interrupt_id in self._responses:
+            return self._responses[interrupt_id]
+        raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
+
+
+@dataclass
+class AfterNodeCall(HookEvent):
+    """A node finished; ``result`` says how (session managers save here under the "node" strategy)."""
+
+    orchestrator: MultiAgentBase
+    node_id: str
+    invocation_state: dict[str, Any]
+    result: NodeResult
+    reverse_order = True

@@ -1,0 +1,662 @@
+"""``Graph`` and ``GraphBuilder``: nodes along directed edges, with conditions, joins, loops and limits.
+
+How a run is scheduled (the decisions live in :class:`Graph` methods that do no I/O, so the local backend
+and the Temporal backend share them):
+
+- Entry points start first. A node starts as soon as it is *ready*, while slower siblings still run,
+  with at most ``max_concurrency`` nodes running at once.
+- When a node completes, each outgoing edge's condition is evaluated: the edge *fires* or is *skipped*.
+- A node with ``join="all"`` (the default) is ready when at least one incoming edge fired and no other
+  incoming edge can still fire (its source is running, queued, or may still be reached). A skipped
+  edge, or an edge whose source will not run, counts as resolved. With ``join="any"`` the first edge
+  that fires makes it ready.
+- Edges that close a loop (back edges) re-activate their target on their own. A loop must be bounded
+  by ``max_node_executions`` or ``execution_timeout``.
+- A node's input is the task plus the outputs of the predecessors it waited for
+  (:func:`orchestra.multiagent.nodes.format_input`).
+- A node that raises fails the run and cancels its running siblings; a limit ends the run as FAILED
+  with a reason that names it; an interrupt ends it as INTERRUPTED once running nodes finish.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from orchestra.agent import Agent
+from orchestra.agent.state import JSONState
+from orchestra.errors import GraphError
+from orchestra.hooks import HookProvider
+from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent._validation import back_edges, validate_graph
+from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent.events import AfterNodeCall, BeforeNodeCall, NodeStartEvent, NodeStopEvent
+from orchestra.multiagent.nodes import Emit, Join, Node, NodeInput
+from orchestra.multiagent.results import GraphResult, NodeResult, Status
+
+__all__ = ["Condition", "Edge", "Graph", "GraphBuilder", "GraphState"]
+
+Condition = Callable[..., bool]
+
+
+def _wants_invocation_state(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "invocation_state" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A directed edge; ``condition(state)`` (or ``condition(state, invocation_state=...)``) decides if it fires."""
+
+    src: str
+    dst: str
+    condition: Condition | None = None
+    back: bool = False
+    _takes_invocation_state: bool = field(default=False, compare=False, repr=False)
+
+    def fires(self, state: GraphState, invocation_state: dict[str, Any]) -> bool:
+        if self.condition is None:
+            return True
+        if self._takes_invocation_state:
+            return bool(self.condition(state, invocation_state=invocation_state))
+        return bool(self.condition(state))
+
+
+class GraphState:
+    """What edge conditions see: the task, node results, the shared state and the run's counters."""
+
+    def __init__(self, graph: Graph) -> None:
+        self._graph = graph
+
+    @property
+    def task(self) -> Any:
+        return self._graph._fields.get("task")
+
+    @property
+    def state(self) -> JSONState:
+        """The graph's shared state (read and write)."""
+        return self._graph.state
+
+    @property
+    def results(self) -> dict[str, NodeResult]:
+        """The latest result of every node that ran."""
+        return dict(self._graph._results)
+
+    @property
+    def execution_order(self) -> list[str]:
+        return list(self._graph._logs["execution_order"])
+
+    @property
+    def execution_count(self) -> int:
+        return int(self._graph.run["execution_count"])
+
+    def output(self, node_id: str) -> Any:
+        """The latest output of ``node_id`` (None if it has not run)."""
+        result = self._graph._results.get(node_id)
+        return None if result is None else result.output
+
+    def text(self, node_id: str) -> str:
+        """The latest output of ``node_id`` as text ("" if it has not run)."""
+        result = self._graph._results.get(node_id)
+        return "" if result is None else result.text
+
+
+def _default_node_id(executor: Any) -> str:
+    if isinstance(executor, Agent):
+        return executor.name
+    if isinstance(executor, MultiAgentBase):
+        return executor.id
+    name = getattr(executor, "__name__", None)
+    if not name:
+        raise GraphError(f"cannot name node {executor!r}: pass node_id=")
+    return str(name)
+
+
+class Graph(MultiAgentBase):
+    """Runs nodes along directed edges (see the module docstring for the scheduling rules).
+
+    Args:
+        nodes: ``{node_id: executor}``, or a list of executors (ids from agent names, function names,
+            orchestrator ids). An executor is an ``Agent``, a ``Graph`` or ``Swarm``, or a function.
+        edges: ``(src, dst)`` or ``(src, dst, condition)`` tuples, or ``Edge`` objects.
+        entry_points: where the run starts; defaults to the nodes without incoming edges.
+        max_node_executions: the most node executions in one run (bounds loops).
+        execution_timeout: seconds one invocation may take.
+        node_timeout: seconds one node execution may take.
+        reset_on_revisit: reset an agent node to its initial state each time a loop runs it again.
+        max_concurrency: the most nodes running at once (default: no limit).
+        joins: ``{node_id: "any"}`` for nodes that start on the first incoming edge that fires.
+        id: the graph's id (the session scope it is saved under).
+        session_manager: persists the run after every node (or invocation) so it can resume.
+        hooks: hook providers.
+        state: the initial shared state, reset at the start of every fresh run.
+    """
+
+    kind = "graph"
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Any] | Sequence[Any],
+        edges: Iterable[Edge | tuple[Any, ...]] = (),
+        entry_points: Sequence[str] | None = None,
+        *,
+        max_node_executions: int | None = None,
+        execution_timeout: float | None = None,
+        node_timeout: float | None = None,
+        reset_on_revisit: bool = False,
+        max_concurrency: int | None = None,
+        joins: Mapping[str, Join] | None = None,
+        id: str = "graph",
+        session_manager: Any = None,
+        hooks: Iterable[HookProvider] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        joins = dict(joins or {})
+        built = self._build_nodes(nodes, joins)
+        unknown_joins = set(joins) - set(built)
+        if unknown_joins:
+            raise GraphError(f"joins names unknown node(s): {', '.join(sorted(unknown_joins))}")
+        raw_edges = [self._edge(e) for e in edges]
+        ids = list(built)
+        if entry_points is None or not list(entry_points):
+            targets = {e.dst for e in raw_edges}
+            entry_points = [n for n in ids if n not in targets]
+        self.entry_points = list(entry_points)
+        for limit, value in (
+            ("max_node_executions", max_node_executions),
+            ("execution_timeout", execution_timeout),
+            ("node_timeout", node_timeout),
+            ("max_concurrency", max_concurrency),
+        ):
+            if value is not None and value <= 0:
+                raise GraphError(f"{limit} must be positive, got {value}")
+        self.max_node_executions = max_node_executions
+        self.execution_timeout = execution_timeout
+        self.node_timeout = node_timeout
+        self.reset_on_revisit = reset_on_revisit
+        self.max_concurrency = max_concurrency
+        nx_graph = validate_graph(
+            ids,
+            [(e.src, e.dst) for e in raw_edges],
+            self.entry_points,
+            bounded=max_node_executions is not None or execution_timeout is not None,
+        )
+        back = back_edges(nx_graph, self.entry_points)
+        self.edges = [
+            Edge(e.src, e.dst, e.condition, (e.src, e.dst) in back, _wants_invocation_state(e.condition))
+            if e.condition is not None
+            else Edge(e.src, e.dst, None, (e.src, e.dst) in back)
+            for e in raw_edges
+        ]
+        self._out: dict[str, list[Edge]] = {n: [] for n in ids}
+        self._forward_preds: dict[str, list[str]] = {n: [] for n in ids}
+        for edge in self.edges:
+            self._out[edge.src].append(edge)
+            if not edge.back:
+                self._forward_preds[edge.dst].append(edge.src)
+        self._results: dict[str, NodeResult] = {}
+        self._queue: list[str] = []
+        self._queued_seq = 0
+        self.graph_state = GraphState(self)
+        super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
+
+    # -- construction ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _build_nodes(nodes: Mapping[str, Any] | Sequence[Any], joins: Mapping[str, Join]) -> dict[str, Node]:
+        pairs: list[tuple[str, Any]]
+        if isinstance(nodes, Mapping):
+            pairs = list(nodes.items())
+        else:
+            pairs = []
+            for item in nodes:
+                if isinstance(item, Node):
+                    pairs.append((item.node_id, item))
+                elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                    pairs.append(item)
+                else:
+                    pairs.append((_default_node_id(item), item))
+        built: dict[str, Node] = {}
+        seen: dict[int, str] = {}
+        for node_id, executor in pairs:
+            if node_id in built:
+                raise GraphError(f"duplicate node id {node_id!r}: node ids must be unique")
+            inner = executor.executor if isinstance(executor, Node) else executor
+            if id(inner) in seen:
+                raise GraphError(
+                    f"the same executor was added twice, as {seen[id(inner)]!r} and {node_id!r}; "
+                    "create a separate Agent (or function wrapper) for each node"
+                )
+            seen[id(inner)] = node_id
+            if isinstance(executor, Node):
+                built[node_id] = executor
+            else:
+                built[node_id] = Node(node_id, executor, joins.get(node_id, "all"))
+        return built
+
+    @staticmethod
+    def _edge(spec: Edge | tuple[Any, ...]) -> Edge:
+        if isinstance(spec, Edge):
+            return spec
+        if isinstance(spec, tuple) and len(spec) in (2, 3):
+            src, dst = (s if isinstance(s, str) else _default_node_id(s) for s in spec[:2])
+            condition = spec[2] if len(spec) == 3 else None
+            if condition is not None and not callable(condition):
+                raise GraphError(f"edge {src} -> {dst}: the condition {condition!r} is not callable")
+            return Edge(src, dst, condition)
+        raise GraphError(f"an edge is (src, dst) or (src, dst, condition), not {spec!r}")
+
+    def _topology(self) -> dict[str, Any]:
+        return {
+            **super()._topology(),
+            "edges": sorted([e.src, e.dst, e.condition is not None] for e in self.edges),
+            "entry_points": sorted(self.entry_points),
+        }
+
+    # -- scheduling decisions (no I/O: shared by every execution backend) -----------------------------
+
+    def _queue_node(self, node_id: str, sources: list[str]) -> None:
+        self._queued_seq += 1
+        self._update_node(node_id, queued=True, activation=sources, queued_seq=self._queued_seq)
+        self._queue.append(node_id)
+
+    def _restore_queue(self) -> None:
+        """After a restore: nodes that were queued, running, interrupted or failed are queued again."""
+        self._results = {}
+        waiting: list[tuple[int, str]] = []
+        for node_id in self.nodes:
+            record = self._fields.get(f"node/{node_id}")
+            if record is None:
+                continue
+            if record.get("result") is not None:
+                self._results[node_id] = NodeResult.model_validate(record["result"])
+            status = record["status"]
+            if status == Status.EXECUTING.value:
+                # It was running when the process stopped: it runs again from its state before it started.
+                self._update_node(node_id, status=Status.PENDING.value, executions=record["executions"] - 1)
+                self._update_run(execution_count=max(0, self.run["execution_count"] - 1))
+                waiting.append((record.get("queued_seq", 0), node_id))
+            elif status in (Status.INTERRUPTED.value, Status.FAILED.value) or record.get("queued"):
+                waiting.append((record.get("queued_seq", 0), node_id))
+        waiting.sort()
+        self._queue = [node_id for _, node_id in waiting]
+        self._queued_seq = max((r.get("queued_seq", 0) for _, r in self._node_records()), default=0)
+
+    def _node_records(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(n, self._fields[f"node/{n}"]) for n in self.nodes if f"node/{n}" in self._fields]
+
+    def _start_node(self, node_id: str, invocation_state: dict[str, Any]) -> NodeInput:
+        """Mark ``node_id`` running and build its input (consumes the edges that activated it)."""
+        record = self._node_record(node_id)
+        sources: list[str] = record.get("activation") or []
+        executions = record["executions"] + 1
+        if executions > 1 and self.reset_on_revisit:
+            self.nodes[node_id].reset()
+        self._update_node(
+            node_id, status=Status.EXECUTING.value, executions=executions, queued=False, incoming={}, back=[]
+        )
+        self._update_run(execution_count=self.run["execution_count"] + 1)
+        inputs = {src: self._results[src].output for src in sources if src in self._results}
+        return NodeInput(
+            node_id=node_id,
+            task=self._fields.get("task"),
+            inputs=inputs,
+            state=self.state,
+            invocation_state=invocation_state,
+            execution_count=executions,
+        )
+
+    def _record_result(self, result: NodeResult) -> None:
+        self._results[result.node_id] = result
+        self._update_node(result.node_id, status=result.status.value, result=result.model_dump(mode="json"))
+        self._append_log("execution_order", result.node_id)
+        self._add_usage(result.usage)
+        if self.nodes[result.node_id].kind == "agent":
+            self._mark_agent(result.node_id)
+
+    def _complete_node(self, result: NodeResult, invocation_state: dict[str, Any]) -> None:
+        """Record a completed node, fire or skip its outgoing edges, and queue what became ready."""
+        self._record_result(result)
+        node_id = result.node_id
+        for edge in self._out[node_id]:
+            try:
+                fired = edge.fires(self.graph_state, invocation_state)
+            except Exception as exc:
+                raise _ConditionError(
+                    f"the condition of edge {edge.src} -> {edge.dst} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            target = self._node_record(edge.dst)
+            if edge.back:
+                if fired:
+                    self._update_node(edge.dst, back=[*target.get("back", []), node_id])
+            else:
+                incoming = dict(target.get("incoming", {}))
+                incoming[node_id] = "fired" if fired else "skipped"
+                self._update_node(edge.dst, incoming=incoming)
+        self._queue_ready()
+
+    def _queue_ready(self) -> None:
+        """Queue every waiting node whose join is now satisfied."""
+        live_memo: dict[str, bool] = {}
+        for node_id, record in self._node_records():
+            if record.get("queued") or record["status"] == Status.EXECUTING.value:
+                continue
+            if not record.get("incoming") and not record.get("back"):
+                continue
+            sources = self._ready_sources(node_id, record, live_memo)
+            if sources is not None:
+                self._queue_node(node_id, sources)
+                live_memo.clear()
+
+    def _ready_sources(self, node_id: str, record: dict[str, Any], memo: dict[str, bool]) -> list[str] | None:
+        incoming: dict[str, str] = record.get("incoming", {})
+        fired = [src for src, outcome in incoming.items() if outcome == "fired"]
+        back: list[str] = record.get("back", [])
+        if back:
+            return [*fired, *back]
+        if not fired:
+            return None
+        if self.nodes[node_id].join == "any":
+            return fired
+        pending = [p for p in self._forward_preds[node_id] if p not in incoming]
+        if any(self._live(p, memo) for p in pending):
+            return None
+        return fired
+
+    def _live(self, node_id: str, memo: dict[str, bool]) -> bool:
+        """Whether ``node_id`` may still complete in this run (so an edge from it may still fire)."""
+        stack = [node_id]
+        while stack:
+            current = stack[-1]
+            if current in memo:
+                stack.pop()
+                continue
+            record = self._fields.get(f"node/{current}") or {}
+            if record.get("queued") or record.get("status") == Status.EXECUTING.value or record.get("back"):
+                memo[current] = True
+                stack.pop()
+                continue
+            incoming = record.get("incoming", {})
+            pending = [p for p in self._forward_preds[current] if p not in incoming]
+            unknown = [p for p in pending if p not in memo]
+            if unknown:
+                stack.extend(unknown)
+                continue
+            memo[current] = any(memo[p] for p in pending)
+            stack.pop()
+        return memo[node_id]
+
+    def _limit_reached(self) -> str | None:
+        if self.max_node_executions is not None and self.run["execution_count"] >= self.max_node_executions:
+            return f"max_node_executions limit ({self.max_node_executions}) reached"
+        return None
+
+    # -- the local run loop ---------------------------------------------------------------------------
+
+    async def _run(
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
+    ) -> GraphResult:
+        fresh = not any(True for _ in self._node_records())
+        self._restore_queue()
+        if fresh:
+            for entry in self.entry_points:
+                self._queue_node(entry, [])
+        run = _GraphRun(self, invocation_state, emit, responses)
+        if self.execution_timeout is None:
+            await run.loop()
+        else:
+            with anyio.move_on_after(self.execution_timeout) as scope:
+                await run.loop()
+            if scope.cancelled_caught:
+                run.fail(f"execution_timeout ({self.execution_timeout:g}s) exceeded")
+        return run.finish()
+
+    def _build_result(self) -> GraphResult:
+        run = self.run
+        order = list(self._logs["execution_order"])
+        completed = [n for n, r in self._results.items() if r.status == Status.COMPLETED]
+        last = next((self._results[n] for n in reversed(order) if n in completed), None)
+        return GraphResult(
+            status=Status(run["status"]),
+            results=dict(self._results),
+            execution_order=order,
+            output=last.output if last else None,
+            reason=run["reason"],
+            error=run["error"],
+            interrupts=[Interrupt.model_validate(i) for i in run["interrupts"]],
+            usage=run["usage"],
+            execution_count=run["execution_count"],
+            total_nodes=len(self.nodes),
+            completed_nodes=len(completed),
+            failed_nodes=sum(1 for r in self._results.values() if r.status == Status.FAILED),
+        )
+
+
+class _ConditionError(Exception):
+    """An edge condition raised; the run fails with this message."""
+
+
+class _GraphRun:
+    """One invocation's loop: start ready nodes, wait for one to finish, decide, save, repeat."""
+
+    def __init__(
+        self, graph: Graph, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
+    ) -> None:
+        self.graph = graph
+        self.invocation_state = invocation_state
+        self.emit = emit
+        self.responses = responses
+        self.running: dict[str, anyio.CancelScope] = {}
+        self.failure: tuple[str, str | None] | None = None  # (reason, error)
+        self.interrupts: list[Interrupt] = []
+
+    def fail(self, reason: str, error: str | None = None) -> None:
+        if self.failure is None:
+            self.failure = (reason, error)
+
+    async def loop(self) -> None:
+        graph = self.graph
+        limit = graph.max_concurrency or math.inf
+        send, receive = anyio.create_memory_object_stream[tuple[str, NodeResult | None]](math.inf)
+        async with anyio.create_task_group() as group, send, receive:
+            while True:
+                while (
+                    graph._queue
+                    and len(self.running) < limit
+                    and self.failure is None
+                    and not self.interrupts
+                ):
+                    node_id = graph._queue[0]
+                    reason = graph._limit_reached()
+                    if reason:
+                        self.fail(f"{reason} before node {node_id!r} could run")
+                        break
+                    graph._queue.pop(0)
+                    if not await self._before_node(node_id):
+                        continue
+                    node_input = graph._start_node(node_id, self.invocation_state)
+                    scope = anyio.CancelScope()
+                    self.running[node_id] = scope
+                    group.start_soon(self._execute, node_id, node_input, scope, send.clone())
+                if not self.running:
+                    break
+                node_id, result = await receive.receive()
+                del self.running[node_id]
+                if result is not None:
+                    await self._settle(result)
+                if self.failure is not None:
+                    for scope in self.running.values():
+                        scope.cancel()
+
+    async def _before_node(self, node_id: str) -> bool:
+        """Run BeforeNodeCall hooks; False when they cancelled or interrupted the node."""
+        graph = self.graph
+        record = graph._node_record(node_id)
+        event = BeforeNodeCall(
+            graph, node_id, self.invocation_state, record["executions"] + 1, _responses=self.responses
+        )
+        try:
+            await graph.hooks.invoke(event)
+        except InterruptException as signal:
+            result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt])
+            graph._update_node(node_id, queued=True)
+            graph._update_node(
+                node_id, status=Status.INTERRUPTED.value, result=result.model_dump(mode="json")
+            )
+            graph._results[node_id] = result
+            self.interrupts.append(signal.interrupt)
+            await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
+            return False
+        if event.cancel_node is not None:
+            error = f"node {node_id!r} was cancelled by a hook: {event.cancel_node}"
+            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+            graph._update_node(node_id, queued=True)
+            graph._record_result(result)
+            self.fail(error, error)
+            await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
+            return False
+        return True
+
+    async def _execute(
+        self,
+        node_id: str,
+        node_input: NodeInput,
+        scope: anyio.CancelScope,
+        send: MemoryObjectSendStream[tuple[str, NodeResult | None]],
+    ) -> None:
+        graph = self.graph
+        node = graph.nodes[node_id]
+        result: NodeResult | None = None
+        async with send:
+            with scope:
+                if self.emit is not None:
+                    await self.emit(NodeStartEvent(node_id, node_input.execution_count))
+                try:
+                    if graph.node_timeout is None:
+                        result = await node.execute(node_input, graph, self.emit, self.responses)
+                    else:
+                        with anyio.fail_after(graph.node_timeout):
+                            result = await node.execute(node_input, graph, self.emit, self.responses)
+                except TimeoutError:
+                    error = f"node_timeout ({graph.node_timeout:g}s) exceeded by node {node_id!r}"
+                    result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                    result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+                result.execution_count = node_input.execution_count
+            await send.send((node_id, None if scope.cancelled_caught else result))
+
+    async def _settle(self, result: NodeResult) -> None:
+        graph = self.graph
+        node_id = result.node_id
+        if result.status == Status.COMPLETED:
+            try:
+                graph._complete_node(result, self.invocation_state)
+            except _ConditionError as exc:
+                self.fail(str(exc), str(exc))
+        else:
+            graph._record_result(result)
+            if result.status == Status.INTERRUPTED:
+                self.interrupts.extend(result.interrupts)
+            else:
+                self.fail(f"node {node_id!r} failed: {result.error}", result.error)
+        if self.emit is not None:
+            await self.emit(NodeStopEvent(node_id, result))
+        await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
+
+    def finish(self) -> GraphResult:
+        graph = self.graph
+        if self.failure is not None:
+            graph._finish(Status.FAILED, *self.failure)
+        elif self.interrupts:
+            graph._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=self.interrupts)
+        else:
+            graph._finish(Status.COMPLETED)
+        return graph._build_result()
+
+
+class GraphBuilder:
+    """Builds a :class:`Graph` step by step (the same options as the constructor)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, Any] = {}
+        self._joins: dict[str, Join] = {}
+        self._edges: list[tuple[str, str, Condition | None]] = []
+        self._entry_points: list[str] = []
+        self._options: dict[str, Any] = {}
+
+    def add_node(self, executor: Any, node_id: str | None = None, *, join: Join = "all") -> GraphBuilder:
+        """Add an Agent, a Graph or Swarm, or a function; ``node_id`` defaults to its name."""
+        node_id = node_id or _default_node_id(executor)
+        if node_id in self._nodes:
+            raise GraphError(f"duplicate node id {node_id!r}: node ids must be unique")
+        Node(node_id, executor, join)  # refuse bad executors (an agent with a session manager) right away
+        self._nodes[node_id] = executor
+        self._joins[node_id] = join
+        return self
+
+    def add_edge(self, src: Any, dst: Any, condition: Condition | None = None) -> GraphBuilder:
+        """Add an edge between two node ids (or executors); ``condition(state)`` decides if it fires."""
+        ids = [n if isinstance(n, str) else _default_node_id(n) for n in (src, dst)]
+        self._edges.append((ids[0], ids[1], condition))
+        return self
+
+    def set_entry_point(self, node_id: str) -> GraphBuilder:
+        """Add an entry point (by default: the nodes with no incoming edge)."""
+        self._entry_points.append(node_id)
+        return self
+
+    def set_max_node_executions(self, n: int) -> GraphBuilder:
+        self._options["max_node_executions"] = n
+        return self
+
+    def set_execution_timeout(self, seconds: float) -> GraphBuilder:
+        self._options["execution_timeout"] = seconds
+        return self
+
+    def set_node_timeout(self, seconds: float) -> GraphBuilder:
+        self._options["node_timeout"] = seconds
+        return self
+
+    def reset_on_revisit(self, enabled: bool = True) -> GraphBuilder:
+        self._options["reset_on_revisit"] = enabled
+        return self
+
+    def set_max_concurrency(self, n: int) -> GraphBuilder:
+        self._options["max_concurrency"] = n
+        return self
+
+    def set_graph_id(self, graph_id: str) -> GraphBuilder:
+        self._options["id"] = graph_id
+        return self
+
+    def set_session_manager(self, session_manager: Any) -> GraphBuilder:
+        self._options["session_manager"] = session_manager
+        return self
+
+    def set_hooks(self, hooks: Iterable[HookProvider]) -> GraphBuilder:
+        self._options["hooks"] = list(hooks)
+        return self
+
+    def build(self) -> Graph:
+        """Validate and build the graph.
+
+        Raises:
+            GraphError: see :func:`orchestra.multiagent._validation.validate_graph`.
+        """
+        return Graph(
+            self._nodes,
+            [(s, d, c) if c is not None else (s, d) for s, d, c in self._edges],
+            self._entry_points or None,
+            joins={n: j for n, j in self._joins.items() if j != "all"},
+            **self._options,
+        )

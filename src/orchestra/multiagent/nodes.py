@@ -1,0 +1,275 @@
+"""Nodes: an Agent, a plain Python function (sync or async), or a nested Graph or Swarm."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio.to_thread
+
+from orchestra._context import current_orchestrator
+from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
+from orchestra.agent.state import JSONState
+from orchestra.errors import GraphError
+from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
+from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
+
+if TYPE_CHECKING:
+    from orchestra.multiagent.base import MultiAgentBase
+
+__all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
+
+NodeKind = Literal["agent", "function", "orchestrator"]
+Join = Literal["all", "any"]
+Emit = Callable[[Any], Awaitable[None]]
+
+
+def format_input(task: Any, inputs: dict[str, Any]) -> Any:
+    """A node's prompt: the original task, then the outputs of the predecessors it waited for.
+
+    With no predecessor outputs (an entry node) the task is passed as it is. Otherwise the text is::
+
+        <task>
+
+        Inputs from earlier nodes:
+
+        From <node id>:
+        <output>
+
+    (one ``From`` section per predecessor, in the order they finished). A task given as content blocks
+    keeps its blocks and gets this text appended as one more text block.
+    """
+    if not inputs:
+        return task
+    sections = "\n\n".join(f"From {node_id}:\n{output_text(output)}" for node_id, output in inputs.items())
+    addition = f"Inputs from earlier nodes:\n\n{sections}"
+    if isinstance(task, list):
+        return [*task, {"text": addition}]
+    return f"{output_text(task)}\n\n{addition}" if task is not None else addition
+
+
+@dataclass
+class NodeInput:
+    """What a function node receives.
+
+    Attributes:
+        node_id: the node being run.
+        task: the run's original task.
+        inputs: the outputs of the predecessors this execution waited for, by node id.
+        state: the orchestrator's shared state (``get``/``set``/``delete``, JSON values only).
+        invocation_state: the dict passed to the run, shared by every node, condition, hook and tool.
+        execution_count: which execution of this node this is.
+    """
+
+    node_id: str
+    task: Any
+    inputs: dict[str, Any]
+    state: JSONState
+    invocation_state: dict[str, Any]
+    execution_count: int = 1
+    _responses: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def text(self) -> str:
+        """The task and the predecessors' outputs as text (what an agent node would receive)."""
+        return output_text(format_input(self.task, self.inputs))
+
+    @property
+    def prompt(self) -> Any:
+        """What an agent or nested orchestrator node receives (see :func:`format_input`)."""
+        return format_input(self.task, self.inputs)
+
+    def interrupt(self, name: str, reason: Any = None) -> Any:
+        """Stop the run until a human answers; returns the answer when the run is resumed with it."""
+        interrupt_id = Interrupt.make_id(f"node:{self.node_id}:{self.execution_count}:fn", name)
+        if interrupt_id in self._responses:
+            return self._responses[interrupt_id]
+        raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
+
+
+def _copy_agent_data(data: AgentData) -> AgentData:
+    return AgentData(
+        messages=list(data.messages),
+        state=json.loads(json.dumps(data.state)),
+        conversation_manager_state=json.loads(json.dumps(data.conversation_manager_state)),
+        system_prompt=data.system_prompt,
+        interrupt_state=data.interrupt_state,
+    )
+
+
+class Node:
+    """One node of a Graph or Swarm, whatever runs it."""
+
+    def __init__(self, node_id: str, executor: Any, join: Join = "all") -> None:
+        from orchestra.multiagent.base import MultiAgentBase
+
+        self.node_id = node_id
+        self.executor = executor
+        if join not in ("all", "any"):
+            raise GraphError(f"node {node_id!r}: join must be 'all' or 'any', not {join!r}")
+        self.join: Join = join
+        self.kind: NodeKind
+        self.initial: AgentData | None = None
+        if isinstance(executor, Agent):
+            self.check_agent(executor, node_id)
+            self.kind = "agent"
+            self.initial = _copy_agent_data(executor.agent_data())
+        elif isinstance(executor, MultiAgentBase):
+            if executor.session_manager is not None:
+                raise GraphError(
+                    f"nested {type(executor).__name__} {executor.id!r} (node {node_id!r}) has its own session "
+                    "manager; only the outermost orchestrator may own one (it persists nested runs too)"
+                )
+            self.kind = "orchestrator"
+        elif callable(executor):
+            self.kind = "function"
+            self._takes_input = bool(inspect.signature(executor).parameters)
+            self._is_async = inspect.iscoroutinefunction(executor) or inspect.iscoroutinefunction(
+                getattr(executor, "__call__", None)  # noqa: B004 - async callable objects
+            )
+        else:
+            raise GraphError(
+                f"node {node_id!r}: {executor!r} is not a node; use an Agent, a Graph or Swarm, or a function"
+            )
+
+    @staticmethod
+    def check_agent(agent: Agent, node_id: str) -> None:
+        """Refuse an agent with its own session manager: only the orchestrator may own one."""
+        if agent.session_manager is not None:
+            raise GraphError(
+                f"agent {agent.name!r} (node {node_id!r}) has its own session manager; only the "
+                "orchestrator may own a session manager: remove it from the agent and give it to the "
+                "Graph or Swarm (set_session_manager / session_manager=)"
+            )
+
+    @property
+    def agent(self) -> Agent:
+        assert isinstance(self.executor, Agent)
+        return self.executor
+
+    def reset(self) -> None:
+        """Put an agent node back to the state it had when the orchestrator was built."""
+        if self.initial is not None:
+            self.agent.load_agent_data(_copy_agent_data(self.initial))
+
+    async def execute(
+        self,
+        node_input: NodeInput,
+        orchestrator: MultiAgentBase,
+        emit: Emit | None,
+        responses: dict[str, Any],
+    ) -> NodeResult:
+        """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
+        started = time.perf_counter()
+        token = current_orchestrator.set(orchestrator)
+        # A node that fails or is cancelled re-runs from the state it had before it started.
+        before = _copy_agent_data(self.agent.agent_data()) if self.kind == "agent" else None
+        try:
+            if self.kind == "agent":
+                result = await self._run_agent(node_input, emit, responses)
+            elif self.kind == "orchestrator":
+                result = await self._run_orchestrator(node_input, emit, responses)
+            else:
+                result = await self._run_function(node_input, responses)
+        except InterruptException as signal:
+            result = NodeResult(
+                node_id=self.node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt]
+            )
+        except BaseException:
+            if before is not None:
+                self.agent.load_agent_data(before)
+            raise
+        finally:
+            current_orchestrator.reset(token)
+        result.execution_time_ms = (time.perf_counter() - started) * 1000
+        result.execution_count = node_input.execution_count
+        return result
+
+    async def _run_agent(
+        self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any]
+    ) -> NodeResult:
+        agent = self.agent
+        pending = agent._pending_tools
+        if pending is not None and any(i in responses for i in pending.interrupts):
+            prompt: Any = [
+                {"interruptResponse": {"interruptId": i, "response": responses[i]}}
+                for i in pending.interrupts
+                if i in responses
+            ]
+        else:
+            prompt = node_input.prompt
+        result: AgentResult | None
+        if emit is None:
+            result = await agent.invoke_async(prompt, invocation_state=node_input.invocation_state)
+        else:
+            result = None
+            async with aclosing(
+                agent.stream_async(prompt, invocation_state=node_input.invocation_state)
+            ) as events:
+                async for event in events:
+                    await emit(NodeStreamEvent(self.node_id, event))
+                    if isinstance(event, ResultEvent):
+                        result = event.result
+            assert result is not None
+        interrupted = result.stop_reason == "interrupt"
+        return NodeResult(
+            node_id=self.node_id,
+            status=Status.INTERRUPTED if interrupted else Status.COMPLETED,
+            output=result.text,
+            message=result.message,
+            usage=result.metrics.usage,
+            interrupts=result.interrupts,
+        )
+
+    async def _run_orchestrator(
+        self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any]
+    ) -> NodeResult:
+        nested: MultiAgentBase = self.executor
+        answers = [{"interruptResponse": {"interruptId": i, "response": r}} for i, r in responses.items()]
+        task = answers if answers and nested._open_interrupt_ids() & responses.keys() else node_input.prompt
+        outcome: MultiAgentResult | None
+        if emit is None:
+            outcome = await nested.invoke_async(task, invocation_state=node_input.invocation_state)
+        else:
+            outcome = None
+            async with aclosing(
+                nested.stream_async(task, invocation_state=node_input.invocation_state)
+            ) as events:
+                async for event in events:
+                    await emit(NodeStreamEvent(self.node_id, event))
+                    if isinstance(event, MultiAgentResultEvent):
+                        outcome = event.result
+            assert outcome is not None
+        return NodeResult(
+            node_id=self.node_id,
+            status=outcome.status,
+            output=outcome.output,
+            error=outcome.reason if outcome.status == Status.FAILED else None,
+            usage=outcome.usage,
+            interrupts=outcome.interrupts,
+        )
+
+    async def _run_function(self, node_input: NodeInput, responses: dict[str, Any]) -> NodeResult:
+        node_input._responses = responses
+        fn = self.executor
+        args = (node_input,) if self._takes_input else ()
+        if self._is_async:
+            value = await fn(*args)
+        else:
+            value = await anyio.to_thread.run_sync(lambda: fn(*args))
+            if inspect.isawaitable(value):
+                value = await value
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise GraphError(
+                f"function node {self.node_id!r} returned a {type(value).__name__}, which is not JSON; "
+                "return text, numbers, lists or dicts so the result can be persisted"
+            ) from None
+        return NodeResult(node_id=self.node_id, status=Status.COMPLETED, output=value)

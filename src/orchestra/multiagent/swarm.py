@@ -1,0 +1,345 @@
+"""``Swarm``: agents hand the task to one another with a ``handoff_to_agent`` tool and a shared context.
+
+Every agent gets a ``handoff_to_agent(agent_name, message, context=None)`` tool. A handoff ends the
+handing-off agent's turn (no model call after it); the next agent receives the message, the shared
+context and the list of agents it can hand off to. The run completes when an agent answers without
+handing off. Each agent keeps its own conversation across its turns within a run.
+
+Limits: ``max_handoffs`` counts handoffs, ``max_iterations`` counts node executions (the two differ when
+a node is interrupted and resumed, or fails), ``execution_timeout`` bounds the invocation,
+``node_timeout`` each agent's turn, and the repetitive-handoff check fails a run whose last
+``repetitive_handoff_detection_window`` turns involved fewer than ``repetitive_handoff_min_unique_agents``
+agents (agents bouncing the task back and forth).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from orchestra.agent import Agent
+from orchestra.errors import GraphError
+from orchestra.hooks import HookProvider
+from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent.events import (
+    AfterNodeCall,
+    BeforeNodeCall,
+    HandoffEvent,
+    NodeStartEvent,
+    NodeStopEvent,
+)
+from orchestra.multiagent.nodes import Emit, Node, NodeInput
+from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_text
+from orchestra.tools import FunctionTool, ToolContext
+
+__all__ = ["HANDOFF_TOOL", "Swarm"]
+
+HANDOFF_TOOL = "handoff_to_agent"
+
+
+class Swarm(MultiAgentBase):
+    """Agents that hand a task to each other (see the module docstring).
+
+    Args:
+        nodes: the agents; their names are their node ids and must be unique.
+        entry_point: the agent (or its name) that gets the task first; defaults to the first one.
+        max_handoffs: the most handoffs in one run.
+        max_iterations: the most agent turns (node executions) in one run.
+        execution_timeout: seconds one invocation may take.
+        node_timeout: seconds one agent turn may take.
+        repetitive_handoff_detection_window: how many recent turns to check for ping-pong (0: off).
+        repetitive_handoff_min_unique_agents: the fewest distinct agents those turns must involve.
+        session_manager: persists the run after every turn (or invocation) so it can resume.
+        id: the swarm's id (the session scope it is saved under).
+        hooks: hook providers.
+        state: the initial shared state, reset at the start of every fresh run.
+    """
+
+    kind = "swarm"
+
+    def __init__(
+        self,
+        nodes: Sequence[Agent],
+        entry_point: Agent | str | None = None,
+        max_handoffs: int = 20,
+        max_iterations: int = 20,
+        execution_timeout: float | None = 900.0,
+        node_timeout: float | None = 300.0,
+        repetitive_handoff_detection_window: int = 0,
+        repetitive_handoff_min_unique_agents: int = 0,
+        session_manager: Any = None,
+        id: str = "swarm",
+        hooks: Iterable[HookProvider] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not nodes:
+            raise GraphError("a swarm needs at least one agent")
+        names: dict[str, Agent] = {}
+        for agent in nodes:
+            if not isinstance(agent, Agent):
+                raise GraphError(f"swarm nodes are agents; got {agent!r}")
+            if agent.name in names:
+                if names[agent.name] is agent:
+                    raise GraphError(
+                        f"agent {agent.name!r} was added twice; each swarm node is a separate agent"
+                    )
+                raise GraphError(f"duplicate node id {agent.name!r}: swarm agents need unique names")
+            if HANDOFF_TOOL in agent.tool_registry:
+                raise GraphError(f"agent {agent.name!r} already has a tool named {HANDOFF_TOOL!r}")
+            Node.check_agent(agent, agent.name)
+            names[agent.name] = agent
+        for name, agent in names.items():
+            agent.tool_registry.add(self._handoff_tool(name, names))
+        built = {name: Node(name, agent) for name, agent in names.items()}
+        if entry_point is None:
+            self.entry_point = nodes[0].name
+        else:
+            self.entry_point = entry_point.name if isinstance(entry_point, Agent) else entry_point
+            if self.entry_point not in built:
+                raise GraphError(
+                    f"entry point {self.entry_point!r} is not an agent of the swarm ({', '.join(built)})"
+                )
+        for name, value in (("max_handoffs", max_handoffs), ("max_iterations", max_iterations)):
+            if value < 1:
+                raise GraphError(f"{name} must be at least 1, got {value}")
+        self.max_handoffs = max_handoffs
+        self.max_iterations = max_iterations
+        self.execution_timeout = execution_timeout
+        self.node_timeout = node_timeout
+        self.repetitive_handoff_detection_window = repetitive_handoff_detection_window
+        self.repetitive_handoff_min_unique_agents = repetitive_handoff_min_unique_agents
+        self._pending_handoff: dict[str, Any] | None = None
+        super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
+
+    # -- the handoff tool -----------------------------------------------------------------------------
+
+    def _handoff_tool(self, from_node: str, agents: Mapping[str, Agent]) -> FunctionTool:
+        others = [n for n in agents if n != from_node]
+        listing = "; ".join(f"{n}: {agents[n].description or 'no description'}" for n in others)
+
+        def handoff_to_agent(
+            agent_name: str, message: str, tool_context: ToolContext, context: dict[str, Any] | None = None
+        ) -> str:
+            if agent_name == from_node:
+                raise ValueError("you cannot hand off to yourself; answer, or hand off to another agent")
+            if agent_name not in agents:
+                raise ValueError(f"no agent named {agent_name!r}; the agents are: {', '.join(others)}")
+            try:
+                shared = json.loads(json.dumps(context or {}, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"context must be JSON: {exc}") from None
+            self._pending_handoff = {
+                "from": from_node,
+                "to": agent_name,
+                "message": message,
+                "context": shared,
+            }
+            tool_context.end_turn(f"Handed off to {agent_name}.")
+            return f"Handing off to {agent_name}."
+
+        handoff_to_agent.__doc__ = (
+            "Hand the task to another agent of the team, with a message saying what it should do. This ends "
+            f"your turn. The agents: {listing or 'none'}.\n\n"
+            "Args:\n"
+            "    agent_name: the agent to hand off to.\n"
+            "    message: what the next agent should do, and what you found.\n"
+            "    context: JSON data to share with the agents after you.\n"
+        )
+        return FunctionTool(handoff_to_agent, name=HANDOFF_TOOL, context=True)
+
+    def _topology(self) -> dict[str, Any]:
+        return {**super()._topology(), "entry_point": self.entry_point}
+
+    # -- the run --------------------------------------------------------------------------------------
+
+    def _compose_input(self, node_id: str, activation: dict[str, Any]) -> Any:
+        task = self._fields.get("task")
+        handoff = activation.get("from")
+        if handoff is None:
+            head: Any = task
+            lines = []
+        else:
+            head = activation["input"]
+            lines = [f"Original task: {output_text(task)}", f"Handed off to you by {handoff}."]
+        shared = self._fields.get("shared_context") or {}
+        if shared:
+            lines.append(f"Shared context: {json.dumps(shared, sort_keys=True)}")
+        history = self._logs.get("node_history", [])
+        if history:
+            lines.append(f"Agents so far: {' -> '.join(history)}")
+        others = [n for n in self.nodes if n != node_id]
+        if others:
+            lines.append(f"You can hand off with {HANDOFF_TOOL} to: {', '.join(others)}.")
+        context = "Swarm context:\n" + "\n".join(f"- {line}" for line in lines)
+        if isinstance(head, list):
+            return [*head, {"text": context}]
+        return f"{output_text(head)}\n\n{context}"
+
+    def _repetitive(self) -> str | None:
+        window = self.repetitive_handoff_detection_window
+        if window <= 0:
+            return None
+        history = self._logs.get("node_history", [])
+        recent = history[-window:]
+        if len(recent) >= window and len(set(recent)) < self.repetitive_handoff_min_unique_agents:
+            return (
+                f"repetitive handoffs: the last {window} turns involved only {', '.join(sorted(set(recent)))} "
+                f"(fewer than repetitive_handoff_min_unique_agents={self.repetitive_handoff_min_unique_agents})"
+            )
+        return None
+
+    async def _run(
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
+    ) -> SwarmResult:
+        if "next" not in self._fields:
+            self._set("next", {"node": self.entry_point, "input": None, "from": None})
+            self._set("shared_context", {})
+        failure: tuple[str, str | None] | None = None
+        interrupts: list[Interrupt] = []
+        output: Any = None
+        with anyio.move_on_after(self.execution_timeout) as deadline:
+            while self._fields.get("next") is not None and failure is None and not interrupts:
+                failure, interrupts, output = await self._turn(invocation_state, emit, responses)
+        if deadline.cancelled_caught:
+            failure = (f"execution_timeout ({self.execution_timeout:g}s) exceeded", None)
+        if failure is not None:
+            self._finish(Status.FAILED, *failure)
+        elif interrupts:
+            self._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
+        else:
+            self._finish(Status.COMPLETED)
+            self._update_run(output=output)
+        return self._build_result()
+
+    async def _turn(
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
+    ) -> tuple[tuple[str, str | None] | None, list[Interrupt], Any]:
+        """One agent turn: returns (failure, interrupts, output)."""
+        activation = self._fields["next"]
+        node_id = activation["node"]
+        record = self._node_record(node_id)
+        if record["status"] == Status.EXECUTING.value:  # it was running when the process stopped
+            record["executions"] -= 1
+            self.run["execution_count"] = max(0, self.run["execution_count"] - 1)
+        if self.run["execution_count"] >= self.max_iterations:
+            return (
+                (
+                    f"max_iterations limit ({self.max_iterations}) reached before agent {node_id!r} could run",
+                    None,
+                ),
+                [],
+                None,
+            )
+        before = BeforeNodeCall(
+            self, node_id, invocation_state, record["executions"] + 1, _responses=responses
+        )
+        try:
+            await self.hooks.invoke(before)
+        except InterruptException as signal:
+            result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt])
+            self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
+            await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+            return None, [signal.interrupt], None
+        if before.cancel_node is not None:
+            error = f"agent {node_id!r} was cancelled by a hook: {before.cancel_node}"
+            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+            self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
+            await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+            return (error, error), [], None
+        executions = record["executions"] + 1
+        self._update_node(node_id, status=Status.EXECUTING.value, executions=executions)
+        self._update_run(execution_count=self.run["execution_count"] + 1, current=node_id)
+        node_input = NodeInput(
+            node_id=node_id,
+            task=self._compose_input(node_id, activation),
+            inputs={},
+            state=self.state,
+            invocation_state=invocation_state,
+            execution_count=executions,
+        )
+        if emit is not None:
+            await emit(NodeStartEvent(node_id, executions))
+        self._pending_handoff = None
+        try:
+            with anyio.fail_after(self.node_timeout):
+                result = await self.nodes[node_id].execute(node_input, self, emit, responses)
+        except TimeoutError:
+            error = f"node_timeout ({self.node_timeout:g}s) exceeded by agent {node_id!r}"
+            result = NodeResult(
+                node_id=node_id, status=Status.FAILED, error=error, execution_count=executions
+            )
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            result = NodeResult(
+                node_id=node_id, status=Status.FAILED, error=error, execution_count=executions
+            )
+        self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
+        self._add_usage(result.usage)
+        self._mark_agent(node_id)
+        failure: tuple[str, str | None] | None = None
+        interrupts: list[Interrupt] = []
+        output: Any = None
+        if result.status == Status.FAILED:
+            failure = (f"agent {node_id!r} failed: {result.error}", result.error)
+        elif result.status == Status.INTERRUPTED:
+            interrupts = list(result.interrupts)
+        else:
+            self._append_log("execution_order", node_id)
+            self._append_log("node_history", node_id)
+            handoff, self._pending_handoff = self._pending_handoff, None
+            if handoff is None:
+                self._set("next", None)
+                output = result.output
+            else:
+                failure = self._hand_off(handoff)
+                if emit is not None and failure is None:
+                    await emit(HandoffEvent(handoff["from"], handoff["to"], handoff["message"]))
+        if emit is not None:
+            await emit(NodeStopEvent(node_id, result))
+        await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+        return failure, interrupts, output
+
+    def _hand_off(self, handoff: dict[str, Any]) -> tuple[str, str | None] | None:
+        count = self.run.get("handoff_count", 0) + 1
+        self._update_run(handoff_count=count)
+        if count > self.max_handoffs:
+            return (
+                f"max_handoffs limit ({self.max_handoffs}) reached: {handoff['from']} tried to hand off to {handoff['to']}",
+                None,
+            )
+        if handoff["context"]:
+            shared = dict(self._fields.get("shared_context") or {})
+            shared[handoff["from"]] = {**shared.get(handoff["from"], {}), **handoff["context"]}
+            self._set("shared_context", shared)
+        self._append_log(
+            "handoffs", {"from": handoff["from"], "to": handoff["to"], "message": handoff["message"]}
+        )
+        self._set("next", {"node": handoff["to"], "input": handoff["message"], "from": handoff["from"]})
+        repetitive = self._repetitive()
+        return (repetitive, None) if repetitive else None
+
+    def _build_result(self) -> SwarmResult:
+        run = self.run
+        results = {}
+        for node_id in self.nodes:
+            record = self._fields.get(f"node/{node_id}")
+            if record and record.get("result"):
+                results[node_id] = NodeResult.model_validate(record["result"])
+        return SwarmResult(
+            status=Status(run["status"]),
+            results=results,
+            execution_order=list(self._logs.get("execution_order", [])),
+            output=run.get("output"),
+            reason=run["reason"],
+            error=run["error"],
+            interrupts=[Interrupt.model_validate(i) for i in run["interrupts"]],
+            usage=run["usage"],
+            execution_count=run["execution_count"],
+            node_history=list(self._logs.get("node_history", [])),
+            handoffs=list(self._logs.get("handoffs", [])),
+            shared_context=dict(self._fields.get("shared_context") or {}),
+        )

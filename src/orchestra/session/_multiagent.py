@@ -1,0 +1,59 @@
+"""How session managers persist a Graph or Swarm: after every node, or at the end of the invocation."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+from orchestra.hooks import HookRegistry
+from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
+from orchestra.session._journal import Document, Journal
+
+if TYPE_CHECKING:
+    from orchestra.multiagent.base import MultiAgentBase
+    from orchestra.session.snapshot_manager import SnapshotSessionManager
+
+__all__ = ["OrchestratorPersistence"]
+
+
+class OrchestratorPersistence:
+    """The multi-agent side of a ``SnapshotSessionManager``: one journal per orchestrator scope.
+
+    The saved run is restored before the orchestrator's first invocation. Each save takes only what the
+    orchestrator marked as changed (the node that finished, its agent, the counters), so a per-node save
+    costs the same at the 200th node as at the first.
+    """
+
+    def __init__(self, manager: SnapshotSessionManager) -> None:
+        self.manager = manager
+        self._journals: weakref.WeakKeyDictionary[MultiAgentBase, Journal] = weakref.WeakKeyDictionary()
+
+    def register(self, registry: HookRegistry) -> None:
+        registry.add_callback(BeforeMultiAgentInvocation, self._before_invocation)
+        registry.add_callback(AfterNodeCall, self._after_node)
+        registry.add_callback(AfterMultiAgentInvocation, self._after_invocation)
+
+    async def _before_invocation(self, event: BeforeMultiAgentInvocation) -> None:
+        orchestrator = event.orchestrator
+        if orchestrator in self._journals:
+            return
+        journal = self.manager.journal("multiAgent", orchestrator.scope_id)
+        doc = await journal.load()
+        if doc is not None:
+            orchestrator.load_document(doc.fields, doc.logs)
+        self._journals[orchestrator] = journal
+
+    async def save(self, orchestrator: MultiAgentBase) -> None:
+        journal = self._journals[orchestrator]
+        fields, logs, unset = orchestrator.take_changes()
+        if journal.seq == -1:
+            await journal.create(Document(fields=fields, logs=logs))
+        else:
+            await journal.save(fields, logs, unset)
+
+    async def _after_node(self, event: AfterNodeCall) -> None:
+        if self.manager.multi_agent_save_latest_on == "node":
+            await self.save(event.orchestrator)
+
+    async def _after_invocation(self, event: AfterMultiAgentInvocation) -> None:
+        await self.save(event.orchestrator)
