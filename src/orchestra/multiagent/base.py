@@ -160,6 +160,17 @@ class MultiAgentBase:
         self._dirty.add(f"node/{node_id}")
         self._unset.discard(f"node/{node_id}")
 
+    def _continue_execution(self, node_id: str) -> None:
+        """A node that was running (or stopped for an interrupt) goes on: its execution is not a new one."""
+        record = self._node_record(node_id)
+        if record["status"] == Status.EXECUTING.value or (
+            record["status"] == Status.INTERRUPTED.value and record.get("started", True)
+        ):
+            self._update_node(
+                node_id, status=Status.PENDING.value, executions=max(0, record["executions"] - 1)
+            )
+            self._update_run(execution_count=max(0, self.run["execution_count"] - 1))
+
     def _append_log(self, name: str, item: Any) -> None:
         self._logs.setdefault(name, []).append(item)
         self._dirty_logs.add(name)

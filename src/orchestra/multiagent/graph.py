@@ -280,12 +280,14 @@ class Graph(MultiAgentBase):
             if record.get("result") is not None:
                 self._results[node_id] = NodeResult.model_validate(record["result"])
             status = record["status"]
-            if status == Status.EXECUTING.value:
-                # It was running when the process stopped: it runs again from its state before it started.
-                self._update_node(node_id, status=Status.PENDING.value, executions=record["executions"] - 1)
-                self._update_run(execution_count=max(0, self.run["execution_count"] - 1))
-                waiting.append((record.get("queued_seq", 0), node_id))
-            elif status in (Status.INTERRUPTED.value, Status.FAILED.value) or record.get("queued"):
+            if status in (
+                Status.EXECUTING.value,
+                Status.INTERRUPTED.value,
+                Status.FAILED.value,
+            ) or record.get("queued"):
+                # Running when the process stopped, or stopped for an interrupt: the same execution goes on
+                # (from the node's state before it started, or where the interrupt left it).
+                self._continue_execution(node_id)
                 waiting.append((record.get("queued_seq", 0), node_id))
         waiting.sort()
         self._queue = [node_id for _, node_id in waiting]
@@ -301,8 +303,19 @@ class Graph(MultiAgentBase):
         executions = record["executions"] + 1
         if executions > 1 and self.reset_on_revisit:
             self.nodes[node_id].reset()
+        incoming: dict[str, str] = {}
+        if self.nodes[node_id].join == "any":
+            # The other predecessors still running belong to this activation: their edges will not start
+            # the node a second time.
+            incoming = {p: "absorbed" for p in self._forward_preds[node_id] if p not in sources}
         self._update_node(
-            node_id, status=Status.EXECUTING.value, executions=executions, queued=False, incoming={}, back=[]
+            node_id,
+            status=Status.EXECUTING.value,
+            executions=executions,
+            queued=False,
+            incoming=incoming,
+            back=[],
+            started=True,
         )
         self._update_run(execution_count=self.run["execution_count"] + 1)
         inputs = {src: self._results[src].output for src in sources if src in self._results}
@@ -340,7 +353,9 @@ class Graph(MultiAgentBase):
                     self._update_node(edge.dst, back=[*target.get("back", []), node_id])
             else:
                 incoming = dict(target.get("incoming", {}))
-                incoming[node_id] = "fired" if fired else "skipped"
+                # An edge absorbed by a join="any" node that already started on another edge is done.
+                absorbed = incoming.get(node_id) == "absorbed"
+                incoming[node_id] = "fired" if fired and not absorbed else "skipped"
                 self._update_node(edge.dst, incoming=incoming)
         self._queue_ready()
 
@@ -508,9 +523,12 @@ class _GraphRun:
             await graph.hooks.invoke(event)
         except InterruptException as signal:
             result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt])
-            graph._update_node(node_id, queued=True)
             graph._update_node(
-                node_id, status=Status.INTERRUPTED.value, result=result.model_dump(mode="json")
+                node_id,
+                queued=True,
+                started=False,
+                status=Status.INTERRUPTED.value,
+                result=result.model_dump(mode="json"),
             )
             graph._results[node_id] = result
             self.interrupts.append(signal.interrupt)

@@ -221,10 +221,8 @@ class Swarm(MultiAgentBase):
         """One agent turn: returns (failure, interrupts, output)."""
         activation = self._fields["next"]
         node_id = activation["node"]
+        self._continue_execution(node_id)  # it was running when the process stopped, or was interrupted
         record = self._node_record(node_id)
-        if record["status"] == Status.EXECUTING.value:  # it was running when the process stopped
-            record["executions"] -= 1
-            self.run["execution_count"] = max(0, self.run["execution_count"] - 1)
         if self.run["execution_count"] >= self.max_iterations:
             return (
                 (
@@ -241,7 +239,9 @@ class Swarm(MultiAgentBase):
             await self.hooks.invoke(before)
         except InterruptException as signal:
             result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt])
-            self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
+            self._update_node(
+                node_id, status=result.status.value, result=result.model_dump(mode="json"), started=False
+            )
             await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
             return None, [signal.interrupt], None
         if before.cancel_node is not None:
@@ -251,7 +251,7 @@ class Swarm(MultiAgentBase):
             await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
             return (error, error), [], None
         executions = record["executions"] + 1
-        self._update_node(node_id, status=Status.EXECUTING.value, executions=executions)
+        self._update_node(node_id, status=Status.EXECUTING.value, executions=executions, started=True)
         self._update_run(execution_count=self.run["execution_count"] + 1, current=node_id)
         node_input = NodeInput(
             node_id=node_id,

@@ -223,6 +223,7 @@ class RepositorySessionManager:
         self._session_id = validate_id(session_id, "session_id")
         self.session_repository = session_repository
         self._agents: weakref.WeakKeyDictionary[Agent, _Tracked] = weakref.WeakKeyDictionary()
+        self._orchestrators: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     @property
     def session_id(self) -> str:
@@ -233,6 +234,42 @@ class RepositorySessionManager:
         registry.add_callback(MessageAdded, self._on_message_added)
         registry.add_callback(MessageRedacted, self._on_message_redacted)
         registry.add_callback(AfterInvocation, self._on_after_invocation)
+
+    def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
+        """Persist a Graph or Swarm as one ``multi_agent.json`` (rewritten whole after every node)."""
+        from orchestra.multiagent.events import (
+            AfterMultiAgentInvocation,
+            AfterNodeCall,
+            BeforeMultiAgentInvocation,
+        )
+
+        registry.add_callback(BeforeMultiAgentInvocation, self._restore_orchestrator)
+        registry.add_callback(AfterNodeCall, lambda event: self._save_orchestrator(event.orchestrator))
+        registry.add_callback(
+            AfterMultiAgentInvocation, lambda event: self._save_orchestrator(event.orchestrator)
+        )
+
+    async def _restore_orchestrator(self, event: Any) -> None:
+        orchestrator = event.orchestrator
+        if orchestrator in self._orchestrators:
+            return
+        await self._ensure_session()
+        payload = await _call(
+            self.session_repository.read_multi_agent(self._session_id, orchestrator.scope_id)
+        )
+        self._orchestrators[orchestrator] = payload is not None
+        if payload is not None:
+            orchestrator.deserialize_state({k: v for k, v in payload.items() if k != "id"})
+
+    async def _save_orchestrator(self, orchestrator: Any) -> None:
+        orchestrator.take_changes()  # this layout rewrites the whole state: nothing to track
+        payload = {"id": orchestrator.scope_id, **orchestrator.serialize_state()}
+        repo = self.session_repository
+        if self._orchestrators.get(orchestrator):
+            await _call(repo.update_multi_agent(self._session_id, payload))
+        else:
+            await _call(repo.create_multi_agent(self._session_id, payload))
+            self._orchestrators[orchestrator] = True
 
     async def _ensure_session(self) -> None:
         repo = self.session_repository
