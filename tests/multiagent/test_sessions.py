@@ -130,7 +130,7 @@ async def test_invocation_strategy_saves_once_and_a_crash_restarts_the_invocatio
 async def test_per_node_saves_do_not_grow_with_completed_nodes(storage):
     graph = chain(Counter(), storage, n=60)
     await graph.invoke_async("task")
-    keys = [k for k in await storage.list(f"{SCOPE}pipeline/journal/")]
+    keys = list(await storage.list(f"{SCOPE}pipeline/journal/"))
     sizes = [len((await storage.read(k))[0]) for k in keys]
     assert len(sizes) >= 60
     assert max(sizes[-10:-1]) <= max(sizes[2:12]) + 20
