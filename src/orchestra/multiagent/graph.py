@@ -206,6 +206,8 @@ class Graph(MultiAgentBase):
         self._results: dict[str, NodeResult] = {}
         self._queue: list[str] = []
         self._queued_seq = 0
+        self._waiting: set[str] = set()
+        self._order = {node_id: index for index, node_id in enumerate(ids)}
         self.graph_state = GraphState(self)
         super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
 
@@ -268,6 +270,7 @@ class Graph(MultiAgentBase):
         self._queued_seq += 1
         self._update_node(node_id, queued=True, activation=sources, queued_seq=self._queued_seq)
         self._queue.append(node_id)
+        self._waiting.discard(node_id)
 
     def _restore_queue(self) -> None:
         """After a restore: nodes that were queued, running, interrupted or failed are queued again."""
@@ -292,6 +295,11 @@ class Graph(MultiAgentBase):
         waiting.sort()
         self._queue = [node_id for _, node_id in waiting]
         self._queued_seq = max((r.get("queued_seq", 0) for _, r in self._node_records()), default=0)
+        self._waiting = {
+            node_id
+            for node_id, record in self._node_records()
+            if not record.get("queued") and (record.get("incoming") or record.get("back"))
+        }
 
     def _node_records(self) -> list[tuple[str, dict[str, Any]]]:
         return [(n, self._fields[f"node/{n}"]) for n in self.nodes if f"node/{n}" in self._fields]
@@ -348,6 +356,7 @@ class Graph(MultiAgentBase):
                     f"the condition of edge {edge.src} -> {edge.dst} raised {type(exc).__name__}: {exc}"
                 ) from exc
             target = self._node_record(edge.dst)
+            self._waiting.add(edge.dst)
             if edge.back:
                 if fired:
                     self._update_node(edge.dst, back=[*target.get("back", []), node_id])
@@ -360,12 +369,17 @@ class Graph(MultiAgentBase):
         self._queue_ready()
 
     def _queue_ready(self) -> None:
-        """Queue every waiting node whose join is now satisfied."""
+        """Queue every waiting node (one with an edge fired or skipped towards it) whose join is satisfied.
+
+        Only waiting nodes are looked at, so a completion costs the same however many nodes are done.
+        """
         live_memo: dict[str, bool] = {}
-        for node_id, record in self._node_records():
-            if record.get("queued") or record["status"] == Status.EXECUTING.value:
+        for node_id in sorted(self._waiting, key=self._order.__getitem__):
+            record = self._node_record(node_id)
+            if record.get("queued") or record["status"] == _EXECUTING:
                 continue
             if not record.get("incoming") and not record.get("back"):
+                self._waiting.discard(node_id)
                 continue
             sources = self._ready_sources(node_id, record, live_memo)
             if sources is not None:
@@ -396,7 +410,7 @@ class Graph(MultiAgentBase):
                 stack.pop()
                 continue
             record = self._fields.get(f"node/{current}") or {}
-            if record.get("queued") or record.get("status") == Status.EXECUTING.value or record.get("back"):
+            if record.get("queued") or record.get("status") == _EXECUTING or record.get("back"):
                 memo[current] = True
                 stack.pop()
                 continue
@@ -456,6 +470,9 @@ class Graph(MultiAgentBase):
         )
 
 
+_EXECUTING = Status.EXECUTING.value
+
+
 class _ConditionError(Exception):
     """An edge condition raised; the run fails with this message."""
 
@@ -499,6 +516,10 @@ class _GraphRun:
                     if not await self._before_node(node_id):
                         continue
                     node_input = graph._start_node(node_id, self.invocation_state)
+                    if not self.running and not graph._queue:
+                        # The only node that can run (a chain): run it here, without a task and a stream.
+                        await self._settle(await self._run_node(node_id, node_input))
+                        continue
                     scope = anyio.CancelScope()
                     self.running[node_id] = scope
                     group.start_soon(self._execute, node_id, node_input, scope, send.clone())
@@ -551,27 +572,31 @@ class _GraphRun:
         scope: anyio.CancelScope,
         send: MemoryObjectSendStream[tuple[str, NodeResult | None]],
     ) -> None:
-        graph = self.graph
-        node = graph.nodes[node_id]
         result: NodeResult | None = None
         async with send:
             with scope:
-                if self.emit is not None:
-                    await self.emit(NodeStartEvent(node_id, node_input.execution_count))
-                try:
-                    if graph.node_timeout is None:
-                        result = await node.execute(node_input, graph, self.emit, self.responses)
-                    else:
-                        with anyio.fail_after(graph.node_timeout):
-                            result = await node.execute(node_input, graph, self.emit, self.responses)
-                except TimeoutError:
-                    error = f"node_timeout ({graph.node_timeout:g}s) exceeded by node {node_id!r}"
-                    result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-                except Exception as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                    result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-                result.execution_count = node_input.execution_count
+                result = await self._run_node(node_id, node_input)
             await send.send((node_id, None if scope.cancelled_caught else result))
+
+    async def _run_node(self, node_id: str, node_input: NodeInput) -> NodeResult:
+        """Run one node; its failure (an exception, a timeout) becomes a FAILED result."""
+        graph = self.graph
+        node = graph.nodes[node_id]
+        if self.emit is not None:
+            await self.emit(NodeStartEvent(node_id, node_input.execution_count))
+        try:
+            if graph.node_timeout is None:
+                result = await node.execute(node_input, graph, self.emit, self.responses)
+            else:
+                with anyio.fail_after(graph.node_timeout):
+                    result = await node.execute(node_input, graph, self.emit, self.responses)
+        except TimeoutError:
+            error = f"node_timeout ({graph.node_timeout:g}s) exceeded by node {node_id!r}"
+            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+        except Exception as exc:
+            result = NodeResult(node_id=node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+        result.execution_count = node_input.execution_count
+        return result
 
     async def _settle(self, result: NodeResult) -> None:
         graph = self.graph
