@@ -69,7 +69,9 @@ async def w2(repeat: int) -> dict[str, Any]:
     latency = 0.05
     times = []
     for _ in range(repeat):
-        workers = [Agent(name=f"w{i}", model=ScriptedModel([f"part {i}"], latency=latency)) for i in range(100)]
+        workers = [
+            Agent(name=f"w{i}", model=ScriptedModel([f"part {i}"], latency=latency)) for i in range(100)
+        ]
         entry = Agent(name="entry", model=ScriptedModel(["split"], latency=latency))
         aggregator = Agent(name="aggregator", model=ScriptedModel(["all parts"], latency=latency))
         edges = [("entry", w.name) for w in workers] + [(w.name, "aggregator") for w in workers]
@@ -97,7 +99,7 @@ async def w4(repeat: int) -> dict[str, Any]:
     for _ in range(repeat):
         models: list[FunctionModel] = []
 
-        def make(name: str) -> Agent:
+        def make(name: str, models: list[FunctionModel] = models) -> Agent:
             def reply(messages: list[Any], specs: list[Any]) -> Any:
                 prompt = messages[-1]["content"][-1].get("text", "")
                 turn = prompt.count(" -> ") + 1 if "Agents so far:" in prompt else 0
@@ -116,7 +118,13 @@ async def w4(repeat: int) -> dict[str, Any]:
         times.append(time.perf_counter() - started)
         assert result.status.value == "completed", result.reason
         calls = sum(len(m.requests) for m in models)
-    return {"workload": "W4", "handoffs": handoffs, "seconds": round(min(times), 4), "model_calls": calls, "target_model_calls": 31}
+    return {
+        "workload": "W4",
+        "handoffs": handoffs,
+        "seconds": round(min(times), 4),
+        "model_calls": calls,
+        "target_model_calls": 31,
+    }
 
 
 async def w5() -> dict[str, Any]:
@@ -134,6 +142,7 @@ async def w5() -> dict[str, Any]:
         return Agent(name=f"n{i}", model=FunctionModel(reply))
 
     with tempfile.TemporaryDirectory() as root:
+
         def build() -> Graph:
             agents = [make(i) for i in range(1, nodes + 1)]
             edges = [(f"n{i}", f"n{i + 1}") for i in range(1, nodes)]

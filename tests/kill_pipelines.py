@@ -7,6 +7,7 @@ The run's result is printed as JSON on the last line.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ def build_graph(root: str, session: str, calls: str, latency: float = 0.01) -> G
 
     names = ["start", *FAN_OUT, "join", *CHAIN]
     edges = [("start", a) for a in FAN_OUT] + [(a, "join") for a in FAN_OUT]
-    edges += [("join", CHAIN[0])] + list(zip(CHAIN, CHAIN[1:], strict=False))
+    edges += [("join", CHAIN[0]), *list(itertools.pairwise(CHAIN))]
     manager = SnapshotSessionManager(session, storage=LocalFileStorage(root))
     return Graph([agent(n) for n in names], edges=edges, id="kill-graph", session_manager=manager)
 
@@ -66,7 +67,11 @@ def build_swarm(root: str, session: str, calls: str, latency: float = 0.01) -> S
 
     manager = SnapshotSessionManager(session, storage=LocalFileStorage(root))
     return Swarm(
-        [agent(n) for n in SWARM], max_handoffs=50, max_iterations=50, id="kill-swarm", session_manager=manager
+        [agent(n) for n in SWARM],
+        max_handoffs=50,
+        max_iterations=50,
+        id="kill-swarm",
+        session_manager=manager,
     )
 
 

@@ -21,7 +21,6 @@ import pytest
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.storage import LocalFileStorage
-from tests import kill_pipelines
 
 ROUNDS = int(os.environ.get("ORCHESTRA_KILL_ROUNDS", "100" if os.environ.get("ORCHESTRA_STRESS") else "20"))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -97,9 +96,12 @@ def test_killed_runs_resume_to_the_uninterrupted_result(kind, tmp_path, expected
             continue  # the kill came too late: the second invocation was a fresh run, as it should be
         killed_mid_run += 1
         for name in done_before:
-            assert after[name] == 1, f"round {round_number}: {name} completed before the kill but ran {after[name]} times"
+            assert after[name] == 1, (
+                f"round {round_number}: {name} completed before the kill but ran {after[name]} times"
+            )
         for name, count in after.items():
             assert count <= 2, f"round {round_number}: {name} ran {count} times"
             if count == 2:
-                assert name not in done_before and before[name] >= 1
+                assert name not in done_before
+                assert before[name] >= 1
     assert killed_mid_run >= ROUNDS // 2, "most kills should land while the run is in progress"
