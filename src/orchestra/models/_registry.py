@@ -16,7 +16,7 @@ from orchestra._imports import import_object
 from orchestra.errors import ConfigurationError
 from orchestra.messages import MessageDict, text_of
 from orchestra.models._base import Model, ToolSpec
-from orchestra.models.scripted import FunctionModel, ScriptedModel
+from orchestra.models.scripted import FunctionModel, ScriptedModel, ToolCall
 
 __all__ = ["MODEL_ENV_VAR", "default_model", "resolve_model"]
 
@@ -30,6 +30,21 @@ _shared_lock = threading.Lock()
 def _echo(messages: list[MessageDict], tool_specs: list[ToolSpec]) -> str:
     """Offline stand-in: answers with the newest message's text."""
     return f"echo: {text_of(messages[-1]) if messages else ''}"
+
+
+def _reply(reply: Any) -> Any:
+    """Scripted replies as data (YAML): text, ``{tool: name, input: {...}}``, or a list of them."""
+    if isinstance(reply, Mapping):
+        if set(reply) - {"tool", "input", "id"} or "tool" not in reply:
+            raise ConfigurationError(
+                f"a scripted tool call is {{tool: name, input: {{...}}}}, not {dict(reply)!r}"
+            )
+        return ToolCall(str(reply["tool"]), dict(reply.get("input") or {}), reply.get("id"))
+    if isinstance(reply, list):
+        return [_reply(r) for r in reply]
+    if isinstance(reply, str | ToolCall):
+        return reply
+    raise ConfigurationError(f"a scripted reply is text or a tool call, not {type(reply).__name__}")
 
 
 def _parse(spec: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -65,7 +80,8 @@ def _build(options: dict[str, Any]) -> Model:
         latency = float(options.pop("latency", 0.0))
         if replies is None:
             return FunctionModel(_echo, latency=latency, name="scripted")
-        return ScriptedModel(list(replies), latency=latency)
+        follow = bool(options.pop("follow_history", False))
+        return ScriptedModel([_reply(r) for r in replies], latency=latency, follow_history=follow)
     if provider == "echo":
         return FunctionModel(_echo, name="echo")
     if provider == "function":

@@ -109,14 +109,24 @@ class ScriptedModel(_RecordingModel):
         latency: seconds to wait before each reply, to simulate a real provider.
         name: how the model is named in errors.
 
+        follow_history: pick the reply by how many assistant messages the conversation already holds,
+            instead of by call count. A restored agent (a resumed run, a new process) then continues its
+            script where it stopped, as a real model would continue the conversation.
+
     Every request is recorded in ``requests``. Running out of replies raises ``ScriptExhaustedError``.
     """
 
     def __init__(
-        self, replies: Sequence[Reply] = (), *, latency: float = 0.0, name: str = "scripted"
+        self,
+        replies: Sequence[Reply] = (),
+        *,
+        latency: float = 0.0,
+        name: str = "scripted",
+        follow_history: bool = False,
     ) -> None:
         super().__init__(name, latency)
         self.replies: list[Reply] = list(replies)
+        self.follow_history = follow_history
         self._position = 0
 
     @property
@@ -132,6 +142,8 @@ class ScriptedModel(_RecordingModel):
         system_prompt: str | None = None,
     ) -> AsyncIterator[ModelEvent]:
         input_tokens = self._record(messages, tool_specs, system_prompt)
+        if self.follow_history:
+            self._position = sum(1 for m in messages if m["role"] == "assistant")
         if self._position >= len(self.replies):
             raise ScriptExhaustedError(
                 f"ScriptedModel {self._name!r} has no reply left: it was given {len(self.replies)} "

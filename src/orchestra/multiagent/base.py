@@ -55,6 +55,9 @@ class MultiAgentBase:
     """The common part of ``Graph`` and ``Swarm``; not used directly."""
 
     kind = "multiagent"
+    spec: Any = None
+    """The ``PipelineSpec`` this orchestrator was loaded from, if any (see ``to_yaml``)."""
+    spec_dir: Any = None
 
     def __init__(
         self,
@@ -279,6 +282,28 @@ class MultiAgentBase:
             if node.kind == "agent":
                 self._mark_agent(node_id)
 
+    # -- YAML -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_yaml(cls, path: str, **options: Any) -> Any:
+        """Load a pipeline of this kind from a YAML spec (see ``orchestra.load`` for the options)."""
+        from orchestra.spec import load
+
+        built = load(path, **options)
+        if not isinstance(built, cls):
+            raise ConfigurationError(f"{path} describes a {type(built).__name__}, not a {cls.__name__}")
+        return built
+
+    def to_yaml(self) -> str:
+        """The YAML spec this orchestrator was loaded from; loading it gives the same pipeline."""
+        if self.spec is None:
+            raise ConfigurationError(
+                f"{self.kind} {self.id!r} was built in Python, not loaded from YAML: there is no spec to write"
+            )
+        from orchestra.spec import dump_yaml
+
+        return dump_yaml(self.spec)
+
     # -- topology -------------------------------------------------------------------------------------
 
     def _topology(self) -> dict[str, Any]:
@@ -377,7 +402,14 @@ class MultiAgentBase:
             self._start_fresh_document(task)
         self.log.debug("run.start", resumed=resumed)
         started = time.perf_counter()
-        result = await self._run(invocation_state, emit, responses)
+        try:
+            result = await self._run(invocation_state, emit, responses)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled from outside (Ctrl-C, SIGTERM, a task timeout): save the run as interrupted so it
+            # can be resumed; the nodes that were running run again from their state before they started.
+            with anyio.CancelScope(shield=True):
+                await self._stop_interrupted(invocation_state, started)
+            raise
         elapsed = (time.perf_counter() - started) * 1000
         self._update_run(execution_time_ms=self.run["execution_time_ms"] + elapsed)
         result.execution_time_ms = self.run["execution_time_ms"]
@@ -386,6 +418,17 @@ class MultiAgentBase:
         await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
         self.log.debug("run.end", status=result.status.value)
         return result
+
+    async def _stop_interrupted(self, invocation_state: dict[str, Any], started: float) -> None:
+        elapsed = (time.perf_counter() - started) * 1000
+        self._finish(Status.INTERRUPTED, "the run was cancelled (for example by Ctrl-C or SIGTERM)")
+        self._update_run(execution_time_ms=self.run["execution_time_ms"] + elapsed)
+        result = self._build_result()
+        result.invocation_state = invocation_state
+        await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
+
+    def _build_result(self) -> MultiAgentResult:
+        raise NotImplementedError
 
     async def _run(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]

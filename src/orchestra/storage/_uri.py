@@ -15,12 +15,44 @@ from orchestra.storage._base import Storage
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
 
-__all__ = ["DEFAULT_STORAGE_URI", "storage_from_uri"]
+__all__ = ["DEFAULT_STORAGE_URI", "check_storage_uri", "storage_from_uri"]
 
 DEFAULT_STORAGE_URI = "file:./.orchestra"
 
 _named_memory: dict[str, InMemoryStorage] = {}
 _named_lock = threading.Lock()
+
+
+def _parse(uri: str) -> tuple[str, dict[str, str]]:
+    uri = uri.strip()
+    if uri in ("memory", "memory:"):
+        return "memory", {}
+    if uri.startswith("memory://"):
+        return "memory", {"name": uri[len("memory://") :]}
+    if uri.startswith("s3://"):
+        parts = urlsplit(uri)
+        if not parts.netloc:
+            raise ConfigurationError(f"storage URI {uri!r} names no bucket; write s3://bucket/prefix")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(query) - {"region", "endpoint_url"}
+        if unknown:
+            raise ConfigurationError(f"storage URI {uri!r}: unknown option(s) {', '.join(sorted(unknown))}")
+        return "s3", {"bucket": parts.netloc, "prefix": parts.path.lstrip("/"), **query}
+    for scheme in ("file://", "file:"):
+        if uri.startswith(scheme):
+            return "file", {"root": uri[len(scheme) :] or "."}
+    if "://" in uri or not uri:
+        raise ConfigurationError(f"unknown storage URI {uri!r}: use file:./dir, s3://bucket/prefix or memory")
+    return "file", {"root": uri}
+
+
+def check_storage_uri(uri: str) -> None:
+    """Check a storage URI without creating anything.
+
+    Raises:
+        ConfigurationError: the URI's scheme is unknown or a required part is missing.
+    """
+    _parse(uri)
 
 
 def storage_from_uri(uri: str) -> Storage:
@@ -29,33 +61,19 @@ def storage_from_uri(uri: str) -> Storage:
     Raises:
         ConfigurationError: the URI's scheme is unknown or a required part is missing.
     """
-    uri = uri.strip()
-    if uri in ("memory", "memory:"):
-        return InMemoryStorage()
-    if uri.startswith("memory://"):
-        name = uri[len("memory://") :]
+    kind, parts = _parse(uri)
+    if kind == "memory":
+        if "name" not in parts:
+            return InMemoryStorage()
         with _named_lock:
-            return _named_memory.setdefault(name, InMemoryStorage())
-    if uri.startswith("s3://"):
+            return _named_memory.setdefault(parts["name"], InMemoryStorage())
+    if kind == "s3":
         from orchestra.storage.s3 import S3Storage
 
-        parts = urlsplit(uri)
-        if not parts.netloc:
-            raise ConfigurationError(f"storage URI {uri!r} names no bucket; write s3://bucket/prefix")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"region", "endpoint_url"}
-        if unknown:
-            raise ConfigurationError(f"storage URI {uri!r}: unknown option(s) {', '.join(sorted(unknown))}")
         return S3Storage(
-            parts.netloc,
-            prefix=parts.path.lstrip("/"),
-            region_name=query.get("region"),
-            endpoint_url=query.get("endpoint_url"),
+            parts["bucket"],
+            prefix=parts["prefix"],
+            region_name=parts.get("region"),
+            endpoint_url=parts.get("endpoint_url"),
         )
-    if uri.startswith("file://"):
-        return LocalFileStorage(uri[len("file://") :] or ".")
-    if uri.startswith("file:"):
-        return LocalFileStorage(uri[len("file:") :] or ".")
-    if "://" in uri or not uri:
-        raise ConfigurationError(f"unknown storage URI {uri!r}: use file:./dir, s3://bucket/prefix or memory")
-    return LocalFileStorage(uri)
+    return LocalFileStorage(parts["root"])

@@ -1,0 +1,74 @@
+"""Built-in edge conditions, made from ``when:`` specs without running any code but named imports."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orchestra._imports import import_object
+from orchestra.spec.models import ConditionSpec
+
+if TYPE_CHECKING:
+    from orchestra.multiagent.graph import GraphState
+
+__all__ = ["SpecCondition"]
+
+
+def _wants_invocation_state(fn: Callable[..., Any]) -> bool:
+    from orchestra.multiagent.graph import _wants_invocation_state as wants
+
+    return wants(fn)
+
+
+class SpecCondition:
+    """A condition built from a ``when:`` spec; keeps the spec so the graph can be written back to YAML."""
+
+    def __init__(self, spec: ConditionSpec, source: str) -> None:
+        self.spec = spec
+        self.source = source
+        self._test = self._build(spec)
+
+    def __call__(self, state: GraphState, invocation_state: dict[str, Any] | None = None) -> bool:
+        return self._test(state, invocation_state or {})
+
+    def __repr__(self) -> str:
+        return f"SpecCondition({self.spec.model_dump(by_alias=True, exclude_none=True)})"
+
+    def _build(self, spec: ConditionSpec) -> Callable[[GraphState, dict[str, Any]], bool]:
+        source = self.source
+        if spec.output_contains is not None:
+            text = spec.output_contains
+            return lambda state, _: text in state.text(source)
+        if spec.output_matches is not None:
+            pattern = re.compile(spec.output_matches)
+            return lambda state, _: pattern.search(state.text(source)) is not None
+        if spec.state_equals is not None:
+            expected = spec.state_equals
+            return lambda state, _: all(state.state.get(k) == v for k, v in expected.items())
+        if spec.status is not None:
+            wanted = spec.status
+
+            def status_is(state: GraphState, _: dict[str, Any]) -> bool:
+                results = state.results
+                return all(
+                    (results[n].status.value if n in results else "pending") == s for n, s in wanted.items()
+                )
+
+            return status_is
+        if spec.all_ is not None:
+            parts = [self._build(c) for c in spec.all_]
+            return lambda state, inv: all(p(state, inv) for p in parts)
+        if spec.any_ is not None:
+            parts = [self._build(c) for c in spec.any_]
+            return lambda state, inv: any(p(state, inv) for p in parts)
+        if spec.not_ is not None:
+            inner = self._build(spec.not_)
+            return lambda state, inv: not inner(state, inv)
+        assert spec.call is not None
+        fn = import_object(spec.call)
+        if not callable(fn):
+            raise TypeError(f"{spec.call} is not callable")
+        if _wants_invocation_state(fn):
+            return lambda state, inv: bool(fn(state, invocation_state=inv))
+        return lambda state, _: bool(fn(state))

@@ -1,0 +1,563 @@
+"""Load pipelines from YAML: parse safely, report every problem as ``file:line:column: field: message``,
+then build the Graph, Swarm or Agent.
+
+Trust model: the YAML is parsed with PyYAML's safe loader, so no tag can construct a Python object and
+nothing in the file runs. The only code that runs is what the file names by import path
+(``package.module:name``) for tools, function nodes, ``call`` conditions and function models; the
+spec file's folder is put first on ``sys.path`` so pipelines can keep their functions beside them.
+Load specs you would trust as code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, ValidationError
+
+from orchestra._imports import import_object
+from orchestra.agent import Agent
+from orchestra.conversation import (
+    NullConversationManager,
+    SlidingWindowConversationManager,
+    SummarizingConversationManager,
+)
+from orchestra.errors import ConfigurationError, OrchestraSpecError
+from orchestra.models import Model, default_model, resolve_model
+from orchestra.multiagent import Graph, MultiAgentBase, Swarm
+from orchestra.multiagent._validation import back_edges
+from orchestra.spec._yaml import Located, load_located
+from orchestra.spec.conditions import SpecCondition
+from orchestra.spec.models import AgentSpec, ConditionSpec, ModelSpec, NodeSpec, PipelineSpec
+from orchestra.storage import storage_from_uri
+from orchestra.storage._uri import check_storage_uri
+
+__all__ = ["LoadedSpec", "build", "load", "parse_file", "parse_text"]
+
+VENDED_TOOLS = {"notebook": "orchestra.tools.notebook:notebook"}
+Path_ = tuple[str | int, ...]
+
+
+@dataclass
+class LoadedSpec:
+    """A parsed, checked spec with what building it needs (its file and the files it includes)."""
+
+    spec: PipelineSpec
+    path: Path
+    located: Located
+    included: dict[Path_, LoadedSpec] = field(default_factory=dict)
+
+
+def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _model_at(loc: typing.Sequence[str | int]) -> type[BaseModel] | None:
+    """The spec model class found by following ``loc`` from ``PipelineSpec`` (for key suggestions)."""
+    current: Any = PipelineSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        found = next(
+            (f for name, f in current.model_fields.items() if part in (name, f.alias)),
+            None,
+        )
+        if found is None:
+            return None
+        current = _unwrap(found.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = args[0] if len(args) == 1 else annotation
+            if len(args) != 1:
+                return annotation
+        elif origin in (list, dict):
+            annotation = typing.get_args(annotation)[-1]
+        else:
+            return annotation
+
+
+def _describe(error: Any) -> str:
+    kind = error["type"]
+    loc = error["loc"]
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        known = [f.alias or name for name, f in model.model_fields.items()] if model else []
+        return f"unknown key {loc[-1]!r}{_suggest(str(loc[-1]), known)}"
+    if kind == "missing":
+        return "is required"
+    if kind == "literal_error":
+        return f"must be {error['ctx']['expected']}, not {error['input']!r}"
+    message = str(error["msg"])
+    message = message.removeprefix("Value error, ")
+    return message[:1].lower() + message[1:]
+
+
+def _validate(located: Located) -> PipelineSpec | None:
+    if located.data is None:
+        return None
+    if not isinstance(located.data, dict):
+        located.problems.append(located.error((), "a pipeline is a mapping with version, kind, id, ..."))
+        return None
+    try:
+        return PipelineSpec.model_validate(located.data)
+    except ValidationError as exc:
+        seen: set[tuple[Any, ...]] = set()
+        for error in exc.errors(include_url=False):
+            loc = tuple(error["loc"])
+            if loc in seen:
+                continue
+            seen.add(loc)
+            located.problems.append(located.error(loc, _describe(error)))
+        return None
+
+
+def parse_text(text: str, filename: str, *, base_dir: Path | None = None) -> LoadedSpec:
+    """Parse and check a spec given as text (``filename`` is how errors name it).
+
+    Raises:
+        OrchestraSpecError: with every problem found.
+    """
+    return _parse(text, filename, base_dir or Path.cwd(), [])
+
+
+def parse_file(path: str | os.PathLike[str]) -> LoadedSpec:
+    """Parse and check a spec file (and every file it includes).
+
+    Raises:
+        OrchestraSpecError: with every problem found, each as ``file:line:column: field: message``.
+    """
+    return _parse_path(Path(path), [])
+
+
+def _parse_path(path: Path, stack: list[Path]) -> LoadedSpec:
+    resolved = path.resolve()
+    if resolved in stack:
+        chain = " -> ".join(str(p.name) for p in [*stack, resolved])
+        raise OrchestraSpecError(f"{path}:1:1: (document): the spec includes itself ({chain})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OrchestraSpecError(f"{path}:1:1: (document): cannot read the file: {exc}") from None
+    # Functions named by import path may live beside the spec (see the trust model above).
+    if str(resolved.parent) not in sys.path:
+        sys.path.insert(0, str(resolved.parent))
+    return _parse(text, str(path), resolved.parent, [*stack, resolved])
+
+
+def _parse(text: str, filename: str, base_dir: Path, stack: list[Path]) -> LoadedSpec:
+    located = load_located(text, filename)
+    spec = _validate(located)
+    if spec is None:
+        raise OrchestraSpecError(located.problems or [located.error((), "empty spec")])
+    loaded = LoadedSpec(spec=spec, path=base_dir / Path(filename).name, located=located)
+    _check(loaded, spec, (), base_dir, stack, {})
+    if located.problems:
+        raise OrchestraSpecError(located.problems)
+    return loaded
+
+
+def _check(
+    loaded: LoadedSpec,
+    spec: PipelineSpec,
+    prefix: Path_,
+    base_dir: Path,
+    stack: list[Path],
+    outer_agents: dict[str, AgentSpec],
+) -> None:
+    """Semantic checks: names, references, kinds, cycles, imports; recurses into nested specs."""
+    located = loaded.located
+
+    def problem(path: Path_, message: str) -> None:
+        located.problems.append(located.error((*prefix, *path), message))
+
+    agents: dict[str, AgentSpec] = dict(outer_agents)
+    local: dict[str, int] = {}
+    for index, agent in enumerate(spec.agents):
+        if agent.name in local:
+            problem(
+                ("agents", index, "name"),
+                f"duplicate agent name {agent.name!r} (also agents[{local[agent.name]}])",
+            )
+        local[agent.name] = index
+        agents[agent.name] = agent
+        _check_agent(agent, ("agents", index), problem)
+    if spec.session is not None:
+        try:
+            check_storage_uri(spec.session.storage)
+        except ConfigurationError as exc:
+            problem(("session", "storage"), str(exc))
+
+    if spec.kind == "agent":
+        for key in ("nodes", "edges", "entry_points"):
+            if getattr(spec, key):
+                problem((key,), f"a pipeline of kind agent has no {key}")
+        if spec.agent is not None:
+            if spec.agent not in agents:
+                problem(("agent",), f"unknown agent {spec.agent!r}{_suggest(spec.agent, agents)}")
+        elif len(spec.agents) != 1:
+            problem(
+                ("agents",),
+                f"kind agent needs exactly one agent, or `agent:` naming one (found {len(spec.agents)})",
+            )
+        return
+
+    ids: dict[str, int] = {}
+    for index, node in enumerate(spec.nodes):
+        node_id = node.id or node.agent
+        if node_id is None:
+            problem(("nodes", index, "id"), "a node that is not an agent needs an id")
+            continue
+        if node_id in ids:
+            problem(
+                ("nodes", index, "id" if node.id else "agent"),
+                f"duplicate node id {node_id!r} (also nodes[{ids[node_id]}])",
+            )
+        ids[node_id] = index
+        _check_node(loaded, node, ("nodes", index), prefix, base_dir, stack, agents, problem)
+
+    if spec.kind == "swarm":
+        for key in ("edges", "entry_points"):
+            if getattr(spec, key):
+                problem((key,), f"a swarm has no {key} (agents hand off with a tool); use entry_point")
+        members = list(ids) if spec.nodes else list(local)
+        for index, node in enumerate(spec.nodes):
+            if node.agent is None:
+                problem(("nodes", index), "swarm nodes are agents (agent: <name>)")
+        if not members:
+            problem(("agents",), "a swarm needs at least one agent")
+        if spec.entry_point is not None and spec.entry_point not in members:
+            problem(
+                ("entry_point",), f"unknown agent {spec.entry_point!r}{_suggest(spec.entry_point, members)}"
+            )
+        return
+
+    if not spec.nodes:
+        problem(("nodes",), "a graph needs at least one node")
+        return
+    if spec.entry_point is not None:
+        problem(("entry_point",), "entry_point is for swarms; a graph has entry_points")
+    edges_ok = True
+    for index, edge in enumerate(spec.edges):
+        for end, key in ((edge.from_, "from"), (edge.to, "to")):
+            if end not in ids:
+                edges_ok = False
+                problem(("edges", index, key), f"unknown node {end!r}{_suggest(end, ids)}")
+        if edge.when is not None:
+            _check_condition(edge.when, ("edges", index, "when"), problem)
+    for index, entry in enumerate(spec.entry_points):
+        if entry not in ids:
+            edges_ok = False
+            problem(("entry_points", index), f"unknown node {entry!r}{_suggest(entry, ids)}")
+    if edges_ok:
+        _check_structure(spec, ids, problem)
+
+
+def _check_structure(spec: PipelineSpec, ids: dict[str, int], problem: Any) -> None:
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    graph.add_nodes_from(ids)
+    graph.add_edges_from((e.from_, e.to) for e in spec.edges)
+    entries = spec.entry_points or [n for n in ids if graph.in_degree(n) == 0]
+    if not entries:
+        problem(
+            ("entry_points",),
+            "the graph has no entry point: every node has an incoming edge; list entry_points",
+        )
+        return
+    reachable = set(entries)
+    for entry in entries:
+        reachable |= nx.descendants(graph, entry)
+    for node_id, index in ids.items():
+        if node_id not in reachable:
+            problem(
+                ("nodes", index),
+                f"node {node_id!r} is unreachable from every entry point ({', '.join(entries)})",
+            )
+    limits = spec.limits
+    if limits.max_node_executions is None and limits.execution_timeout is None:
+        closing = sorted(back_edges(graph, entries))
+        if closing:
+            src, dst = closing[0]
+            index = next(i for i, e in enumerate(spec.edges) if (e.from_, e.to) == (src, dst))
+            cycle = nx.shortest_path(graph, dst, src)
+            path = " -> ".join([*cycle, dst])
+            problem(
+                ("edges", index),
+                f"the graph has a cycle with no bound: {path}; set limits.max_node_executions "
+                "or limits.execution_timeout",
+            )
+
+
+def _check_import(path: str, where: Path_, problem: Any, what: str) -> Any:
+    try:
+        obj = import_object(VENDED_TOOLS.get(path, path))
+    except ConfigurationError as exc:
+        problem(where, str(exc))
+        return None
+    except Exception as exc:  # importing user code may raise anything
+        problem(where, f"importing {path!r} raised {type(exc).__name__}: {exc}")
+        return None
+    if not callable(obj):
+        problem(where, f"{path!r} is not a {what}: it is not callable")
+        return None
+    return obj
+
+
+def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
+    for index, tool_path in enumerate(agent.tools):
+        if tool_path not in VENDED_TOOLS and ":" not in tool_path:
+            problem(
+                (*path, "tools", index),
+                f"unknown tool {tool_path!r}: use package.module:name or one of {', '.join(VENDED_TOOLS)}",
+            )
+            continue
+        _check_import(tool_path, (*path, "tools", index), problem, "tool")
+    if agent.model is not None and agent.model.provider == "function":
+        if agent.model.function is None:
+            problem((*path, "model"), "a function model needs function: package.module:fn")
+        else:
+            _check_import(agent.model.function, (*path, "model", "function"), problem, "function")
+    if (
+        agent.model is not None
+        and agent.model.provider in ("openai", "ollama", "bedrock")
+        and not agent.model.model
+    ):
+        problem(
+            (*path, "model"),
+            f"a {agent.model.provider} model needs a model name ({agent.model.provider}:<model>)",
+        )
+
+
+def _check_condition(spec: ConditionSpec, path: Path_, problem: Any) -> None:
+    if spec.output_matches is not None:
+        try:
+            re.compile(spec.output_matches)
+        except re.error as exc:
+            problem((*path, "output_matches"), f"not a valid regular expression: {exc}")
+    if spec.call is not None:
+        _check_import(spec.call, (*path, "call"), problem, "condition")
+    for key, parts in (("all", spec.all_), ("any", spec.any_)):
+        for index, part in enumerate(parts or []):
+            _check_condition(part, (*path, key, index), problem)
+    if spec.not_ is not None:
+        _check_condition(spec.not_, (*path, "not"), problem)
+
+
+def _check_node(
+    loaded: LoadedSpec,
+    node: NodeSpec,
+    path: Path_,
+    prefix: Path_,
+    base_dir: Path,
+    stack: list[Path],
+    agents: dict[str, AgentSpec],
+    problem: Any,
+) -> None:
+    if node.agent is not None and node.agent not in agents:
+        problem((*path, "agent"), f"unknown agent {node.agent!r}{_suggest(node.agent, agents)}")
+    if node.function is not None:
+        _check_import(node.function, (*path, "function"), problem, "function")
+    for key in ("graph", "swarm"):
+        nested: PipelineSpec | None = getattr(node, key)
+        if nested is not None:
+            if nested.kind != key:
+                problem((*path, key, "kind"), f"a nested {key} must have kind {key}, not {nested.kind}")
+            _check(loaded, nested, (*prefix, *path, key), base_dir, stack, agents)
+    if node.file is not None:
+        target = base_dir / node.file
+        try:
+            included = _parse_path(target, stack)
+        except OrchestraSpecError as exc:
+            problem((*path, "file"), f"the included spec {node.file!r} is not valid:")
+            loaded.located.problems.extend(exc.errors)
+            return
+        if included.spec.kind not in ("graph", "swarm"):
+            problem((*path, "file"), f"an included spec must be a graph or a swarm, not {included.spec.kind}")
+        loaded.included[(*prefix, *path)] = included
+
+
+# -- building -----------------------------------------------------------------------------------------
+
+
+def _model_for(spec: ModelSpec | None, override: Model | str | None) -> Model | None:
+    if override is not None:
+        return resolve_model(override)
+    env_model = default_model()
+    if env_model is not None:
+        return env_model
+    return resolve_model(spec.to_options()) if spec is not None else None
+
+
+def _build_agent(spec: AgentSpec, override: Model | str | None) -> Agent:
+    manager = spec.conversation_manager
+    conversation: Any = None
+    if manager is not None:
+        if manager.type == "none":
+            conversation = NullConversationManager()
+        elif manager.type == "summarizing":
+            conversation = SummarizingConversationManager(
+                manager.summary_ratio, manager.preserve_recent_messages
+            )
+        else:
+            conversation = SlidingWindowConversationManager(
+                manager.window_size, manager.should_truncate_results
+            )
+    return Agent(
+        model=_model_for(spec.model, override),
+        name=spec.name,
+        description=spec.description,
+        system_prompt=spec.system_prompt,
+        tools=[import_object(VENDED_TOOLS.get(t, t)) for t in spec.tools],
+        state=spec.state,
+        conversation_manager=conversation,
+        max_cycles=spec.max_cycles,
+    )
+
+
+def _build(
+    loaded: LoadedSpec,
+    spec: PipelineSpec,
+    prefix: Path_,
+    outer_agents: dict[str, AgentSpec],
+    override: Model | str | None,
+) -> Graph | Swarm | Agent:
+    agents = {**outer_agents, **{a.name: a for a in spec.agents}}
+    limits = spec.limits
+    if spec.kind == "agent":
+        return _build_agent(agents[spec.agent or spec.agents[0].name], override)
+    if spec.kind == "swarm":
+        members = [n.agent for n in spec.nodes if n.agent] if spec.nodes else [a.name for a in spec.agents]
+        options = {
+            key: value
+            for key in (
+                "max_handoffs",
+                "max_iterations",
+                "execution_timeout",
+                "node_timeout",
+                "repetitive_handoff_detection_window",
+                "repetitive_handoff_min_unique_agents",
+            )
+            if (value := getattr(limits, key)) is not None
+        }
+        swarm = Swarm(
+            [_build_agent(agents[m], override) for m in members],
+            entry_point=spec.entry_point,
+            id=spec.id,
+            state=spec.state,
+            **options,
+        )
+        swarm.spec = spec
+        swarm.spec_dir = loaded.path.parent
+        return swarm
+    nodes: dict[str, Any] = {}
+    joins: dict[str, Any] = {}
+    for index, node in enumerate(spec.nodes):
+        node_id = node.id or node.agent
+        assert node_id is not None
+        path = (*prefix, "nodes", index)
+        if node.agent is not None:
+            nodes[node_id] = _build_agent(agents[node.agent], override)
+        elif node.function is not None:
+            nodes[node_id] = import_object(node.function)
+        elif node.file is not None:
+            included = loaded.included[path]
+            nodes[node_id] = _build(included, included.spec, (), {}, override)
+        else:
+            kind = "graph" if node.graph is not None else "swarm"
+            nodes[node_id] = _build(loaded, getattr(node, kind), (*path, kind), agents, override)
+        if node.join != "all":
+            joins[node_id] = node.join
+    edges = [
+        (e.from_, e.to, SpecCondition(e.when, e.from_)) if e.when is not None else (e.from_, e.to)
+        for e in spec.edges
+    ]
+    graph = Graph(
+        nodes,
+        edges,
+        spec.entry_points or None,
+        max_node_executions=limits.max_node_executions,
+        execution_timeout=limits.execution_timeout,
+        node_timeout=limits.node_timeout,
+        reset_on_revisit=limits.reset_on_revisit,
+        max_concurrency=limits.max_concurrency,
+        joins=joins,
+        id=spec.id,
+        state=spec.state,
+    )
+    graph.spec = spec
+    graph.spec_dir = loaded.path.parent
+    return graph
+
+
+def build(
+    loaded: LoadedSpec,
+    *,
+    model: Model | str | None = None,
+    session_id: str | None = None,
+    storage: str | None = None,
+) -> Graph | Swarm | Agent:
+    """Build the object a parsed spec describes.
+
+    Args:
+        model: a model (or model string) for every agent, overriding the file (``--model``).
+        session_id: attach a ``SnapshotSessionManager`` with this id (storage and strategy from the
+            spec's ``session:``, or local files).
+        storage: a storage URI overriding the spec's ``session.storage``.
+    """
+    from orchestra.session import SnapshotSessionManager
+
+    built = _build(loaded, loaded.spec, (), {}, model)
+    if session_id is not None:
+        session = loaded.spec.session
+        uri = storage or (session.storage if session else "file:./.orchestra")
+        manager = SnapshotSessionManager(
+            session_id,
+            storage=storage_from_uri(uri),
+            multi_agent_save_latest_on=session.save_on if session else "node",
+        )
+        if isinstance(built, MultiAgentBase):
+            built.set_session_manager(manager)
+        else:
+            built = Agent(
+                model=built._model,
+                name=built.name,
+                description=built.description,
+                system_prompt=built.system_prompt,
+                tools=list(built.tool_registry),
+                state=built.state.get(),
+                conversation_manager=built.conversation_manager,
+                max_cycles=built.max_cycles,
+                session_manager=manager,
+            )
+    return built
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    model: Model | str | None = None,
+    session_id: str | None = None,
+    storage: str | None = None,
+) -> Graph | Swarm | Agent:
+    """Load a pipeline spec (YAML) and build its Graph, Swarm or Agent.
+
+    Raises:
+        OrchestraSpecError: every problem in the file, each as ``file:line:column: field: message``.
+    """
+    return build(parse_file(path), model=model, session_id=session_id, storage=storage)

@@ -1,0 +1,201 @@
+"""The YAML pipeline spec, version 1, as pydantic models (the JSON Schema of ``orchestra schema``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "AgentSpec",
+    "ConditionSpec",
+    "ConversationManagerSpec",
+    "EdgeSpec",
+    "LimitsSpec",
+    "ModelSpec",
+    "NodeSpec",
+    "PipelineSpec",
+    "SessionSpec",
+]
+
+ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _exactly_one(values: Any, keys: tuple[str, ...], what: str) -> Any:
+    if isinstance(values, dict):
+        present = [k for k in keys if values.get(k) is not None]
+        if len(present) != 1:
+            listed = ", ".join(keys)
+            found = ", ".join(present) if present else "none"
+            raise ValueError(f"{what} needs exactly one of {listed} (found: {found})")
+    return values
+
+
+class ModelSpec(_Spec):
+    """A model with options. ``provider`` is one of scripted, echo, function, openai, ollama, bedrock."""
+
+    provider: Literal["scripted", "echo", "function", "openai", "ollama", "bedrock"]
+    model: str | None = Field(default=None, description="The provider's model name or id.")
+    replies: list[Any] | None = Field(
+        default=None, description="scripted: one reply per model turn (text, or {tool: name, input: {...}})."
+    )
+    follow_history: bool | None = Field(
+        default=None,
+        description="scripted: pick replies by the conversation so far, so resumed runs continue.",
+    )
+    function: str | None = Field(default=None, pattern=IMPORT_PATH, description="function: package.module:fn")
+    latency: float | None = Field(default=None, ge=0, description="scripted/function: seconds per reply.")
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, description="Use ${ENV_VAR} rather than the secret itself.")
+    region_name: str | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict, description="More provider options.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        """``openai:gpt-4o`` -> ``{provider: openai, model: gpt-4o}``; ``function:pkg.mod:fn`` likewise."""
+        if not isinstance(value, str):
+            return value
+        provider, _, rest = value.strip().partition(":")
+        if provider == "function":
+            return {"provider": provider, "function": rest}
+        return {"provider": provider, "model": rest} if rest else {"provider": provider}
+
+    def to_options(self) -> dict[str, Any]:
+        """The mapping ``orchestra.models.resolve_model`` takes."""
+        data = self.model_dump(exclude_none=True, exclude={"options"})
+        data.update(self.options)
+        return data
+
+
+class ConversationManagerSpec(_Spec):
+    """How an agent keeps its history within the model's context window."""
+
+    type: Literal["sliding_window", "summarizing", "none"] = "sliding_window"
+    window_size: int = Field(default=40, gt=0)
+    should_truncate_results: bool = True
+    summary_ratio: float = Field(default=0.3, ge=0.1, le=0.8)
+    preserve_recent_messages: int = Field(default=10, ge=0)
+
+
+class AgentSpec(_Spec):
+    """An agent definition; nodes refer to it by name (each node gets its own agent built from it)."""
+
+    name: str = Field(pattern=ID_PATTERN)
+    description: str | None = None
+    system_prompt: str | None = None
+    model: ModelSpec | None = Field(
+        default=None,
+        description="A model string (openai:gpt-4o, bedrock:<id>, ollama:<m>, scripted) or options.",
+    )
+    tools: list[str] = Field(
+        default_factory=list, description="package.module:tool import paths, or 'notebook'."
+    )
+    state: dict[str, Any] = Field(default_factory=dict, description="Initial agent state (JSON).")
+    conversation_manager: ConversationManagerSpec | None = None
+    max_cycles: int = Field(default=50, gt=0)
+
+
+class ConditionSpec(_Spec):
+    """A built-in edge condition: exactly one key. No code runs but the import paths the file names.
+
+    - ``output_contains``: the edge's source node's output contains this text;
+    - ``output_matches``: this regular expression matches somewhere in the source's output;
+    - ``state_equals``: every key has this value in the orchestrator's shared state;
+    - ``status``: ``{node: status}``: those nodes' latest statuses (completed, failed, ...);
+    - ``all`` / ``any`` / ``not``: combine conditions;
+    - ``call``: an import path to ``fn(state) -> bool`` (a plain string ``when: pkg.mod:fn`` means the same).
+    """
+
+    output_contains: str | None = None
+    output_matches: str | None = None
+    state_equals: dict[str, Any] | None = None
+    status: dict[str, Literal["pending", "executing", "completed", "failed", "interrupted"]] | None = None
+    all_: list[ConditionSpec] | None = Field(default=None, alias="all", min_length=1)
+    any_: list[ConditionSpec] | None = Field(default=None, alias="any", min_length=1)
+    not_: ConditionSpec | None = Field(default=None, alias="not")
+    call: str | None = Field(default=None, pattern=IMPORT_PATH)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, values: Any) -> Any:
+        if isinstance(values, str):
+            return {"call": values}
+        keys = ("output_contains", "output_matches", "state_equals", "status", "all", "any", "not", "call")
+        return _exactly_one(values, keys, "a condition")
+
+
+class NodeSpec(_Spec):
+    """A graph node: exactly one of ``agent``, ``function``, ``graph``, ``swarm`` or ``file``."""
+
+    id: str | None = Field(default=None, pattern=ID_PATTERN, description="Defaults to the agent's name.")
+    agent: str | None = Field(default=None, description="The name of an agent in `agents:`.")
+    function: str | None = Field(default=None, pattern=IMPORT_PATH, description="package.module:function")
+    graph: PipelineSpec | None = Field(default=None, description="A nested graph, inline.")
+    swarm: PipelineSpec | None = Field(default=None, description="A nested swarm, inline.")
+    file: str | None = Field(
+        default=None, description="A nested graph or swarm in another file (relative path)."
+    )
+    join: Literal["all", "any"] = "all"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, values: Any) -> Any:
+        return _exactly_one(values, ("agent", "function", "graph", "swarm", "file"), "a node")
+
+
+class EdgeSpec(_Spec):
+    """An edge; ``when`` decides if it fires (a built-in condition or an import path)."""
+
+    from_: str = Field(alias="from")
+    to: str
+    when: ConditionSpec | None = None
+
+
+class LimitsSpec(_Spec):
+    """Run limits (graph: the first five; swarm: timeouts, handoffs, iterations, repetition)."""
+
+    max_node_executions: int | None = Field(default=None, gt=0)
+    execution_timeout: float | None = Field(default=None, gt=0)
+    node_timeout: float | None = Field(default=None, gt=0)
+    max_concurrency: int | None = Field(default=None, gt=0)
+    reset_on_revisit: bool = False
+    max_handoffs: int | None = Field(default=None, gt=0)
+    max_iterations: int | None = Field(default=None, gt=0)
+    repetitive_handoff_detection_window: int | None = Field(default=None, ge=0)
+    repetitive_handoff_min_unique_agents: int | None = Field(default=None, ge=0)
+
+
+class SessionSpec(_Spec):
+    """Where runs are saved: ``file:./dir``, ``s3://bucket/prefix`` or ``memory``."""
+
+    storage: str = "file:./.orchestra"
+    save_on: Literal["node", "invocation"] = "node"
+
+
+class PipelineSpec(_Spec):
+    """A pipeline: a graph, a swarm or a single agent."""
+
+    version: Literal[1] = 1
+    kind: Literal["graph", "swarm", "agent"]
+    id: str = Field(pattern=ID_PATTERN)
+    description: str | None = None
+    input: str | None = Field(default=None, description="The default task when none is given.")
+    agents: list[AgentSpec] = Field(default_factory=list)
+    nodes: list[NodeSpec] = Field(default_factory=list, description="graph: the nodes; swarm: the agents.")
+    edges: list[EdgeSpec] = Field(default_factory=list)
+    entry_points: list[str] = Field(default_factory=list, description="graph: where runs start.")
+    entry_point: str | None = Field(default=None, description="swarm: the agent that gets the task first.")
+    agent: str | None = Field(default=None, description="kind agent: which agent (default: the only one).")
+    state: dict[str, Any] = Field(
+        default_factory=dict, description="The orchestrator's initial shared state."
+    )
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    session: SessionSpec | None = None
