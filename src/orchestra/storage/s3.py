@@ -105,7 +105,8 @@ class S3Storage:
             if code in _CONFLICT_CODES or (isinstance(expect, str) and code in _MISSING_CODES):
                 # A retried request whose first attempt landed (the answer was lost to a timeout) fails
                 # its own condition; if the object holds exactly our bytes, our write did succeed.
-                current = self._read(key)
+                retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
+                current = self._read(key) if retried else None
                 if current is not None and current[0] == data:
                     return current[1]
                 what = "create" if expect is ABSENT else "update"
