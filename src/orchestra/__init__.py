@@ -4,6 +4,7 @@ from orchestra.agent import Agent, AgentResult
 from orchestra.interrupts import Interrupt
 from orchestra.messages import Message
 from orchestra.models import FunctionModel, ScriptedModel, ToolCall
+from orchestra.spec import load
 from orchestra.tools import ToolContext, tool
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "ScriptedModel",
     "ToolCall",
     "ToolContext",
+    "load",
     "tool",
 ]
 

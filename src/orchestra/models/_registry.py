@@ -18,7 +18,7 @@ from orchestra.messages import MessageDict, text_of
 from orchestra.models._base import Model, ToolSpec
 from orchestra.models.scripted import FunctionModel, ScriptedModel, ToolCall
 
-__all__ = ["MODEL_ENV_VAR", "default_model", "resolve_model"]
+__all__ = ["MODEL_ENV_VAR", "default_model", "resolve_model", "scripted_reply"]
 
 MODEL_ENV_VAR = "ORCHESTRA_MODEL"
 PROVIDERS = ("scripted", "echo", "function", "openai", "ollama", "bedrock")
@@ -32,7 +32,7 @@ def _echo(messages: list[MessageDict], tool_specs: list[ToolSpec]) -> str:
     return f"echo: {text_of(messages[-1]) if messages else ''}"
 
 
-def _reply(reply: Any) -> Any:
+def scripted_reply(reply: Any) -> Any:
     """Scripted replies as data (YAML): text, ``{tool: name, input: {...}}``, or a list of them."""
     if isinstance(reply, Mapping):
         if set(reply) - {"tool", "input", "id"} or "tool" not in reply:
@@ -41,7 +41,7 @@ def _reply(reply: Any) -> Any:
             )
         return ToolCall(str(reply["tool"]), dict(reply.get("input") or {}), reply.get("id"))
     if isinstance(reply, list):
-        return [_reply(r) for r in reply]
+        return [scripted_reply(r) for r in reply]
     if isinstance(reply, str | ToolCall):
         return reply
     raise ConfigurationError(f"a scripted reply is text or a tool call, not {type(reply).__name__}")
@@ -81,7 +81,7 @@ def _build(options: dict[str, Any]) -> Model:
         if replies is None:
             return FunctionModel(_echo, latency=latency, name="scripted")
         follow = bool(options.pop("follow_history", False))
-        return ScriptedModel([_reply(r) for r in replies], latency=latency, follow_history=follow)
+        return ScriptedModel([scripted_reply(r) for r in replies], latency=latency, follow_history=follow)
     if provider == "echo":
         return FunctionModel(_echo, name="echo")
     if provider == "function":

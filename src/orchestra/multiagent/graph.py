@@ -233,7 +233,9 @@ class Graph(MultiAgentBase):
             if node_id in built:
                 raise GraphError(f"duplicate node id {node_id!r}: node ids must be unique")
             inner = executor.executor if isinstance(executor, Node) else executor
-            if id(inner) in seen:
+            # A plain function holds no state, so several nodes may share one; agents and orchestrators may not.
+            stateful = isinstance(inner, Agent | MultiAgentBase)
+            if stateful and id(inner) in seen:
                 raise GraphError(
                     f"the same executor was added twice, as {seen[id(inner)]!r} and {node_id!r}; "
                     "create a separate Agent (or function wrapper) for each node"

@@ -53,6 +53,10 @@ def dump_yaml(spec: PipelineSpec) -> str:
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of spec version 1 (models and conditions may also be written as strings)."""
     schema = PipelineSpec.model_json_schema(by_alias=True)
+    if "$ref" in schema:  # the spec is recursive (nested graphs), so pydantic puts the root among $defs
+        root = schema["$ref"].rsplit("/", 1)[-1]
+        schema = {**schema["$defs"].pop(root), "$defs": schema["$defs"]}
+        schema["$defs"][root] = {"$ref": "#"}
     text = json.dumps(schema)
     for name in ("ModelSpec", "ConditionSpec"):
         ref = json.dumps({"$ref": f"#/$defs/{name}"})

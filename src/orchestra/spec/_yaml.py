@@ -17,6 +17,8 @@ import yaml
 __all__ = ["Located", "Position", "format_path", "load_located"]
 
 MAX_NODES = 100_000
+MAX_DEPTH = 64
+_PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:omap"}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 Path = tuple[str | int, ...]
@@ -69,12 +71,16 @@ class _Walker:
         self.active: set[int] = set()
 
     def walk(self, node: yaml.Node, path: Path) -> Any:
+        if len(path) > MAX_DEPTH:
+            raise _Stop(path, f"the document is nested more than {MAX_DEPTH} levels deep")
         self.count += 1
         if self.count > MAX_NODES:
             raise _Stop(path, f"the document is too large (more than {MAX_NODES} values once aliases expand)")
         self.located.positions[path] = Position(node.start_mark.line + 1, node.start_mark.column + 1)
         if id(node) in self.active:
             raise _Stop(path, "a YAML alias refers to itself (recursive document)")
+        if isinstance(node, yaml.CollectionNode) and node.tag not in _PLAIN_TAGS:
+            raise _Stop(path, f"unsupported YAML tag {node.tag!r}: specs hold plain data only")
         if isinstance(node, yaml.MappingNode):
             self.active.add(id(node))
             try:
@@ -143,6 +149,9 @@ def load_located(text: str, filename: str) -> Located:
         return located
     except yaml.YAMLError as exc:  # reader errors (bad characters) carry a position of their own
         located.problems.append(f"{filename}:1:1: syntax: {exc}")
+        return located
+    except RecursionError:
+        located.problems.append(f"{filename}:1:1: syntax: the document is nested too deeply")
         return located
     if len(documents) != 1 or documents[0] is None:
         count = "no document" if not documents or documents[0] is None else f"{len(documents)} documents"

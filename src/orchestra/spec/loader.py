@@ -32,11 +32,20 @@ from orchestra.conversation import (
 )
 from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.models import Model, default_model, resolve_model
+from orchestra.models._registry import scripted_reply
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
 from orchestra.multiagent._validation import back_edges
 from orchestra.spec._yaml import Located, load_located
 from orchestra.spec.conditions import SpecCondition
-from orchestra.spec.models import AgentSpec, ConditionSpec, ModelSpec, NodeSpec, PipelineSpec
+from orchestra.spec.models import (
+    ID_PATTERN,
+    IMPORT_PATH,
+    AgentSpec,
+    ConditionSpec,
+    ModelSpec,
+    NodeSpec,
+    PipelineSpec,
+)
 from orchestra.storage import storage_from_uri
 from orchestra.storage._uri import check_storage_uri
 
@@ -104,6 +113,12 @@ def _describe(error: Any) -> str:
         return "is required"
     if kind == "literal_error":
         return f"must be {error['ctx']['expected']}, not {error['input']!r}"
+    if kind == "string_pattern_mismatch":
+        pattern = error["ctx"]["pattern"]
+        if pattern == ID_PATTERN:
+            return f"{error['input']!r} is not a valid id: use 1-128 letters, digits, '.', '_' or '-'"
+        if pattern == IMPORT_PATH:
+            return f"{error['input']!r} is not an import path: write package.module:name"
     message = str(error["msg"])
     message = message.removeprefix("Value error, ")
     return message[:1].lower() + message[1:]
@@ -338,10 +353,14 @@ def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
         and agent.model.provider in ("openai", "ollama", "bedrock")
         and not agent.model.model
     ):
-        problem(
-            (*path, "model"),
-            f"a {agent.model.provider} model needs a model name ({agent.model.provider}:<model>)",
-        )
+        provider = agent.model.provider
+        problem((*path, "model"), f"the {provider} provider needs a model name ({provider}:<model>)")
+    if agent.model is not None and agent.model.provider == "scripted":
+        for index, reply in enumerate(agent.model.replies or []):
+            try:
+                scripted_reply(reply)
+            except ConfigurationError as exc:
+                problem((*path, "model", "replies", index), str(exc))
 
 
 def _check_condition(spec: ConditionSpec, path: Path_, problem: Any) -> None:
@@ -548,6 +567,17 @@ def build(
     return built
 
 
+def _build_checked(loaded: LoadedSpec, **options: Any) -> Graph | Swarm | Agent:
+    try:
+        return build(loaded, **options)
+    except OrchestraSpecError:
+        raise
+    except (ConfigurationError, ValueError, TypeError) as exc:
+        # The checks above catch what they can with positions; what only building finds is reported
+        # against the document.
+        raise OrchestraSpecError(loaded.located.error((), str(exc))) from exc
+
+
 def load(
     path: str | os.PathLike[str],
     *,
@@ -560,4 +590,4 @@ def load(
     Raises:
         OrchestraSpecError: every problem in the file, each as ``file:line:column: field: message``.
     """
-    return build(parse_file(path), model=model, session_id=session_id, storage=storage)
+    return _build_checked(parse_file(path), model=model, session_id=session_id, storage=storage)
