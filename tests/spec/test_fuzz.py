@@ -118,12 +118,13 @@ documents = st.fixed_dictionaries(
 
 
 def outcome(text: str) -> None:
+    """Parse and build; an OrchestraSpecError is a fine outcome, any other exception fails the test."""
+    errors: list[str] = []
     try:
-        loaded = parse_text(text, "fuzz.yaml")
-        _build_checked(loaded)
+        _build_checked(parse_text(text, "fuzz.yaml"))
     except OrchestraSpecError as exc:
-        assert exc.errors
-        assert all(line.startswith("fuzz.yaml:") or ".yaml:" in line for line in exc.errors)
+        errors = exc.errors or ["<empty>"]
+    assert all(".yaml:" in line for line in errors), errors
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
