@@ -19,3 +19,30 @@ def spec_mark(node_input: Any) -> str:
 
 def spec_condition(state: Any, invocation_state: dict[str, Any]) -> bool:
     return bool(invocation_state.get("allow")) and state.text("source").startswith("APPROVED")
+
+
+def slow_step(node_input: Any) -> str:
+    """A function node that records each run in $ORCHESTRA_TEST_CALLS and takes a while."""
+    import os
+    import time
+
+    calls = os.environ.get("ORCHESTRA_TEST_CALLS")
+    if calls:
+        fd = os.open(calls, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, f"{node_input.node_id}\n".encode())
+        os.close(fd)
+    time.sleep(float(os.environ.get("ORCHESTRA_TEST_STEP_SECONDS", "0.3")))
+    return f"{node_input.node_id} done"
+
+
+def fail_unless_allowed(node_input: Any) -> str:
+    import os
+
+    if not os.environ.get("ORCHESTRA_TEST_ALLOW"):
+        raise RuntimeError("not allowed yet")
+    return "allowed"
+
+
+def ask_human(node_input: Any) -> str:
+    answer = node_input.interrupt("approve", reason="ship it?")
+    return f"human said {answer}"

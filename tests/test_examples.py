@@ -2,6 +2,8 @@ import runpy
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
@@ -12,3 +14,25 @@ def test_quickstart_runs(capsys, monkeypatch):
     assert "agent said: Recorded that you viewed your profile." in out
     assert "actions taken: 2, last: view profile" in out
     assert "messages in the history: 8" in out
+
+
+PYTHON_EXAMPLES = ["review_loop", "fan_out", "support_swarm", "nested"]
+
+
+@pytest.mark.parametrize("name", PYTHON_EXAMPLES)
+def test_python_examples_run(name, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [f"{name}.py"])
+    runpy.run_path(str(EXAMPLES / "python" / f"{name}.py"), run_name="__main__")
+    assert capsys.readouterr().out.startswith("completed")
+
+
+@pytest.mark.parametrize("name", PYTHON_EXAMPLES)
+def test_python_and_yaml_examples_are_the_same_pipeline(name):
+    from orchestra import load
+
+    module = runpy.run_path(str(EXAMPLES / "python" / f"{name}.py"))
+    built = module["build"]()
+    loaded = load(EXAMPLES / "graphs" / f"{name}.yaml")
+    assert type(built) is type(loaded)
+    assert set(built.nodes) == set(loaded.nodes)
+    assert built.topology_hash() == loaded.topology_hash()

@@ -9,8 +9,3 @@ def split_topics(node_input: NodeInput) -> dict[str, list[str]]:
     """Split the task into the aspects the analysts look at."""
     node_input.state.set("aspects", ["cost", "risk", "speed"])
     return {"task": node_input.task, "aspects": ["cost", "risk", "speed"]}
-
-
-def word_count(node_input: NodeInput) -> dict[str, int]:
-    """Count the words of every analysis the aggregator combined."""
-    return {name: len(str(output).split()) for name, output in node_input.inputs.items()}

@@ -8,6 +8,7 @@ saved as interrupted and the exact command that resumes it is printed.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -195,17 +196,19 @@ def _execute(file: Path, target: Any, task: Any, session_id: str, storage: str |
                         return
 
             group.start_soon(watch_signals)
-            if isinstance(target, MultiAgentBase):
-                outcome = await _run_orchestrator(target, task, show_table=not as_json)
-            else:
-                outcome = await target.invoke_async(task)
+            try:
+                if isinstance(target, MultiAgentBase):
+                    outcome: Any = await _run_orchestrator(target, task, show_table=not as_json)
+                else:
+                    outcome = await target.invoke_async(task)
+            except OrchestraError as exc:
+                outcome = exc  # reported below, outside the task group (which would wrap it in a group)
             group.cancel_scope.cancel()
             return outcome
 
-    try:
-        result = anyio.run(main)
-    except OrchestraError as exc:
-        raise _fail(str(exc)) from None
+    result = anyio.run(main)
+    if isinstance(result, OrchestraError):
+        raise _fail(str(result))
     if received:
         signum = received[0]
         name = signal.Signals(signum).name
@@ -571,7 +574,8 @@ def sessions_prune(
 
     Example: [bold]orchestra sessions prune --older-than 7d --dry-run[/]
     """
-    doomed = _session_call(admin.prune_sessions, _storage(storage), _duration(older_than), dry_run)
+    prune = functools.partial(admin.prune_sessions, dry_run=dry_run)
+    doomed = _session_call(prune, _storage(storage), _duration(older_than))
     verb = "would delete" if dry_run else "deleted"
     out.print(
         f"{verb} {len(doomed)} session(s)" + (": " + ", ".join(doomed) if doomed else ""), highlight=False

@@ -353,10 +353,15 @@ class MultiAgentBase:
         state = {} if invocation_state is None else invocation_state
         with self._exclusive():
             send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
+            failure: list[Exception] = []
 
             async def produce() -> None:
                 async with send:
-                    result = await self._invoke(task, state, send.send, force_resume)
+                    try:
+                        result = await self._invoke(task, state, send.send, force_resume)
+                    except Exception as exc:
+                        failure.append(exc)  # raised below as it is, not wrapped in an ExceptionGroup
+                        return
                     await send.send(MultiAgentResultEvent(result))
 
             async with anyio.create_task_group() as group:
@@ -364,6 +369,8 @@ class MultiAgentBase:
                 async with receive:
                     async for event in receive:
                         yield event
+            if failure:
+                raise failure[0]
 
     def _exclusive(self) -> _Exclusive:
         return _Exclusive(self)

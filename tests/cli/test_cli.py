@@ -1,0 +1,256 @@
+"""The orchestra command: every command, its output and its exit code (in-process, through typer)."""
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+from orchestra.cli import app
+from tests.cli.pipelines import AGENT, CHAIN, FAILING, HUMAN
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "graphs"
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0")
+    return tmp_path
+
+
+def invoke(*args, input=None):
+    return runner.invoke(app, [str(a) for a in args], input=input)
+
+
+def spec(workdir, name, text):
+    path = workdir / name
+    path.write_text(text)
+    return path
+
+
+def test_run_prints_the_output_and_exits_0(workdir):
+    result = invoke("run", EXAMPLES / "fan_out.yaml", "--session-id", "s1")
+    assert result.exit_code == 0, result.output
+    assert "Move to spot instances, and make every job resumable first." in result.stdout
+    assert "session: s1" in result.stderr
+
+
+def test_run_json_and_input_from_stdin(workdir):
+    result = invoke(
+        "run",
+        EXAMPLES / "support_swarm.yaml",
+        "--input",
+        "-",
+        "--json",
+        "--session-id",
+        "s2",
+        input="my card was charged twice",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "completed"
+    assert data["session_id"] == "s2"
+    assert data["node_history"] == ["triage", "billing"]
+
+
+def test_run_with_a_model_override(workdir):
+    result = invoke("run", spec(workdir, "agent.yaml", AGENT), "--input", "ping", "--model", "echo")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "echo: ping"
+
+
+def test_run_a_single_agent(workdir):
+    result = invoke("run", spec(workdir, "agent.yaml", AGENT), "--input", "hi", "--session-id", "a1")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "hello from the agent"
+    assert (workdir / ".orchestra/session/a1/scopes/agent/default").is_dir()
+
+
+def test_run_needs_an_input(workdir):
+    result = invoke("run", spec(workdir, "agent.yaml", AGENT))
+    assert result.exit_code == 2
+    assert "has no input" in result.stderr
+
+
+def test_an_invalid_spec_exits_1_with_every_error(workdir):
+    bad = spec(workdir, "bad.yaml", "version: 1\nkind: graph\nid: g\nnodez: []\nlimits: {max_nodes: 1}\n")
+    for command in ("run", "validate"):
+        result = invoke(command, bad)
+        assert result.exit_code == 1
+        assert "bad.yaml:4:8: nodez: unknown key 'nodez' (did you mean 'nodes'?)" in result.stderr
+        assert "bad.yaml:5:21: limits.max_nodes: unknown key" in result.stderr
+
+
+def test_validate_a_good_spec(workdir):
+    result = invoke("validate", EXAMPLES / "review_loop.yaml")
+    assert result.exit_code == 0
+    assert "valid graph 'review-loop'" in result.stdout
+
+
+def test_a_failed_run_exits_1_and_resume_finishes_it(workdir, monkeypatch):
+    path = spec(workdir, "failing.yaml", FAILING)
+    result = invoke("run", path, "--session-id", "f1")
+    assert result.exit_code == 1
+    assert "node 'gate' failed: RuntimeError: not allowed yet" in result.stderr
+    assert f"orchestra resume {path} --session-id f1" in result.stderr
+    monkeypatch.setenv("ORCHESTRA_TEST_ALLOW", "1")
+    result = invoke("resume", path, "--session-id", "f1", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["resumed"] is True
+    assert data["output"] == "allowed"
+
+
+def test_resume_with_nothing_to_resume_exits_1(workdir):
+    path = spec(workdir, "chain.yaml", CHAIN)
+    assert invoke("run", path, "--session-id", "done").exit_code == 0
+    result = invoke("resume", path, "--session-id", "done")
+    assert result.exit_code == 1
+    assert "no run to resume" in result.stderr
+
+
+def test_an_interrupt_exits_3_and_respond_resumes(workdir):
+    path = spec(workdir, "human.yaml", HUMAN)
+    result = invoke("run", path, "--session-id", "h1")
+    assert result.exit_code == 3
+    assert "approve" in result.stderr
+    interrupt_id = next(w for w in result.stderr.split() if w.startswith("int-"))
+    result = invoke("resume", path, "--session-id", "h1", "--respond", f'{interrupt_id}="yes"')
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "human said yes"
+
+
+def test_resume_refuses_a_changed_graph_unless_forced(workdir, monkeypatch):
+    path = spec(workdir, "failing.yaml", FAILING)
+    invoke("run", path, "--session-id", "c1")
+    path.write_text(
+        FAILING.replace(
+            "  - {from: first, to: gate}\n", "  - {from: first, to: gate}\n  - {from: first, to: extra}\n"
+        ).replace("nodes:\n", "nodes:\n  - {id: extra, function: 'tests.support:spec_mark'}\n")
+    )
+    monkeypatch.setenv("ORCHESTRA_TEST_ALLOW", "1")
+    result = invoke("resume", path, "--session-id", "c1")
+    assert result.exit_code == 1
+    assert "different graph" in result.stderr
+    assert invoke("resume", path, "--session-id", "c1", "--force").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        ("mermaid", "reviewer -->|{'output_contains':'REVISE'}| writer"),
+        ("dot", '"reviewer" -> "writer" [label="{\'output_contains\':\'REVISE\'}"];'),
+        ("text", 'reviewer (agent) -> writer when {"output_contains":"REVISE"}'),
+    ],
+)
+def test_graph_formats(fmt, expected):
+    result = invoke("graph", EXAMPLES / "review_loop.yaml", "--format", fmt)
+    assert result.exit_code == 0
+    assert expected in result.stdout
+
+
+def test_graph_rejects_an_unknown_format():
+    result = invoke("graph", EXAMPLES / "review_loop.yaml", "--format", "png")
+    assert result.exit_code == 2
+
+
+def test_schema_prints_json_schema():
+    result = invoke("schema")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["title"] == "orchestra pipeline spec, version 1"
+
+
+def test_sessions_commands(workdir):
+    path = spec(workdir, "chain.yaml", CHAIN)
+    assert invoke("run", path, "--session-id", "one").exit_code == 0
+    assert (
+        invoke("run", spec(workdir, "agent.yaml", AGENT), "--input", "hi", "--session-id", "two").exit_code
+        == 0
+    )
+
+    listed = invoke("sessions", "list", "--json")
+    assert listed.exit_code == 0
+    assert {s["session_id"] for s in json.loads(listed.stdout)} == {"one", "two"}
+
+    shown = invoke("sessions", "show", "one")
+    assert shown.exit_code == 0
+    assert "multiAgent/chain" in shown.stdout
+    assert "status: completed" in shown.stdout
+
+    exported = invoke("sessions", "export", "one", "--scope", "multiAgent/chain")
+    assert exported.exit_code == 0
+    assert json.loads(exported.stdout)["scope"] == "multiAgent"
+    invoke("sessions", "export", "two", "-o", workdir / "two.json")
+    assert (
+        json.loads((workdir / "two.json").read_text())["data"]["messages"][1]["content"][0]["text"]
+        == "hello from the agent"
+    )
+
+    assert invoke("sessions", "show", "nobody").exit_code == 1
+    assert invoke("sessions", "delete", "two", "--yes").exit_code == 0
+    assert {s["session_id"] for s in json.loads(invoke("sessions", "list", "--json").stdout)} == {"one"}
+
+    time.sleep(1.1)
+    dry = invoke("sessions", "prune", "--older-than", "1s", "--dry-run")
+    assert "would delete 1 session(s): one" in dry.stdout
+    assert invoke("sessions", "prune", "--older-than", "7d").stdout.strip() == "deleted 0 session(s)"
+    assert invoke("sessions", "prune", "--older-than", "7 days").exit_code == 2
+
+
+def test_sessions_history_and_restore(workdir):
+    from orchestra import Agent, ScriptedModel
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import LocalFileStorage
+
+    manager = SnapshotSessionManager("hist", storage=LocalFileStorage(workdir / ".orchestra"))
+    agent = Agent(model=ScriptedModel(["a", "b"]), session_manager=manager)
+    agent("first")
+    snapshot_id = anyio.run(
+        lambda: manager.save_snapshot(agent, is_latest=False, app_data={"label": "one turn"})
+    )
+    agent("second")
+
+    history = invoke("sessions", "history", "hist")
+    assert history.exit_code == 0
+    assert snapshot_id[:8] in history.stdout
+    restored = invoke("sessions", "restore", "hist", snapshot_id)
+    assert restored.exit_code == 0, restored.output
+    again = Agent(
+        model=ScriptedModel([]),
+        session_manager=SnapshotSessionManager("hist", storage=LocalFileStorage(workdir / ".orchestra")),
+    )
+    assert [m["content"][0]["text"] for m in again.messages] == ["first", "a"]
+
+
+COMMANDS = [
+    ["run"],
+    ["resume"],
+    ["validate"],
+    ["graph"],
+    ["schema"],
+    ["sessions", "list"],
+    ["sessions", "show"],
+    ["sessions", "history"],
+    ["sessions", "restore"],
+    ["sessions", "export"],
+    ["sessions", "delete"],
+    ["sessions", "prune"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_has_help_with_an_example(command):
+    result = invoke(*command, "--help")
+    assert result.exit_code == 0
+    assert "Example" in result.stdout
+
+
+def test_json_logs_on_stderr(workdir):
+    result = invoke("--log-format", "json", "-vv", "run", spec(workdir, "chain.yaml", CHAIN), "--json")
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert any(line.get("event") == "run.start" for line in lines)

@@ -1,0 +1,86 @@
+"""End to end: `orchestra run` in a subprocess, SIGINT (or SIGTERM) mid-run, then `orchestra resume`
+completes it, and no node that had completed runs twice."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestra.session._journal import Journal
+from orchestra.session._layout import ScopeLayout
+from orchestra.storage import LocalFileStorage
+from tests.cli.pipelines import CHAIN
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def orchestra(*args, env):
+    return subprocess.Popen(
+        [sys.executable, "-c", "from orchestra.cli import main; main()", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=env["WORKDIR"],
+    )
+
+
+def completed_nodes(workdir, session):
+    storage = LocalFileStorage(workdir / ".orchestra")
+    doc = anyio.run(Journal(storage, ScopeLayout(session, "multiAgent", "chain")).load)
+    if doc is None:
+        return set(), None
+    done = {
+        n[len("node/") :]
+        for n, r in doc.fields.items()
+        if n.startswith("node/") and r["status"] == "completed"
+    }
+    return done, doc.fields["run"]["status"]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_the_run_and_resume_finishes_it(tmp_path, signum, code):
+    calls = tmp_path / "calls"
+    spec = tmp_path / "chain.yaml"
+    spec.write_text(CHAIN)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        "ORCHESTRA_TEST_CALLS": str(calls),
+        "ORCHESTRA_TEST_STEP_SECONDS": "0.25",
+        "WORKDIR": str(tmp_path),
+    }
+    child = orchestra("run", spec, "--session-id", "sig", env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until at least two nodes completed
+        if calls.exists() and len(calls.read_text().split()) >= 3:
+            break
+        time.sleep(0.05)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == code, err.decode()
+    stderr = err.decode()
+    assert "the run was saved as interrupted" in stderr
+    assert f"orchestra resume {spec} --session-id sig" in stderr
+
+    done_before, status = completed_nodes(tmp_path, "sig")
+    assert status == "interrupted"
+    assert 2 <= len(done_before) < 6
+
+    resumed = orchestra("resume", spec, "--session-id", "sig", "--json", env=env)
+    out, err = resumed.communicate(timeout=60)
+    assert resumed.returncode == 0, err.decode()
+    result = json.loads(out)
+    assert result["status"] == "completed"
+    assert result["output"] == "s6 done"
+    runs = Counter(calls.read_text().split())
+    assert set(runs) == {f"s{i}" for i in range(1, 7)}
+    for node in done_before:
+        assert runs[node] == 1, f"{node} completed before the signal but ran {runs[node]} times"
+    assert all(count <= 2 for count in runs.values())
