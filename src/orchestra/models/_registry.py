@@ -88,15 +88,15 @@ def _build(options: dict[str, Any]) -> Model:
         fn = import_object(options.pop("function", ""))
         return FunctionModel(fn, latency=float(options.pop("latency", 0.0)))
     if provider == "openai":
-        from orchestra.models.openai import OpenAIModel  # type: ignore[import-not-found]
+        from orchestra.models.openai import OpenAIModel
 
         return OpenAIModel(options.pop("model"), **options)
     if provider == "ollama":
-        from orchestra.models.openai import OpenAIModel  # type: ignore[import-not-found]
+        from orchestra.models.openai import OpenAIModel
 
         options.setdefault("base_url", "http://localhost:11434/v1")
         return OpenAIModel(options.pop("model"), **options)
-    from orchestra.models.bedrock import BedrockModel  # type: ignore[import-not-found]
+    from orchestra.models.bedrock import BedrockModel
 
     return BedrockModel(options.pop("model"), **options)
 
