@@ -1,0 +1,608 @@
+"""The ``orchestra`` command: run, resume, validate and draw pipelines; look after sessions.
+
+Exit codes: 0 the run completed (or the command succeeded); 1 the run failed, the spec is invalid, or
+the command could not do what was asked; 2 the command line was wrong; 3 the run stopped for a human
+(an interrupt waiting for a response); 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM: the run is
+saved as interrupted and the exact command that resumes it is printed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import secrets
+import signal
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import structlog
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from orchestra.cli._render import NodeTable, diagram
+from orchestra.errors import OrchestraError, OrchestraSpecError
+from orchestra.multiagent import MultiAgentBase, Status
+from orchestra.multiagent.events import MultiAgentResultEvent
+from orchestra.multiagent.results import MultiAgentResult, output_text
+from orchestra.session import admin, export_scope
+from orchestra.spec import build, json_schema, parse_file
+from orchestra.storage import DEFAULT_STORAGE_URI, storage_from_uri
+
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "app", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 3
+EXIT_SIGNAL: dict[int, int] = {int(signal.SIGINT): 130, int(signal.SIGTERM): 143}
+
+app = typer.Typer(
+    name="orchestra",
+    help="Run multi-agent pipelines that never lose their progress.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+sessions_app = typer.Typer(help="Look after stored sessions (any storage URI).", no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        help="Storage URI: file:./dir, s3://bucket/prefix or memory (default: the spec's, or file:./.orchestra).",
+    ),
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A model for every agent, overriding the file: openai:<m>, bedrock:<id>, ollama:<m>, scripted.",
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the result as JSON instead of a table and text.")
+]
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (tests swap it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _configure_logging(ctx: typer.Context, log_format: str, verbosity: int) -> None:
+    """Send orchestra's logs to stderr for this command, and put the logging setup back afterwards."""
+    level = logging.WARNING - 10 * min(verbosity, 2)
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    handler = _StderrHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=renderer,
+            foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.processors.TimeStamper(fmt="iso")],
+        )
+    )
+    logger = logging.getLogger("orchestra")
+    previous_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(previous_level)
+
+    ctx.call_on_close(restore)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="console or json log lines on stderr.")
+    ] = "console",
+    verbose: Annotated[
+        int, typer.Option("-v", "--verbose", count=True, help="More logs: -v info, -vv debug.")
+    ] = 0,
+) -> None:
+    """Run multi-agent pipelines that never lose their progress.
+
+    Example: [bold]orchestra run examples/graphs/review_loop.yaml[/]
+    """
+    if log_format not in ("console", "json"):
+        raise typer.BadParameter("use console or json", param_hint="--log-format")
+    _configure_logging(ctx, log_format, verbose)
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _load_spec(file: Path) -> Any:
+    try:
+        return parse_file(file)
+    except OrchestraSpecError as exc:
+        for line in exc.errors:
+            err.print(line, highlight=False, markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+def _read_input(value: str | None, default: str | None) -> Any:
+    if value == "-":
+        return sys.stdin.read()
+    if value is not None:
+        return value
+    return default
+
+
+def _resume_command(file: Path, session_id: str, storage: str | None) -> str:
+    command = f"orchestra resume {file} --session-id {session_id}"
+    return command + (f" --storage {storage}" if storage else "")
+
+
+def _result_json(result: Any, session_id: str) -> dict[str, Any]:
+    if isinstance(result, MultiAgentResult):
+        data = result.model_dump(mode="json", exclude={"results"})
+        data["results"] = {
+            n: r.model_dump(mode="json", exclude={"message"}) for n, r in result.results.items()
+        }
+    else:
+        data = {
+            "status": "completed",
+            "output": str(result),
+            "stop_reason": result.stop_reason,
+            "usage": result.metrics.usage.model_dump(by_alias=True),
+        }
+    data["session_id"] = session_id
+    return data
+
+
+async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table: bool) -> MultiAgentResult:
+    table = NodeTable(orchestrator)
+    result: MultiAgentResult | None = None
+    with (
+        Live(table.render(), console=err, refresh_per_second=8, transient=False)
+        if show_table
+        else _Nothing() as live
+    ):
+        async for event in orchestrator.stream_async(task):
+            table.update(event)
+            if live is not None:
+                live.update(table.render())
+            if isinstance(event, MultiAgentResultEvent):
+                result = event.result
+    assert result is not None
+    return result
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _execute(file: Path, target: Any, task: Any, session_id: str, storage: str | None, as_json: bool) -> None:
+    """Run ``target`` under signal handling and report; exits with the documented codes."""
+    received: list[int] = []
+
+    async def main() -> Any:
+        async with anyio.create_task_group() as group:
+
+            async def watch_signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        received.append(signum)
+                        group.cancel_scope.cancel()
+                        return
+
+            group.start_soon(watch_signals)
+            try:
+                if isinstance(target, MultiAgentBase):
+                    outcome: Any = await _run_orchestrator(target, task, show_table=not as_json)
+                else:
+                    outcome = await target.invoke_async(task)
+            except OrchestraError as exc:
+                outcome = exc  # reported below, outside the task group (which would wrap it in a group)
+            group.cancel_scope.cancel()
+            return outcome
+
+    result = anyio.run(main)
+    if isinstance(result, OrchestraError):
+        raise _fail(str(result))
+    if received:
+        signum = received[0]
+        name = signal.Signals(signum).name
+        err.print(f"[yellow]{name}: the run was saved as interrupted.[/] Resume it with:")
+        err.print(f"  {_resume_command(file, session_id, storage)}", highlight=False, markup=False)
+        raise typer.Exit(EXIT_SIGNAL.get(signum, EXIT_FAILED))
+    if result is None:  # cancelled without a signal we know
+        raise typer.Exit(EXIT_FAILED)
+    if as_json:
+        out.print_json(json.dumps(_result_json(result, session_id)))
+    else:
+        out.print(
+            output_text(result.output) if isinstance(result, MultiAgentResult) else str(result),
+            markup=False,
+            highlight=False,
+        )
+    status = result.status if isinstance(result, MultiAgentResult) else Status.COMPLETED
+    if status == Status.FAILED:
+        err.print(f"[red]failed:[/] {result.reason}", highlight=False)
+        err.print(
+            f"Fix the cause, then resume: {_resume_command(file, session_id, storage)}",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_FAILED)
+    if status == Status.INTERRUPTED:
+        err.print("[magenta]interrupted[/]: waiting for a response to:")
+        for interrupt in result.interrupts:
+            err.print(
+                f"  {interrupt.id}  {interrupt.name}: {json.dumps(interrupt.reason)}",
+                highlight=False,
+                markup=False,
+            )
+        err.print(
+            f"Answer with: {_resume_command(file, session_id, storage)} --respond <id>=<json>",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
+    input: Annotated[
+        str | None,
+        typer.Option("--input", "-i", help="The task; '-' reads it from stdin (default: the spec's input)."),
+    ] = None,
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="Session to run in (default: a new one).")
+    ] = None,
+    storage: StorageOption = None,
+    model: ModelOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run a pipeline, showing each node's status live, then its output.
+
+    Example: [bold]orchestra run examples/graphs/review_loop.yaml --input "Write about tides"[/]
+    """
+    loaded = _load_spec(file)
+    task = _read_input(input, loaded.spec.input)
+    if task is None:
+        raise _fail(f"{file} has no input: pass --input TEXT (or '-' to read stdin)", 2)
+    session_id = session_id or f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    try:
+        target = build(loaded, model=model, session_id=session_id, storage=storage)
+    except (OrchestraError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if not as_json:
+        err.print(f"session: {session_id}", highlight=False)
+    _execute(file, target, task, session_id, storage, as_json)
+
+
+def _parse_responses(responses: list[str]) -> list[dict[str, Any]]:
+    blocks = []
+    for item in responses:
+        interrupt_id, sep, raw = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r} is not ID=VALUE", param_hint="--respond")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        blocks.append({"interruptResponse": {"interruptId": interrupt_id, "response": value}})
+    return blocks
+
+
+@app.command()
+def resume(
+    file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
+    session_id: Annotated[str, typer.Option("--session-id", help="The session of the run to continue.")],
+    storage: StorageOption = None,
+    model: ModelOption = None,
+    respond: Annotated[
+        list[str], typer.Option("--respond", help="Answer an interrupt: ID=VALUE (VALUE is JSON or text).")
+    ] = [],  # noqa: B006
+    force: Annotated[
+        bool, typer.Option("--force", help="Resume even if the graph changed since the run was saved.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Continue an interrupted or failed run; nodes that completed do not run again.
+
+    Example: [bold]orchestra resume examples/graphs/review_loop.yaml --session-id run-20261130-101500-ab12[/]
+    """
+    loaded = _load_spec(file)
+    try:
+        target = build(loaded, model=model, session_id=session_id, storage=storage)
+    except (OrchestraError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if not isinstance(target, MultiAgentBase):
+        raise _fail(f"{file} is a single agent: there is no run to resume (use orchestra run --session-id)")
+    task: Any = _parse_responses(respond) or None
+    if force:
+        original = target.invoke_async
+
+        async def forced(task: Any = None, **kwargs: Any) -> Any:
+            return await original(task, force_resume=True, **kwargs)
+
+        target.invoke_async = forced  # type: ignore[method-assign]
+        target.stream_async = _forced_stream(target)  # type: ignore[method-assign]
+    _execute(file, target, task, session_id, storage, as_json)
+
+
+def _forced_stream(target: MultiAgentBase) -> Any:
+    original = target.stream_async
+
+    def stream(task: Any = None, **kwargs: Any) -> Any:
+        return original(task, force_resume=True, **kwargs)
+
+    return stream
+
+
+@app.command()
+def validate(
+    file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
+) -> None:
+    """Check a spec and print every problem as file:line:column: field: message (exit 1 if any).
+
+    Example: [bold]orchestra validate examples/graphs/fan_out.yaml[/]
+    """
+    loaded = _load_spec(file)
+    out.print(f"{file}: valid {loaded.spec.kind} {loaded.spec.id!r}", highlight=False)
+
+
+@app.command()
+def graph(
+    file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="mermaid, dot or text.")] = "text",
+) -> None:
+    """Draw a pipeline as a mermaid flowchart, a Graphviz dot graph, or text.
+
+    Example: [bold]orchestra graph examples/graphs/review_loop.yaml --format mermaid[/]
+    """
+    if fmt not in ("mermaid", "dot", "text"):
+        raise typer.BadParameter("use mermaid, dot or text", param_hint="--format")
+    loaded = _load_spec(file)
+    target = build(loaded)
+    if not isinstance(target, MultiAgentBase):
+        raise _fail(f"{file} is a single agent: there is no graph to draw")
+    out.print(diagram(target, fmt), end="", markup=False, highlight=False)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of pipeline specs (version 1).
+
+    Example: [bold]orchestra schema > pipeline.schema.json[/]
+    """
+    out.print_json(json.dumps(json_schema()))
+
+
+# -- sessions ------------------------------------------------------------------------------------------
+
+
+def _storage(uri: str | None) -> Any:
+    try:
+        return storage_from_uri(uri or DEFAULT_STORAGE_URI)
+    except OrchestraError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _scope(value: str | None, default_kind: str = "agent") -> tuple[Any, str]:
+    if not value:
+        return default_kind, "default"
+    kind, sep, scope_id = value.partition("/")
+    if not sep or kind not in ("agent", "multiAgent"):
+        raise typer.BadParameter(
+            "write agent/<agent_id> or multiAgent/<orchestrator_id>", param_hint="--scope"
+        )
+    return kind, scope_id
+
+
+def _session_call(coro_fn: Any, *args: Any) -> Any:
+    try:
+        return anyio.run(coro_fn, *args)
+    except (OrchestraError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+@sessions_app.command("list")
+def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) -> None:
+    """List the sessions in a storage, with their scopes and when they were last saved.
+
+    Example: [bold]orchestra sessions list --storage file:./.orchestra[/]
+    """
+    infos = _session_call(admin.list_sessions, _storage(storage))
+    if as_json:
+        out.print_json(
+            json.dumps(
+                [
+                    {
+                        "session_id": i.session_id,
+                        "updated_at": i.updated_at.isoformat() if i.updated_at else None,
+                        "scopes": [f"{s.kind}/{s.scope_id}" for s in i.scopes],
+                    }
+                    for i in infos
+                ]
+            )
+        )
+        return
+    table = Table("session", "scopes", "updated")
+    for info in infos:
+        updated = info.updated_at.strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
+        table.add_row(info.session_id, ", ".join(f"{s.kind}/{s.scope_id}" for s in info.scopes), updated)
+    out.print(table)
+
+
+@sessions_app.command("show")
+def sessions_show(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    storage: StorageOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a session's scopes: run status and node statuses, or message counts.
+
+    Example: [bold]orchestra sessions show run-20261130-101500-ab12[/]
+    """
+    info = _session_call(admin.describe_session, _storage(storage), session_id)
+    if as_json:
+        out.print_json(
+            json.dumps(
+                [{"kind": s.kind, "id": s.scope_id, "records": s.records, **s.summary} for s in info.scopes],
+                default=str,
+            )
+        )
+        return
+    for scope in info.scopes:
+        out.print(f"[bold]{scope.kind}/{scope.scope_id}[/]  ({scope.records} saves)", highlight=False)
+        summary = dict(scope.summary)
+        nodes = summary.pop("nodes", None)
+        for key, value in summary.items():
+            out.print(f"  {key}: {value}", highlight=False, markup=False)
+        if nodes:
+            table = Table("node", "status")
+            for node_id, status in nodes.items():
+                table.add_row(node_id, str(status))
+            out.print(table)
+
+
+@sessions_app.command("history")
+def sessions_history(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="agent/<id> or multiAgent/<id> (default agent/default).")
+    ] = None,
+    storage: StorageOption = None,
+) -> None:
+    """List a scope's immutable snapshots, oldest first.
+
+    Example: [bold]orchestra sessions history user-123 --scope agent/default[/]
+    """
+    kind, scope_id = _scope(scope)
+    snapshots = _session_call(admin.scope_history, _storage(storage), session_id, kind, scope_id)
+    table = Table("snapshot id", "created", "journal record", "app data")
+    for snap in snapshots:
+        table.add_row(snap.snapshot_id, snap.created_at, str(snap.journal_seq), json.dumps(snap.app_data))
+    out.print(table)
+
+
+@sessions_app.command("restore")
+def sessions_restore(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    snapshot_id: Annotated[str, typer.Argument(help="The immutable snapshot to go back to.")],
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="agent/<id> or multiAgent/<id> (default agent/default).")
+    ] = None,
+    storage: StorageOption = None,
+) -> None:
+    """Make an immutable snapshot the latest state of its scope.
+
+    Example: [bold]orchestra sessions restore user-123 01a22a0a-1aa2-7000-b755-51e3343ca1a8[/]
+    """
+    kind, scope_id = _scope(scope)
+    _session_call(admin.restore_scope, _storage(storage), session_id, kind, scope_id, snapshot_id)
+    out.print(f"{kind}/{scope_id} of {session_id} is back at snapshot {snapshot_id}", highlight=False)
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="agent/<id> or multiAgent/<id> (default agent/default).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+    ] = None,
+    storage: StorageOption = None,
+) -> None:
+    """Export a scope as one self-contained snapshot file (JSON).
+
+    Example: [bold]orchestra sessions export user-123 --scope multiAgent/review-loop -o run.json[/]
+    """
+    kind, scope_id = _scope(scope)
+    data = _session_call(export_scope, _storage(storage), session_id, kind, scope_id)
+    if output is None:
+        sys.stdout.write(data.decode() + "\n")
+    else:
+        output.write_bytes(data)
+        err.print(f"wrote {output} ({len(data)} bytes)", highlight=False)
+
+
+@sessions_app.command("delete")
+def sessions_delete(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    storage: StorageOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete every key of a session.
+
+    Example: [bold]orchestra sessions delete user-123 --yes[/]
+    """
+    if not yes and not typer.confirm(f"Delete session {session_id}?"):
+        raise typer.Exit(EXIT_FAILED)
+    from orchestra.session._layout import session_prefix
+
+    count = _session_call(_storage(storage).delete_prefix, session_prefix(session_id))
+    out.print(f"deleted {count} keys of session {session_id}", highlight=False)
+
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+
+
+def _duration(text: str) -> timedelta:
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise typer.BadParameter("write a number and a unit: 30m, 12h, 7d, 2w", param_hint="--older-than")
+    number, unit = int(match.group(1)), match.group(2)
+    return timedelta(
+        **{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[unit]: number}
+    )
+
+
+@sessions_app.command("prune")
+def sessions_prune(
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="Delete sessions not saved for this long: 30m, 12h, 7d, 2w.")
+    ],
+    storage: StorageOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+) -> None:
+    """Delete the sessions that were not saved for a while.
+
+    Example: [bold]orchestra sessions prune --older-than 7d --dry-run[/]
+    """
+    prune = functools.partial(admin.prune_sessions, dry_run=dry_run)
+    doomed = _session_call(prune, _storage(storage), _duration(older_than))
+    verb = "would delete" if dry_run else "deleted"
+    out.print(
+        f"{verb} {len(doomed)} session(s)" + (": " + ", ".join(doomed) if doomed else ""), highlight=False
+    )
+
+
+def main() -> None:
+    """The console entry point."""
+    app()
