@@ -46,3 +46,10 @@ def fail_unless_allowed(node_input: Any) -> str:
 def ask_human(node_input: Any) -> str:
     answer = node_input.interrupt("approve", reason="ship it?")
     return f"human said {answer}"
+
+
+def echo_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> str:
+    """Answers with the newest user text and how many user turns the conversation holds."""
+    users = [m for m in messages if m["role"] == "user" and any("text" in b for b in m["content"])]
+    last = next(b["text"] for b in messages[-1]["content"] if "text" in b)
+    return f"echo: {last} (turn {len(users)})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import secrets
 import signal
@@ -400,6 +401,57 @@ def schema() -> None:
     Example: [bold]orchestra schema > pipeline.schema.json[/]
     """
     out.print_json(json.dumps(json_schema()))
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path,
+        typer.Argument(
+            help="The server config (YAML): hosted specs, storage, API keys.", exists=True, dir_okay=False
+        ),
+    ],
+    host: Annotated[str, typer.Option("--host", help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="The port to listen on.")] = 8000,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Server processes (they share the storage).")
+    ] = 1,
+) -> None:
+    """Host agents and pipelines over HTTP, with a dashboard at /.
+
+    Example: [bold]orchestra serve server.yaml --port 8000 --workers 2[/]
+    """
+    import uvicorn
+
+    from orchestra.server import CONFIG_ENV_VAR, load_config
+
+    try:
+        load_config(config)
+    except OrchestraError as exc:
+        raise _fail(str(exc)) from None
+    os.environ[CONFIG_ENV_VAR] = str(config.resolve())
+    err.print(f"serving {config} on http://{host}:{port} ({workers} worker(s))", highlight=False)
+    uvicorn.run(
+        "orchestra.server.app:create_app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+    )
+
+
+@app.command("hash-key")
+def hash_key_command(
+    key: Annotated[str, typer.Argument(help="An API key to put in a server config.")],
+) -> None:
+    """Print the SHA-256 of an API key, as a server config's api_keys stores it.
+
+    Example: [bold]orchestra hash-key "$(openssl rand -hex 24)"[/]
+    """
+    from orchestra.server import hash_key
+
+    out.print(hash_key(key), highlight=False)
 
 
 # -- sessions ------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -322,13 +323,29 @@ class MultiAgentBase:
         )
 
     def __call__(
-        self, task: Any = None, *, invocation_state: dict[str, Any] | None = None, force_resume: bool = False
+        self,
+        task: Any = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        force_resume: bool = False,
+        resume_unfinished: bool = False,
     ) -> MultiAgentResult:
         """Run (or resume) and wait for the result; works inside a running event loop too."""
-        return run_sync(self.invoke_async, task, invocation_state=invocation_state, force_resume=force_resume)
+        return run_sync(
+            self.invoke_async,
+            task,
+            invocation_state=invocation_state,
+            force_resume=force_resume,
+            resume_unfinished=resume_unfinished,
+        )
 
     async def invoke_async(
-        self, task: Any = None, *, invocation_state: dict[str, Any] | None = None, force_resume: bool = False
+        self,
+        task: Any = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        force_resume: bool = False,
+        resume_unfinished: bool = False,
     ) -> MultiAgentResult:
         """Run (or resume) and return the result.
 
@@ -337,20 +354,29 @@ class MultiAgentBase:
                 None to resume an unfinished run.
             invocation_state: a dict shared by reference with every node, condition, hook and tool.
             force_resume: resume a saved run even though the graph's nodes or edges changed since.
+            resume_unfinished: when the last run did not finish, resume it even if ``task`` differs (the
+                new task is ignored) instead of raising ``RunError``.
         """
         with self._exclusive():
+            options = _Options(force_resume, resume_unfinished)
             return await self._invoke(
-                task, {} if invocation_state is None else invocation_state, None, force_resume
+                task, {} if invocation_state is None else invocation_state, None, options
             )
 
     async def stream_async(
-        self, task: Any = None, *, invocation_state: dict[str, Any] | None = None, force_resume: bool = False
+        self,
+        task: Any = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        force_resume: bool = False,
+        resume_unfinished: bool = False,
     ) -> AsyncGenerator[MultiAgentStreamEvent, None]:
         """Run (or resume), yielding node start/stream/stop events, handoffs, and the result last.
 
         Consume the stream to the end (or close it): the run is cancelled when the stream is closed early.
         """
         state = {} if invocation_state is None else invocation_state
+        options = _Options(force_resume, resume_unfinished)
         with self._exclusive():
             send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
             failure: list[Exception] = []
@@ -358,7 +384,7 @@ class MultiAgentBase:
             async def produce() -> None:
                 async with send:
                     try:
-                        result = await self._invoke(task, state, send.send, force_resume)
+                        result = await self._invoke(task, state, send.send, options)
                     except Exception as exc:
                         failure.append(exc)  # raised below as it is, not wrapped in an ExceptionGroup
                         return
@@ -376,7 +402,7 @@ class MultiAgentBase:
         return _Exclusive(self)
 
     async def _invoke(
-        self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, force_resume: bool
+        self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: _Options
     ) -> MultiAgentResult:
         await self.hooks.invoke(BeforeMultiAgentInvocation(self, invocation_state))
         responses: dict[str, Any] = {}
@@ -391,12 +417,15 @@ class MultiAgentBase:
             if unknown:
                 raise RunError(f"{self.kind} {self.id!r} has no open interrupt {sorted(unknown)[0]!r}")
         elif resumed and task is not None and task != self._fields.get("task"):
-            raise RunError(
-                f"{self.kind} {self.id!r} has an unfinished run ({self.status.value}) of another task; resume "
-                "it by invoking with no task (orchestra resume), or delete the session to start over"
-            )
+            if options.resume_unfinished:
+                task = None
+            else:
+                raise RunError(
+                    f"{self.kind} {self.id!r} has an unfinished run ({self.status.value}) of another task; resume "
+                    "it by invoking with no task (orchestra resume), or delete the session to start over"
+                )
         if resumed:
-            if self.run.get("topology") != self.topology_hash() and not force_resume:
+            if self.run.get("topology") != self.topology_hash() and not options.force_resume:
                 raise RunError(
                     f"{self.kind} {self.id!r}: the saved run was made by a different graph (its nodes or edges "
                     "changed); resuming could skip or repeat the wrong nodes. Pass force_resume=True "
@@ -462,6 +491,12 @@ class MultiAgentBase:
 
 
 _LOG_NAMES = ("execution_order", "node_history", "handoffs")
+
+
+@dataclass(frozen=True)
+class _Options:
+    force_resume: bool = False
+    resume_unfinished: bool = False
 
 
 class _Exclusive:

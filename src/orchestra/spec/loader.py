@@ -423,7 +423,7 @@ def _model_for(spec: ModelSpec | None, override: Model | str | None) -> Model | 
     return resolve_model(spec.to_options()) if spec is not None else None
 
 
-def _build_agent(spec: AgentSpec, override: Model | str | None) -> Agent:
+def _build_agent(spec: AgentSpec, override: Model | str | None, session_manager: Any = None) -> Agent:
     manager = spec.conversation_manager
     conversation: Any = None
     if manager is not None:
@@ -446,6 +446,7 @@ def _build_agent(spec: AgentSpec, override: Model | str | None) -> Agent:
         state=spec.state,
         conversation_manager=conversation,
         max_cycles=spec.max_cycles,
+        session_manager=session_manager,
     )
 
 
@@ -455,11 +456,12 @@ def _build(
     prefix: Path_,
     outer_agents: dict[str, AgentSpec],
     override: Model | str | None,
+    agent_session: Any = None,
 ) -> Graph | Swarm | Agent:
     agents = {**outer_agents, **{a.name: a for a in spec.agents}}
     limits = spec.limits
     if spec.kind == "agent":
-        return _build_agent(agents[spec.agent or spec.agents[0].name], override)
+        return _build_agent(agents[spec.agent or spec.agents[0].name], override, agent_session)
     if spec.kind == "swarm":
         members = [n.agent for n in spec.nodes if n.agent] if spec.nodes else [a.name for a in spec.agents]
         options = {
@@ -530,6 +532,7 @@ def build(
     model: Model | str | None = None,
     session_id: str | None = None,
     storage: str | None = None,
+    session_manager: Any = None,
 ) -> Graph | Swarm | Agent:
     """Build the object a parsed spec describes.
 
@@ -538,32 +541,22 @@ def build(
         session_id: attach a ``SnapshotSessionManager`` with this id (storage and strategy from the
             spec's ``session:``, or local files).
         storage: a storage URI overriding the spec's ``session.storage``.
+        session_manager: a ready session manager to attach instead.
     """
     from orchestra.session import SnapshotSessionManager
 
-    built = _build(loaded, loaded.spec, (), {}, model)
-    if session_id is not None:
-        session = loaded.spec.session
+    session = loaded.spec.session
+    if session_manager is None and session_id is not None:
         uri = storage or (session.storage if session else "file:./.orchestra")
-        manager = SnapshotSessionManager(
+        session_manager = SnapshotSessionManager(
             session_id,
             storage=storage_from_uri(uri),
             multi_agent_save_latest_on=session.save_on if session else "node",
         )
-        if isinstance(built, MultiAgentBase):
-            built.set_session_manager(manager)
-        else:
-            built = Agent(
-                model=built._model,
-                name=built.name,
-                description=built.description,
-                system_prompt=built.system_prompt,
-                tools=list(built.tool_registry),
-                state=built.state.get(),
-                conversation_manager=built.conversation_manager,
-                max_cycles=built.max_cycles,
-                session_manager=manager,
-            )
+    agent_session = session_manager if loaded.spec.kind == "agent" else None
+    built = _build(loaded, loaded.spec, (), {}, model, agent_session)
+    if session_manager is not None and isinstance(built, MultiAgentBase):
+        built.set_session_manager(session_manager)
     return built
 
 

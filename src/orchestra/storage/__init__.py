@@ -8,6 +8,7 @@ from orchestra.storage._base import ABSENT, Absent, Expect, Storage, validate_ke
 from orchestra.storage._uri import DEFAULT_STORAGE_URI, storage_from_uri
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
+from orchestra.storage.prefixed import PrefixedStorage
 from orchestra.storage.s3 import S3Storage
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Expect",
     "InMemoryStorage",
     "LocalFileStorage",
+    "PrefixedStorage",
     "S3Storage",
     "Storage",
     "storage_from_uri",

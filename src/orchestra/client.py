@@ -1,0 +1,295 @@
+"""A client for ``orchestra serve``: ``Client`` (sync) and ``AsyncClient``, on httpx, with typed errors.
+
+```python
+from orchestra.client import Client
+
+client = Client("http://127.0.0.1:8000", api_key="...")
+reply = client.invoke("support", {"message": "What's the weather in London?"}, session_id="user-123")
+follow_up = client.invoke("support", {"message": "What about Paris?"}, session_id="user-123")
+for event in client.stream("support", "Hello"):
+    print(event.event, event.data)
+```
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from orchestra.errors import OrchestraError
+
+__all__ = [
+    "AsyncClient",
+    "AuthenticationError",
+    "Client",
+    "ClientError",
+    "ConflictError",
+    "InvalidRequestError",
+    "InvokeResult",
+    "NotFoundError",
+    "ServerError",
+    "StreamEvent",
+]
+
+
+class ClientError(OrchestraError):
+    """The server refused or failed a request; ``status``, ``code`` and ``message`` say how."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+
+class AuthenticationError(ClientError):
+    """401: the API key is missing or not valid."""
+
+
+class NotFoundError(ClientError):
+    """404: no such agent, session or run in this workspace."""
+
+
+class ConflictError(ClientError):
+    """409: another invocation of the session won; retry after ``retry_after`` seconds."""
+
+
+class InvalidRequestError(ClientError):
+    """400, 413 or 422: the request was malformed, too large, or asked for two modes at once."""
+
+
+class ServerError(ClientError):
+    """5xx: the server, or the run, failed."""
+
+
+_ERRORS: dict[int, type[ClientError]] = {
+    400: InvalidRequestError,
+    401: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: InvalidRequestError,
+    422: InvalidRequestError,
+}
+
+
+class InvokeResult(BaseModel):
+    """What an invocation answered."""
+
+    model_config = ConfigDict(extra="allow")
+
+    output: Any
+    session_id: str | None = None
+    run_id: str
+    usage: dict[str, int] = {}
+    status: str = "completed"
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One server-sent event: ``text``, ``tool_call``, ``tool_result``, ``node_start``, ``node_stop``,
+    ``handoff``, and last ``result`` (or ``error``)."""
+
+    event: str
+    data: Any
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", response.text[:500]
+    retry = response.headers.get("retry-after")
+    cls = _ERRORS.get(response.status_code, ServerError if response.status_code >= 500 else ClientError)
+    raise cls(response.status_code, code, message, float(retry) if retry else None)
+
+
+def _body(input: Any, session_id: str | None, history: list[dict[str, str]] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"input": input}
+    if session_id is not None:
+        body["session_id"] = session_id
+    if history is not None:
+        body["history"] = history
+    return body
+
+
+class _SSEParser:
+    """Server-sent events, one line at a time."""
+
+    def __init__(self) -> None:
+        self.name, self.data = "message", ""
+
+    def feed(self, line: str) -> StreamEvent | None:
+        if line.startswith("event:"):
+            self.name = line[6:].strip()
+        elif line.startswith("data:"):
+            self.data += line[5:].strip()
+        elif not line and self.data:
+            event = StreamEvent(self.name, json.loads(self.data))
+            self.name, self.data = "message", ""
+            return event
+        return None
+
+
+class Client:
+    """A synchronous client.
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8000``.
+        api_key: the workspace's API key.
+        timeout: seconds to wait for an answer (runs can be long).
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _get(self, path: str, **params: Any) -> Any:
+        response = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
+        _raise_for(response)
+        return response.json()
+
+    def invoke(
+        self,
+        agent_id: str,
+        input: Any,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+    ) -> InvokeResult:
+        """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither."""
+        response = self._http.post(
+            f"/api/v1/agents/{agent_id}/invoke", json=_body(input, session_id, history)
+        )
+        _raise_for(response)
+        return InvokeResult.model_validate(response.json())
+
+    def stream(
+        self,
+        agent_id: str,
+        input: Any,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Invoke with ``?stream=true`` and yield the events as they come."""
+        url = f"/api/v1/agents/{agent_id}/invoke"
+        with self._http.stream(
+            "POST", url, params={"stream": "true"}, json=_body(input, session_id, history)
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+                _raise_for(response)
+            parser = _SSEParser()
+            for line in response.iter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+
+    def agents(self) -> list[dict[str, Any]]:
+        return list(self._get("/api/v1/agents")["agents"])
+
+    def sessions(self, agent_id: str) -> list[dict[str, Any]]:
+        return list(self._get(f"/api/v1/agents/{agent_id}/sessions")["sessions"])
+
+    def session(self, agent_id: str, session_id: str) -> dict[str, Any]:
+        return dict(self._get(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+
+    def delete_session(self, agent_id: str, session_id: str) -> None:
+        _raise_for(self._http.delete(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+
+    def runs(self, agent_id: str | None = None, session_id: str | None = None) -> list[dict[str, Any]]:
+        return list(self._get("/api/v1/runs", agent_id=agent_id, session_id=session_id)["runs"])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return dict(self._get(f"/api/v1/runs/{run_id}"))
+
+
+class AsyncClient:
+    """An async client (the same methods as :class:`Client`, awaited)."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _get(self, path: str, **params: Any) -> Any:
+        response = await self._http.get(path, params={k: v for k, v in params.items() if v is not None})
+        _raise_for(response)
+        return response.json()
+
+    async def invoke(
+        self,
+        agent_id: str,
+        input: Any,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+    ) -> InvokeResult:
+        response = await self._http.post(
+            f"/api/v1/agents/{agent_id}/invoke", json=_body(input, session_id, history)
+        )
+        _raise_for(response)
+        return InvokeResult.model_validate(response.json())
+
+    async def stream(
+        self,
+        agent_id: str,
+        input: Any,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        url = f"/api/v1/agents/{agent_id}/invoke"
+        body = _body(input, session_id, history)
+        async with self._http.stream("POST", url, params={"stream": "true"}, json=body) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _raise_for(response)
+            parser = _SSEParser()
+            async for line in response.aiter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+
+    async def agents(self) -> list[dict[str, Any]]:
+        return list((await self._get("/api/v1/agents"))["agents"])
+
+    async def sessions(self, agent_id: str) -> list[dict[str, Any]]:
+        return list((await self._get(f"/api/v1/agents/{agent_id}/sessions"))["sessions"])
+
+    async def session(self, agent_id: str, session_id: str) -> dict[str, Any]:
+        return dict(await self._get(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+
+    async def delete_session(self, agent_id: str, session_id: str) -> None:
+        _raise_for(await self._http.delete(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+
+    async def runs(self, agent_id: str | None = None, session_id: str | None = None) -> list[dict[str, Any]]:
+        return list((await self._get("/api/v1/runs", agent_id=agent_id, session_id=session_id))["runs"])
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        return dict(await self._get(f"/api/v1/runs/{run_id}"))

@@ -1,0 +1,376 @@
+"""The HTTP API (FastAPI): invoke hosted agents in three memory modes, read sessions and runs.
+
+Every ``/api`` route needs ``Authorization: Bearer <key>``; a key belongs to a workspace and a workspace
+never sees another's agents, sessions or runs (their ids answer 404). Errors are always
+``{"error": {"code": ..., "message": ...}}`` with a 4xx status for bad input.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from orchestra.errors import OrchestraError, SessionConflictError
+from orchestra.server.auth import KeyRing
+from orchestra.server.config import HostedSpec, ServerConfig, load_config
+from orchestra.server.runs import RunRecord
+from orchestra.server.runtime import Invocation, Runtime, input_text
+from orchestra.session import admin
+from orchestra.session._layout import session_prefix
+from orchestra.spec.models import ID_PATTERN
+
+__all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env"]
+
+CONFIG_ENV_VAR = "ORCHESTRA_SERVER_CONFIG"
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {"code", "message"}}`` with ``status``."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+class HistoryTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class InvokeRequest(BaseModel):
+    """Invoke a hosted agent. Give ``session_id`` (session mode), ``history`` (stateless), or neither."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any = Field(description='What to do: a string, or an object such as {"message": "..."}.')
+    session_id: str | None = Field(
+        default=None, pattern=ID_PATTERN, description="Session mode: the server keeps the history."
+    )
+    history: list[HistoryTurn] | None = Field(
+        default=None, description="Stateless mode: the conversation so far."
+    )
+
+
+class InvokeResponse(BaseModel):
+    output: Any
+    session_id: str | None
+    run_id: str
+    usage: dict[str, int]
+    status: str
+    resumed: bool = False
+
+
+class _BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413, whether or not they announce their length."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        too_large = _error(
+            413, "body_too_large", f"the request body is over the {self.limit}-byte limit; send less"
+        )
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await too_large(scope, receive, send)
+            return
+        seen = 0
+        exceeded = False
+
+        async def limited() -> Message:
+            nonlocal seen, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    # Stop reading: the app sees the body end here, and its answer is replaced by a 413.
+                    exceeded = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        replaced = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal replaced
+            if not exceeded:
+                await send(message)
+            elif not replaced:
+                replaced = True
+                await too_large(scope, receive, send)
+
+        await self.app(scope, limited, guarded_send)
+
+
+async def workspace(request: Request) -> str:
+    """The caller's workspace, from ``Authorization: Bearer <key>`` (401 without a valid key)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    keys: KeyRing = request.app.state.keys
+    found = keys.workspace_of(key.strip()) if scheme.lower() == "bearer" else None
+    if found is None:
+        message = (
+            "a valid API key is required: Authorization: Bearer <key>"
+            if header
+            else "missing Authorization: Bearer <key>"
+        )
+        raise ApiError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+Workspace = Annotated[str, Depends(workspace)]
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return 400, "invalid_json", "the request body is not valid JSON; send a JSON object"
+    parts = []
+    for error in errors:
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {error.get('msg', 'invalid')}")
+    return 422, "invalid_request", "; ".join(parts)
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The FastAPI application serving ``config``."""
+    runtime = Runtime(config)
+    keys = KeyRing(config.api_keys)
+    hosted_by_id = {h.id: h for h in config.agents}
+    app = FastAPI(
+        title="orchestra",
+        version="1",
+        description="Hosted agents and pipelines. Authenticate with `Authorization: Bearer <key>`.",
+    )
+    app.state.runtime = runtime
+    app.state.keys = keys
+    app.state.hosted = hosted_by_id
+    app.add_middleware(_BodyLimit, limit=config.limits.max_body_bytes)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(*_validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        return _error(500, "internal", f"the server failed: {type(exc).__name__}: {exc}")
+
+    def hosted(agent_id: str, ws: str) -> HostedSpec:
+        found = hosted_by_id.get(agent_id)
+        if found is None or found.workspace != ws:
+            raise ApiError(
+                404,
+                "unknown_agent",
+                f"no agent {agent_id!r} in this workspace; GET /api/v1/agents lists them",
+            )
+        return found
+
+    @app.post("/api/v1/agents/{agent_id}/invoke", response_model=InvokeResponse)
+    async def invoke(
+        agent_id: str, body: InvokeRequest, ws: Workspace, stream: Annotated[bool, Query()] = False
+    ) -> Any:
+        """Invoke an agent or pipeline; with ``?stream=true`` events come as server-sent events."""
+        target = hosted(agent_id, ws)
+        if body.session_id is not None and body.history is not None:
+            raise ApiError(
+                422,
+                "choose_one_mode",
+                "give session_id (the server keeps the history) or history (you keep it), not both",
+            )
+        if body.history is not None and len(body.history) > config.limits.max_history_messages:
+            raise ApiError(
+                422,
+                "history_too_long",
+                f"history has {len(body.history)} turns; the limit is {config.limits.max_history_messages} "
+                "(send fewer, or use session mode)",
+            )
+        task = input_text(body.input)
+        if len(task) > config.limits.max_input_chars:
+            raise ApiError(422, "input_too_long", f"input is over {config.limits.max_input_chars} characters")
+        history = [t.model_dump() for t in body.history] if body.history is not None else None
+        invocation = Invocation(target, task, body.session_id, history)
+        if stream:
+            return StreamingResponse(_sse(runtime, ws, invocation), media_type="text/event-stream")
+        record, outcome = await runtime.invoke(ws, invocation)
+        if isinstance(outcome, SessionConflictError):
+            raise ApiError(409, "session_conflict", str(outcome), {"Retry-After": "1"})
+        if isinstance(outcome, OrchestraError):
+            raise ApiError(502, "run_failed", f"{outcome} (run {record.run_id})")
+        if isinstance(outcome, Exception):
+            raise outcome
+        return InvokeResponse(
+            output=record.output,
+            session_id=record.session_id,
+            run_id=record.run_id,
+            usage=record.usage,
+            status=record.status,
+            resumed=record.resumed,
+        )
+
+    @app.get("/api/v1/agents")
+    async def agents(ws: Workspace) -> dict[str, Any]:
+        """The agents and pipelines this workspace may invoke."""
+        listed = []
+        for item in config.agents:
+            if item.workspace == ws:
+                spec = config.spec_of(item.id).spec
+                listed.append(
+                    {"id": item.id, "kind": spec.kind, "description": item.description or spec.description}
+                )
+        return {"agents": listed}
+
+    @app.get("/api/v1/agents/{agent_id}/sessions")
+    async def sessions(agent_id: str, ws: Workspace) -> dict[str, Any]:
+        """The sessions of an agent, most recently saved first."""
+        target = hosted(agent_id, ws)
+        infos = await admin.list_sessions(runtime.agent_storage(ws, target.id))
+        infos.sort(key=lambda i: i.updated_at.isoformat() if i.updated_at else "", reverse=True)
+        return {
+            "sessions": [
+                {"session_id": i.session_id, "updated_at": i.updated_at.isoformat() if i.updated_at else None}
+                for i in infos
+            ]
+        }
+
+    @app.get("/api/v1/agents/{agent_id}/sessions/{session_id}")
+    async def session(agent_id: str, session_id: str, ws: Workspace) -> dict[str, Any]:
+        """A session's messages (a pipeline's: its run status and every agent node's messages)."""
+        target = hosted(agent_id, ws)
+        storage = runtime.agent_storage(ws, target.id)
+        try:
+            info = await admin.describe_session(storage, session_id)
+        except (OrchestraError, ValueError):
+            raise ApiError(
+                404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}"
+            ) from None
+        out: dict[str, Any] = {"session_id": session_id, "agent_id": agent_id}
+        for scope in info.scopes:
+            doc = await admin.load_scope(storage, session_id, scope.kind, scope.scope_id)
+            if scope.kind == "agent":
+                out["messages"] = doc.logs.get("messages", [])
+                out["state"] = doc.fields.get("state") or {}
+            else:
+                out["run"] = scope.summary
+                out["nodes"] = {
+                    name[len("agent/") : -len("/messages")]: items
+                    for name, items in doc.logs.items()
+                    if name.startswith("agent/") and name.endswith("/messages")
+                }
+        return _plain(out)
+
+    @app.delete("/api/v1/agents/{agent_id}/sessions/{session_id}", status_code=204)
+    async def delete_session(agent_id: str, session_id: str, ws: Workspace) -> Response:
+        """Forget a session."""
+        target = hosted(agent_id, ws)
+        try:
+            prefix = session_prefix(session_id)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_session_id", str(exc)) from None
+        removed = await runtime.agent_storage(ws, target.id).delete_prefix(prefix)
+        if not removed:
+            raise ApiError(404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}")
+        return Response(status_code=204)
+
+    @app.get("/api/v1/runs")
+    async def runs(
+        ws: Workspace,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """Runs, newest first, optionally of one agent and one session."""
+        if agent_id is not None:
+            ids = [hosted(agent_id, ws).id]
+        else:
+            ids = [h.id for h in config.agents if h.workspace == ws]
+        records = await runtime.runs(ws).list(ids, session_id, limit)
+        return {"runs": [r.summary() for r in records]}
+
+    @app.get("/api/v1/runs/{run_id}")
+    async def run(run_id: str, ws: Workspace) -> dict[str, Any]:
+        """A run: its conversation (tool calls included), per-node status for pipelines, timings, usage."""
+        record = await _run_or_404(runtime, ws, run_id)
+        return _plain(record.model_dump(mode="python"))
+
+    from orchestra.server.dashboard import mount_dashboard
+
+    mount_dashboard(app, runtime, keys, config)
+    return app
+
+
+async def _run_or_404(runtime: Runtime, ws: str, run_id: str) -> RunRecord:
+    try:
+        record = await runtime.runs(ws).get(run_id)
+    except (OrchestraError, ValueError):
+        record = None
+    if record is None:
+        raise ApiError(404, "unknown_run", f"no run {run_id!r} in this workspace")
+    return record
+
+
+def _plain(value: dict[str, Any]) -> dict[str, Any]:
+    """JSON-ready (binary content as base64)."""
+    plain: dict[str, Any] = json.loads(json.dumps(value, default=_json_default))
+    return plain
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterator[bytes]:
+    async for name, data in runtime.stream(ws, invocation):
+        if isinstance(data, RunRecord):
+            if name == "error":
+                payload: Any = {"error": {"code": "run_failed", "message": data.error}, "run_id": data.run_id}
+            else:
+                payload = {
+                    "output": data.output,
+                    "session_id": data.session_id,
+                    "run_id": data.run_id,
+                    "usage": data.usage,
+                    "status": data.status,
+                    "resumed": data.resumed,
+                }
+        else:
+            payload = data
+        yield f"event: {name}\ndata: {json.dumps(payload, default=_json_default)}\n\n".encode()
+
+
+def create_app_from_env() -> FastAPI:
+    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG``."""
+    return create_app(load_config(os.environ[CONFIG_ENV_VAR]))

@@ -1,0 +1,113 @@
+"""The server's configuration file: hosted agents and pipelines, storage, API keys, limits.
+
+```yaml
+version: 1
+storage: file:./.orchestra-server          # sessions and runs (any storage URI)
+agents:
+  - id: support                             # the agent_id in URLs
+    spec: support_swarm.yaml                # an agent, graph or swarm spec, relative to this file
+    workspace: acme
+api_keys:
+  - workspace: acme
+    sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08   # orchestra hash-key KEY
+limits:
+  max_body_bytes: 1048576
+  max_history_messages: 200
+```
+
+Keys are stored as SHA-256 hashes, never in clear.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestra.errors import ConfigurationError, OrchestraSpecError
+from orchestra.spec import LoadedSpec, parse_file
+from orchestra.spec.models import ID_PATTERN
+from orchestra.storage._uri import check_storage_uri
+
+__all__ = ["ApiKey", "HostedSpec", "Limits", "ServerConfig", "load_config"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HostedSpec(_Model):
+    """One hosted agent or pipeline."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    spec: str = Field(description="A spec file (agent, graph or swarm), relative to the config file.")
+    workspace: str = Field(pattern=ID_PATTERN)
+    description: str | None = None
+
+
+class ApiKey(_Model):
+    """An API key of a workspace, as the hex SHA-256 of the key."""
+
+    workspace: str = Field(pattern=ID_PATTERN)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    name: str | None = None
+
+
+class Limits(_Model):
+    max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    max_history_messages: int = Field(default=200, gt=0)
+    max_input_chars: int = Field(default=200_000, gt=0)
+
+
+class ServerConfig(_Model):
+    version: int = 1
+    storage: str = "file:./.orchestra-server"
+    agents: list[HostedSpec] = Field(default_factory=list)
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
+    loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    def spec_of(self, agent_id: str) -> LoadedSpec:
+        spec: LoadedSpec = self.loaded[agent_id]
+        return spec
+
+
+def load_config(path: str | os.PathLike[str]) -> ServerConfig:
+    """Read and check a server config (and every spec it names).
+
+    Raises:
+        ConfigurationError: the file or a spec it names is not valid; the message says where.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"{path}: cannot read the server config: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigurationError(
+            f"{path}: the server config is a mapping (storage, agents, api_keys, limits)"
+        )
+    try:
+        config = ServerConfig.model_validate({**raw, "base_dir": path.resolve().parent})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        raise ConfigurationError(f"{path}: {problems}") from None
+    check_storage_uri(config.storage)
+    seen: set[str] = set()
+    for hosted in config.agents:
+        if hosted.id in seen:
+            raise ConfigurationError(f"{path}: agent id {hosted.id!r} is hosted twice")
+        seen.add(hosted.id)
+        try:
+            config.loaded[hosted.id] = parse_file(config.base_dir / hosted.spec)
+        except OrchestraSpecError as exc:
+            raise ConfigurationError(f"{path}: agent {hosted.id!r}: its spec is not valid:\n{exc}") from None
+    if not config.api_keys:
+        raise ConfigurationError(f"{path}: no api_keys: every API route needs a key (orchestra hash-key KEY)")
+    return config

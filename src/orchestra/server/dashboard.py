@@ -1,0 +1,287 @@
+"""The dashboard: server-rendered HTML pages behind a login form that takes an API key.
+
+``/login`` sets an HttpOnly, SameSite=Strict cookie holding the key (checked like the API's bearer
+token); ``/`` lists the workspace's agents and runs (filter by agent and session); ``/runs/<id>`` shows a
+run with a Conversation tab (every message, tool calls and results included) and, for pipelines, a
+Nodes tab with the node graph coloured by status.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from orchestra.server.auth import KeyRing
+from orchestra.server.config import ServerConfig
+from orchestra.server.runs import RunRecord
+from orchestra.server.runtime import Runtime
+
+__all__ = ["mount_dashboard"]
+
+KEY_COOKIE = "orchestra_key"
+STATUS_COLOURS = {
+    "completed": "#2e7d32",
+    "failed": "#c62828",
+    "interrupted": "#6a1b9a",
+    "executing": "#ef6c00",
+    "pending": "#757575",
+}
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 1100px; }
+a { color: #1565c0; } table { border-collapse: collapse; width: 100%; margin: 1rem 0; }
+th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #ddd; vertical-align: top; }
+.badge { color: white; border-radius: .3rem; padding: .1rem .45rem; font-size: .85em; }
+.tabs a { margin-right: 1rem; } .tabs a.active { font-weight: bold; text-decoration: none; color: #222; }
+.message { border: 1px solid #ddd; border-radius: .4rem; padding: .6rem; margin: .6rem 0; }
+.message .role { font-weight: bold; text-transform: capitalize; } pre { white-space: pre-wrap; margin: .3rem 0; }
+.tool { background: #f5f5f5; border-left: 3px solid #1565c0; padding: .3rem .6rem; margin: .3rem 0; }
+.error { color: #c62828; } form.inline { display: inline; }
+"""
+
+
+def _page(title: str, body: str) -> HTMLResponse:
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · orchestra</title>"
+        f"<style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def _badge(status: str) -> str:
+    colour = STATUS_COLOURS.get(status, "#455a64")
+    return f"<span class='badge status' style='background:{colour}'>{html.escape(status)}</span>"
+
+
+def _block(block: dict[str, Any]) -> str:
+    if "text" in block:
+        return f"<pre class='text'>{html.escape(block['text'])}</pre>"
+    if "toolUse" in block:
+        use = block["toolUse"]
+        arguments = html.escape(json.dumps(use.get("input"), indent=1))
+        return f"<div class='tool tool-call'>Tool call <b>{html.escape(use['name'])}</b><pre>{arguments}</pre></div>"
+    if "toolResult" in block:
+        result = block["toolResult"]
+        parts = []
+        for item in result.get("content", []):
+            if "text" in item:
+                parts.append(html.escape(item["text"]))
+            elif "json" in item:
+                parts.append(html.escape(json.dumps(item["json"])))
+            else:
+                parts.append("[binary content]")
+        status = html.escape(result.get("status", ""))
+        return f"<div class='tool tool-result'>Tool result ({status})<pre>{'<br>'.join(parts)}</pre></div>"
+    for kind in ("image", "document"):
+        if kind in block:
+            return f"<div class='tool'>[{kind} {html.escape(str(block[kind].get('format', '')))}]</div>"
+    return ""
+
+
+def _conversation(messages: list[dict[str, Any]]) -> str:
+    if not messages:
+        return "<p>No messages.</p>"
+    return "".join(
+        f"<div class='message {html.escape(m['role'])}'><div class='role'>{html.escape(m['role'])}</div>"
+        + "".join(_block(b) for b in m.get("content", []))
+        + "</div>"
+        for m in messages
+    )
+
+
+def _graph_svg(nodes: dict[str, dict[str, Any]], edges: list[list[str]]) -> str:
+    """Nodes in layers (longest path from the entry over non-looping edges), coloured by status."""
+    level = dict.fromkeys(nodes, 0)
+    forward = [(s, d) for s, d, *_ in edges if s in nodes and d in nodes and s != d]
+    for _ in range(len(nodes)):  # relax; edges that would keep pushing a node down are loops
+        changed = False
+        for src, dst in forward:
+            if level[dst] < level[src] + 1 <= len(nodes) - 1 and list(nodes).index(dst) > list(nodes).index(
+                src
+            ):
+                level[dst] = level[src] + 1
+                changed = True
+        if not changed:
+            break
+    rows: dict[int, list[str]] = {}
+    for node_id, depth in level.items():
+        rows.setdefault(depth, []).append(node_id)
+    width, height = 170, 44
+    position = {}
+    for depth, members in rows.items():
+        for index, node_id in enumerate(members):
+            position[node_id] = (20 + index * (width + 30), 20 + depth * (height + 40))
+    total_w = max((x for x, _ in position.values()), default=0) + width + 40
+    total_h = max((y for _, y in position.values()), default=0) + height + 40
+    parts = [f"<svg id='node-graph' width='{total_w}' height='{total_h}' xmlns='http://www.w3.org/2000/svg'>"]
+    parts.append(
+        "<defs><marker id='arrow' markerWidth='8' markerHeight='8' refX='8' refY='4' orient='auto'>"
+        "<path d='M0,0 L8,4 L0,8 z' fill='#888'/></marker></defs>"
+    )
+    if len(forward) < 40:
+        for src, dst in forward:
+            (x1, y1), (x2, y2) = position[src], position[dst]
+            parts.append(
+                f"<line x1='{x1 + width / 2}' y1='{y1 + height}' x2='{x2 + width / 2}' y2='{y2}' "
+                "stroke='#888' marker-end='url(#arrow)'/>"
+            )
+    for node_id, (x, y) in position.items():
+        status = str(nodes[node_id].get("status", "pending"))
+        colour = STATUS_COLOURS.get(status, "#455a64")
+        label = html.escape(node_id)
+        parts.append(
+            f"<g class='node' data-node='{label}' data-status='{html.escape(status)}'>"
+            f"<rect x='{x}' y='{y}' width='{width}' height='{height}' rx='6' fill='{colour}'/>"
+            f"<text x='{x + width / 2}' y='{y + 18}' fill='white' text-anchor='middle' font-size='13'>{label}</text>"
+            f"<text x='{x + width / 2}' y='{y + 34}' fill='white' text-anchor='middle' font-size='11'>"
+            f"{html.escape(status)}</text></g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+    """Add the dashboard's pages to ``app``."""
+
+    def workspace(request: Request) -> str | None:
+        return keys.workspace_of(request.cookies.get(KEY_COOKIE))
+
+    def login_form(error: str = "") -> HTMLResponse:
+        message = f"<p class='error'>{html.escape(error)}</p>" if error else ""
+        page = _page(
+            "Log in",
+            "<h1>orchestra</h1>" + message + "<form method='post' action='/login'>"
+            "<label>API key <input type='password' name='key' id='key' autocomplete='off' required></label> "
+            "<button type='submit' id='login'>Log in</button></form>",
+        )
+        if error:
+            page.status_code = 401
+        return page
+
+    @app.get("/login", include_in_schema=False)
+    async def login_page() -> HTMLResponse:
+        return login_form()
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+        key = (form.get("key") or [""])[0].strip()
+        if keys.workspace_of(key) is None:
+            return login_form("That key is not valid.")
+        response = RedirectResponse("/", status_code=303)
+        secure = request.url.scheme == "https"
+        response.set_cookie(KEY_COOKIE, key, httponly=True, samesite="strict", secure=secure)
+        return response
+
+    @app.get("/logout", include_in_schema=False)
+    async def logout() -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(KEY_COOKIE)
+        return response
+
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request, agent_id: str | None = None, session_id: str | None = None) -> Response:
+        ws = workspace(request)
+        if ws is None:
+            return RedirectResponse("/login", status_code=303)
+        hosted = [h for h in config.agents if h.workspace == ws]
+        ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
+        records = await runtime.runs(ws).list(ids, session_id or None, 200)
+        agent_rows = "".join(
+            f"<tr><td><a href='/?{urlencode({'agent_id': h.id})}'>{html.escape(h.id)}</a></td>"
+            f"<td>{html.escape(config.spec_of(h.id).spec.kind)}</td>"
+            f"<td>{html.escape(h.description or config.spec_of(h.id).spec.description or '')}</td></tr>"
+            for h in hosted
+        )
+        run_rows = "".join(
+            f"<tr class='run'><td><a class='run-link' href='/runs/{html.escape(r.run_id)}'>{html.escape(r.run_id[:13])}…</a></td>"
+            f"<td>{html.escape(r.agent_id)}</td><td>{html.escape(r.session_id or '-')}</td><td>{r.mode}</td>"
+            f"<td>{_badge(r.status)}</td><td>{html.escape(r.started_at[:19])}</td>"
+            f"<td>{r.duration_ms or 0:.0f} ms</td></tr>"
+            for r in records
+        )
+        options = "".join(
+            f"<option value='{html.escape(h.id)}'{' selected' if h.id == agent_id else ''}>{html.escape(h.id)}</option>"
+            for h in hosted
+        )
+        body = (
+            "<h1>orchestra</h1><p>Workspace <b>"
+            + html.escape(ws)
+            + "</b> · <a href='/logout'>log out</a></p>"
+            "<h2>Agents</h2><table><tr><th>agent</th><th>kind</th><th>description</th></tr>"
+            + agent_rows
+            + "</table>"
+            "<h2>Runs</h2><form method='get' action='/'><select name='agent_id'><option value=''>all agents</option>"
+            + options
+            + "</select> <input name='session_id' placeholder='session id' value='"
+            + html.escape(session_id or "")
+            + "'> <button type='submit'>Filter</button></form>"
+            "<table id='runs'><tr><th>run</th><th>agent</th><th>session</th><th>mode</th><th>status</th>"
+            "<th>started</th><th>took</th></tr>"
+            + (run_rows or "<tr><td colspan='7'>No runs yet.</td></tr>")
+            + "</table>"
+        )
+        return _page("Runs", body)
+
+    @app.get("/runs/{run_id}", include_in_schema=False)
+    async def run_page(request: Request, run_id: str, tab: str = "conversation") -> Response:
+        ws = workspace(request)
+        if ws is None:
+            return RedirectResponse("/login", status_code=303)
+        try:
+            record = await runtime.runs(ws).get(run_id)
+        except ValueError:
+            record = None
+        if record is None:
+            return _page("Not found", f"<h1>No run {html.escape(run_id)}</h1><p><a href='/'>All runs</a></p>")
+        return _page(f"Run {run_id}", _run_body(record, tab))
+
+
+def _run_body(record: RunRecord, tab: str) -> str:
+    tabs = ["conversation", "overview"] + (["nodes"] if record.nodes else [])
+    tab = tab if tab in tabs else "conversation"
+    links = "".join(
+        f"<a id='tab-{t}' class='{'active' if t == tab else ''}' href='?tab={t}'>{t.capitalize()}</a>"
+        for t in tabs
+    )
+    header = (
+        f"<p><a href='/'>All runs</a></p><h1>Run {html.escape(record.run_id)}</h1>"
+        f"<p>{html.escape(record.agent_id)} · {html.escape(record.kind)} · {_badge(record.status)} · "
+        f"session {html.escape(record.session_id or '-')} ({record.mode})</p><div class='tabs'>{links}</div>"
+    )
+    if tab == "overview":
+        usage = ", ".join(f"{k}: {v}" for k, v in record.usage.items())
+        error = f"<p class='error'>{html.escape(record.error)}</p>" if record.error else ""
+        content = (
+            f"<table><tr><th>started</th><td>{html.escape(record.started_at)}</td></tr>"
+            f"<tr><th>finished</th><td>{html.escape(record.finished_at or '-')}</td></tr>"
+            f"<tr><th>duration</th><td>{record.duration_ms or 0:.1f} ms</td></tr>"
+            f"<tr><th>usage</th><td>{html.escape(usage)}</td></tr>"
+            f"<tr><th>input</th><td><pre>{html.escape(str(record.input))}</pre></td></tr>"
+            f"<tr><th>output</th><td><pre>{html.escape(str(record.output))}</pre></td></tr></table>{error}"
+        )
+    elif tab == "nodes":
+        rows = "".join(
+            f"<tr><td>{html.escape(n)}</td><td>{html.escape(str(d.get('kind')))}</td><td>{_badge(str(d.get('status')))}</td>"
+            f"<td>{d.get('executions', 0)}</td><td><pre>{html.escape(str(d.get('output') or ''))}</pre></td></tr>"
+            for n, d in record.nodes.items()
+        )
+        content = _graph_svg(record.nodes, record.edges) + (
+            "<table><tr><th>node</th><th>kind</th><th>status</th><th>runs</th><th>output</th></tr>"
+            + rows
+            + "</table>"
+        )
+    else:
+        if record.nodes:
+            sections = [
+                f"<h3>{html.escape(n)}</h3>" + _conversation(d.get("messages") or [])
+                for n, d in record.nodes.items()
+                if d.get("messages")
+            ]
+            content = "<div id='conversation'>" + ("".join(sections) or "<p>No messages.</p>") + "</div>"
+        else:
+            content = "<div id='conversation'>" + _conversation(record.messages) + "</div>"
+    return header + content

@@ -1,0 +1,96 @@
+"""Run records: what each invocation did, kept in the workspace's storage for the API and the dashboard."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestra._concurrency import map_concurrently
+from orchestra.storage import ABSENT, Storage
+
+__all__ = ["RunRecord", "RunStore"]
+
+Mode = Literal["session", "stateless", "none"]
+
+
+class RunRecord(BaseModel):
+    """One invocation of a hosted agent or pipeline."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: str
+    agent_id: str
+    kind: str
+    mode: Mode
+    session_id: str | None = None
+    status: str = "executing"
+    started_at: str
+    finished_at: str | None = None
+    duration_ms: float | None = None
+    input: Any = None
+    output: Any = None
+    error: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    resumed: bool = False
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="An agent's conversation.")
+    nodes: dict[str, dict[str, Any]] = Field(default_factory=dict, description="A pipeline's nodes.")
+    edges: list[list[str]] = Field(default_factory=list, description="A pipeline's edges: [src, dst, label].")
+
+    def summary(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"messages", "nodes", "edges"})
+
+
+def _dumps(value: Any) -> bytes:
+    def default(obj: Any) -> Any:
+        if isinstance(obj, bytes | bytearray):
+            return base64.b64encode(obj).decode()
+        return str(obj)
+
+    return json.dumps(value, default=default).encode()
+
+
+class RunStore:
+    """Run records under ``runs/<agent_id>/<session_id or ->/<run_id>.json``, plus an index by run id.
+
+    Run ids are UUIDv7, so listing a prefix gives runs oldest first.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @staticmethod
+    def _key(record: RunRecord) -> str:
+        return f"runs/{record.agent_id}/{record.session_id or '-'}/{record.run_id}.json"
+
+    async def save(self, record: RunRecord) -> None:
+        key = self._key(record)
+        await self.storage.write(key, _dumps(record.model_dump(mode="python")))
+        index = f"run-index/{record.run_id}"
+        if await self.storage.read(index) is None:
+            await self.storage.write(index, key.encode(), expect=ABSENT)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        found = await self.storage.read(f"run-index/{run_id}")
+        if found is None:
+            return None
+        record = await self.storage.read(found[0].decode())
+        return None if record is None else RunRecord.model_validate_json(record[0])
+
+    async def list(
+        self, agent_ids: list[str], session_id: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        keys: list[str] = []
+        for agent_id in agent_ids:
+            prefix = f"runs/{agent_id}/{session_id}/" if session_id else f"runs/{agent_id}/"
+            keys.extend(await self.storage.list(prefix))
+        keys.sort(key=lambda k: k.rsplit("/", 1)[-1], reverse=True)
+
+        async def read(key: str) -> RunRecord | None:
+            found = await self.storage.read(key)
+            return None if found is None else RunRecord.model_validate_json(found[0])
+
+        records = await map_concurrently(read, keys[:limit])
+        return [r for r in records if r is not None]

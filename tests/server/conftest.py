@@ -1,0 +1,104 @@
+"""A real uvicorn server on 127.0.0.1 (random port) for every HTTP test."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from orchestra.server import create_app, hash_key, load_config
+
+KEYS = {"acme": "acme-secret-key", "globex": "globex-secret-key"}
+
+CHAT = """version: 1
+kind: agent
+id: chat
+agents:
+  - name: chat
+    model: function:tests.support:echo_reply
+"""
+
+TOOLS = """version: 1
+kind: agent
+id: tools
+agents:
+  - name: helper
+    tools: [notebook]
+    model:
+      provider: scripted
+      follow_history: true
+      replies:
+        - {tool: notebook, input: {mode: create, name: todo, new_str: buy milk}}
+        - Noted in your todo list.
+"""
+
+PIPELINE = """version: 1
+kind: graph
+id: approval
+nodes:
+  - {id: draft, function: 'tests.support:spec_source'}
+  - {id: approve, function: 'tests.support:ask_human'}
+edges:
+  - {from: draft, to: approve}
+"""
+
+
+def write_config(root: Path, storage: str, limits: str = "") -> Path:
+    (root / "chat.yaml").write_text(CHAT)
+    (root / "tools.yaml").write_text(TOOLS)
+    (root / "pipeline.yaml").write_text(PIPELINE)
+    config = root / "server.yaml"
+    config.write_text(
+        f"""version: 1
+storage: {storage}
+agents:
+  - {{id: chat, spec: chat.yaml, workspace: acme, description: An echoing chat agent}}
+  - {{id: helper, spec: tools.yaml, workspace: acme}}
+  - {{id: approval, spec: pipeline.yaml, workspace: acme}}
+  - {{id: other, spec: chat.yaml, workspace: globex}}
+api_keys:
+  - {{workspace: acme, sha256: {hash_key(KEYS["acme"])}}}
+  - {{workspace: globex, sha256: {hash_key(KEYS["globex"])}}}
+{limits}"""
+    )
+    return config
+
+
+class Server:
+    def __init__(self, config_path: Path) -> None:
+        self.app = create_app(load_config(config_path))
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def server(tmp_path):
+    config = write_config(tmp_path, f"file:{tmp_path}/store", "limits: {max_body_bytes: 20000, max_history_messages: 6}\n")
+    with Server(config) as running:
+        yield running
+
+
+def auth(workspace: str = "acme") -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[workspace]}"}

@@ -1,0 +1,171 @@
+"""The HTTP API over real HTTP: the three memory modes, reads, auth and isolation, bad input, streaming."""
+
+import httpx
+import pytest
+
+from tests.server.conftest import auth
+
+
+def invoke(server, agent, body, workspace="acme", **params):
+    return httpx.post(f"{server.url}/api/v1/agents/{agent}/invoke", json=body, headers=auth(workspace), params=params, timeout=30)
+
+
+def test_session_mode_keeps_and_replays_the_conversation(server):
+    first = invoke(server, "chat", {"input": {"message": "What's the weather in London?"}, "session_id": "user-123"})
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert body["output"] == "echo: What's the weather in London? (turn 1)"
+    assert body["session_id"] == "user-123"
+    assert body["run_id"]
+    assert body["usage"]["total_tokens"] > 0
+    second = invoke(server, "chat", {"input": {"message": "What about Paris?"}, "session_id": "user-123"})
+    assert second.json()["output"] == "echo: What about Paris? (turn 2)"
+
+
+def test_sessions_are_per_agent(server):
+    invoke(server, "chat", {"input": "one", "session_id": "shared"})
+    assert invoke(server, "helper", {"input": "note it", "session_id": "shared"}).json()["output"] == "Noted in your todo list."
+    assert invoke(server, "chat", {"input": "two", "session_id": "shared"}).json()["output"] == "echo: two (turn 2)"
+    helper = httpx.get(f"{server.url}/api/v1/agents/helper/sessions/shared", headers=auth()).json()
+    assert len(helper["messages"]) == 4  # the helper's own history, not the chat's
+
+
+def test_stateless_mode_uses_the_history_and_persists_nothing(server):
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    reply = invoke(server, "chat", {"input": "and now?", "history": history})
+    assert reply.json()["output"] == "echo: and now? (turn 2)"
+    assert reply.json()["session_id"] is None
+    assert httpx.get(f"{server.url}/api/v1/agents/chat/sessions", headers=auth()).json()["sessions"] == []
+
+
+def test_no_memory_calls_are_independent(server):
+    assert invoke(server, "chat", {"input": "a"}).json()["output"] == "echo: a (turn 1)"
+    assert invoke(server, "chat", {"input": "b"}).json()["output"] == "echo: b (turn 1)"
+
+
+def test_both_modes_at_once_is_422(server):
+    reply = invoke(server, "chat", {"input": "x", "session_id": "s", "history": []})
+    assert reply.status_code == 422
+    assert reply.json()["error"]["code"] == "choose_one_mode"
+    assert "not both" in reply.json()["error"]["message"]
+
+
+def test_a_pipeline_session_resumes_its_interrupted_run(server):
+    first = invoke(server, "approval", {"input": "ship v2", "session_id": "release"})
+    assert first.json()["status"] == "interrupted"
+    run = httpx.get(f"{server.url}/api/v1/runs/{first.json()['run_id']}", headers=auth()).json()
+    assert run["nodes"]["draft"]["status"] == "completed"
+    assert run["nodes"]["approve"]["status"] == "interrupted"
+    again = invoke(server, "approval", {"input": "anything", "session_id": "release"})
+    assert again.json()["resumed"] is True
+
+
+def test_reads_agents_sessions_runs_and_delete(server):
+    invoke(server, "helper", {"input": "remember milk", "session_id": "s1"})
+    agents = httpx.get(f"{server.url}/api/v1/agents", headers=auth()).json()["agents"]
+    assert [a["id"] for a in agents] == ["chat", "helper", "approval"]
+    assert agents[0]["description"] == "An echoing chat agent"
+    sessions = httpx.get(f"{server.url}/api/v1/agents/helper/sessions", headers=auth()).json()["sessions"]
+    assert [s["session_id"] for s in sessions] == ["s1"]
+    messages = httpx.get(f"{server.url}/api/v1/agents/helper/sessions/s1", headers=auth()).json()["messages"]
+    assert messages[1]["content"][0]["toolUse"]["name"] == "notebook"
+
+    runs = httpx.get(f"{server.url}/api/v1/runs", params={"agent_id": "helper", "session_id": "s1"}, headers=auth()).json()["runs"]
+    assert len(runs) == 1
+    detail = httpx.get(f"{server.url}/api/v1/runs/{runs[0]['run_id']}", headers=auth()).json()
+    assert detail["status"] == "completed"
+    assert detail["duration_ms"] > 0
+    assert detail["usage"]["total_tokens"] > 0
+    assert any("toolResult" in b for m in detail["messages"] for b in m["content"])
+
+    assert httpx.delete(f"{server.url}/api/v1/agents/helper/sessions/s1", headers=auth()).status_code == 204
+    assert httpx.delete(f"{server.url}/api/v1/agents/helper/sessions/s1", headers=auth()).status_code == 404
+    assert httpx.get(f"{server.url}/api/v1/agents/helper/sessions/s1", headers=auth()).status_code == 404
+
+
+def test_openapi_document(server):
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    assert "/api/v1/agents/{agent_id}/invoke" in spec["paths"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic YWJj"}, {"Authorization": "acme-secret-key"}],
+)
+def test_every_api_route_needs_a_valid_key(server, headers):
+    for method, path in [
+        ("GET", "/api/v1/agents"),
+        ("POST", "/api/v1/agents/chat/invoke"),
+        ("GET", "/api/v1/agents/chat/sessions"),
+        ("GET", "/api/v1/runs"),
+        ("DELETE", "/api/v1/agents/chat/sessions/x"),
+    ]:
+        reply = httpx.request(method, f"{server.url}{path}", headers=headers, json={"input": "x"})
+        assert reply.status_code == 401, path
+        assert reply.json()["error"]["code"] == "unauthorized"
+        assert reply.headers["www-authenticate"] == "Bearer"
+
+
+def test_workspaces_never_see_each_other(server):
+    mine = invoke(server, "chat", {"input": "secret", "session_id": "private"}).json()
+    assert invoke(server, "chat", {"input": "x"}, workspace="globex").status_code == 404
+    assert [a["id"] for a in httpx.get(f"{server.url}/api/v1/agents", headers=auth("globex")).json()["agents"]] == ["other"]
+    assert httpx.get(f"{server.url}/api/v1/runs/{mine['run_id']}", headers=auth("globex")).status_code == 404
+    assert httpx.get(f"{server.url}/api/v1/agents/chat/sessions/private", headers=auth("globex")).status_code == 404
+    assert httpx.get(f"{server.url}/api/v1/runs", params={"agent_id": "chat"}, headers=auth("globex")).status_code == 404
+    assert httpx.get(f"{server.url}/api/v1/runs", headers=auth("globex")).json()["runs"] == []
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code"),
+    [
+        (b'{"input": "x"', 400, "invalid_json"),
+        (b"[1, 2]", 422, "invalid_request"),
+        (b'{"input": "x", "session_id": 5}', 422, "invalid_request"),
+        (b'{"input": "x", "session_id": "has space"}', 422, "invalid_request"),
+        (b'{"input": "x", "history": [{"role": "system", "content": "x"}]}', 422, "invalid_request"),
+        (b'{"input": "x", "history": "not a list"}', 422, "invalid_request"),
+        (b'{"input": "x", "colour": "red"}', 422, "invalid_request"),
+        (b"{}", 422, "invalid_request"),
+        (b'{"input": "' + b"x" * 30000 + b'"}', 413, "body_too_large"),
+    ],
+)
+def test_bad_input_is_a_4xx_that_says_what_to_fix(server, content, status, code):
+    reply = httpx.post(
+        f"{server.url}/api/v1/agents/chat/invoke",
+        content=content,
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert reply.status_code == status, reply.text
+    assert reply.json()["error"]["code"] == code
+    assert reply.json()["error"]["message"]
+
+
+def test_history_too_long_and_unknown_agent(server):
+    history = [{"role": "user", "content": str(i)} for i in range(7)]
+    reply = invoke(server, "chat", {"input": "x", "history": history})
+    assert reply.status_code == 422
+    assert "limit is 6" in reply.json()["error"]["message"]
+    unknown = invoke(server, "nobody", {"input": "x"})
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "unknown_agent"
+
+
+def test_a_chunked_body_over_the_limit_is_413(server):
+    def chunks():
+        for _ in range(30):
+            yield b"x" * 1000
+
+    reply = httpx.post(f"{server.url}/api/v1/agents/chat/invoke", content=chunks(), headers=auth())
+    assert reply.status_code == 413
+
+
+def test_streaming_as_server_sent_events(server):
+    with httpx.stream(
+        "POST", f"{server.url}/api/v1/agents/helper/invoke", params={"stream": "true"}, json={"input": "remember"}, headers=auth()
+    ) as reply:
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        events = [line[7:] for line in reply.iter_lines() if line.startswith("event: ")]
+    assert events[:2] == ["tool_call", "tool_result"]
+    assert "text" in events
+    assert events[-1] == "result"
