@@ -20,6 +20,7 @@ id: chat
 agents:
   - name: chat
     model: function:tests.support:echo_reply
+    conversation_manager: {type: none}
 """
 
 TOOLS = """version: 1

@@ -118,3 +118,24 @@ def test_a_writer_in_another_process_is_detected(kind, tmp_path, request):
         parent("the parent is stale now")
     texts = [m["content"][0]["text"] for m in agent_on(storage).messages]
     assert texts == ["from the parent", "one", "from the child process", "child reply"]
+
+
+async def test_a_compaction_by_another_writer_does_not_fail_a_durable_save(storage):
+    """Writer A compacts after its record; writer B, current, appends and compacts too: B's save stands."""
+    from orchestra.session import Compaction
+    from orchestra.session._journal import Document, Journal
+    from orchestra.session._layout import ScopeLayout
+
+    layout = ScopeLayout("race", "agent", "default")
+    eager = Compaction(min_bytes=0, ratio=0.0, max_records=1)
+    a = Journal(storage, layout, eager)
+    await a.create(Document(fields={"n": 0}))
+    b = Journal(storage, layout, eager)
+    await b.load()  # B reads the snapshot A wrote at creation
+    await a.save({"n": 1}, {})  # A appends record 1 and rewrites snapshot_latest
+    b2 = Journal(storage, layout, eager)
+    await b2.load()  # a current writer, holding A's snapshot version from before A's next compaction
+    b2._latest_version = b._latest_version  # as if it had read the snapshot before A compacted
+    assert await b2.save({"n": 2}, {}) is True  # its record is durable; the compaction race is not a conflict
+    doc = await Journal(storage, layout).load()
+    assert doc.fields["n"] == 2

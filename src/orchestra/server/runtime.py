@@ -25,6 +25,7 @@ import anyio.to_thread
 
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.result import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
+from orchestra.errors import SessionConflictError
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
 from orchestra.multiagent.events import (
     HandoffEvent,
@@ -36,7 +37,7 @@ from orchestra.multiagent.events import (
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.runs import Mode, RunRecord, RunStore
-from orchestra.session import SnapshotSessionManager
+from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._uuid7 import uuid7
 from orchestra.spec import build
 from orchestra.storage import PrefixedStorage, Storage, storage_from_uri
@@ -44,6 +45,8 @@ from orchestra.storage import PrefixedStorage, Storage, storage_from_uri
 __all__ = ["Invocation", "Runtime", "input_text"]
 
 _INPUT_KEYS = ("message", "prompt", "query", "input", "text", "task")
+# Every request loads its session, so the server folds the journal often: a load reads at most 16 records.
+SERVER_COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
 
 
 def input_text(value: Any) -> str:
@@ -119,7 +122,9 @@ class Runtime:
         manager = None
         if invocation.session_id is not None:
             storage = self.agent_storage(hosted.workspace, hosted.id)
-            manager = SnapshotSessionManager(invocation.session_id, storage=storage)
+            manager = SnapshotSessionManager(
+                invocation.session_id, storage=storage, compaction=SERVER_COMPACTION
+            )
         # Building an agent with a session loads the session synchronously: do it off the event loop.
         built: Agent | MultiAgentBase = await anyio.to_thread.run_sync(
             lambda: build(loaded, session_manager=manager)
@@ -171,10 +176,17 @@ class Runtime:
             record.edges = _edges_of(target)
 
     async def invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Any]:
-        """Run an invocation to the end; returns its run record and the raw outcome (result or error)."""
+        """Run an invocation to the end; returns its run record and the raw outcome (result or error).
+
+        A ``SessionConflictError`` outcome means another process saved the session first: this turn was
+        not persisted (and gets no run record); the caller should retry.
+        """
         async with self._session_turn(workspace, invocation):
-            target = await self._build(invocation)
-            record = self._record(invocation, _kind(target))
+            record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
+            try:
+                target = await self._build(invocation)
+            except SessionConflictError as exc:  # two processes created the session at once
+                return record, exc
             started = time.perf_counter()
             outcome: Any
             try:
@@ -186,18 +198,20 @@ class Runtime:
                     outcome = await target.invoke_async(invocation.task)
             except Exception as exc:
                 outcome = exc
-            self._finish(record, target, outcome, started)
-            await self.runs(workspace).save(record)
+            if not isinstance(outcome, SessionConflictError):
+                self._finish(record, target, outcome, started)
+                await self.runs(workspace).save(record)
             return record, outcome
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
         """Run an invocation, yielding ``(event name, JSON data)`` as it goes; the last is ``result``/``error``."""
         async with self._session_turn(workspace, invocation):
-            target = await self._build(invocation)
-            record = self._record(invocation, _kind(target))
+            record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
             started = time.perf_counter()
             outcome: Any = None
+            target: Agent | MultiAgentBase | None = None
             try:
+                target = await self._build(invocation)
                 if isinstance(target, MultiAgentBase):
                     events: AsyncIterator[Any] = target.stream_async(
                         self._task(invocation, target), resume_unfinished=True
@@ -213,8 +227,11 @@ class Runtime:
                         yield converted
             except Exception as exc:
                 outcome = exc
-            self._finish(record, target, outcome, started)
-            await self.runs(workspace).save(record)
+            if target is not None and not isinstance(outcome, SessionConflictError):
+                self._finish(record, target, outcome, started)
+                await self.runs(workspace).save(record)
+            else:
+                record.status, record.error = "failed", f"{type(outcome).__name__}: {outcome}"
             yield ("error", record) if isinstance(outcome, Exception) else ("result", record)
 
     def _session_turn(self, workspace: str, invocation: Invocation) -> Any:

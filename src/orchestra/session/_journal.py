@@ -270,8 +270,13 @@ class Journal:
         data = _dumps(snapshot.model_dump(mode="python")).encode()
         try:
             self._latest_version = await self._write(self.layout.latest, data, ABSENT)
-        except StorageConflictError as exc:
-            raise self._conflict("its snapshot_latest.json appeared meanwhile") from exc
+        except StorageConflictError:
+            # Record 0 is ours, so a snapshot already there was written by a later writer that loaded
+            # our record: it is newer; keep it.
+            latest = await self._read_latest()
+            if latest is not None:
+                _, self._latest_version, self._latest_bytes = latest
+            return
         self._latest_bytes = len(data)
         self._since_bytes = self._since_records = 0
         await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
@@ -343,14 +348,29 @@ class Journal:
         return Snapshot(scope=self.layout.kind, data=doc.flat(), app_data=app_data or {}, journal=journal)
 
     async def compact(self) -> None:
-        """Write the whole current document to ``snapshot_latest.json`` (compare-and-swap)."""
+        """Write the whole current document to ``snapshot_latest.json`` (compare-and-swap).
+
+        Compaction only speeds up loading: the records are already durable. If another writer rewrote the
+        snapshot meanwhile (it compacted after an earlier record of its own), ours is at least as new, so
+        we write over it; if it is newer than our last record, we leave it.
+        """
         snapshot = self._snapshot(self.current(), JournalInfo(seq=self.seq, logs=sorted(self._log_refs)))
         data = _dumps(snapshot.model_dump(mode="python")).encode()
-        expect = self._latest_version if self._latest_version is not None else ABSENT
-        try:
-            self._latest_version = await self._write(self.layout.latest, data, expect)
-        except StorageConflictError as exc:
-            raise self._conflict("snapshot_latest.json changed") from exc
+        for _ in range(3):
+            expect = self._latest_version if self._latest_version is not None else ABSENT
+            try:
+                self._latest_version = await self._write(self.layout.latest, data, expect)
+                break
+            except StorageConflictError:
+                latest = await self._read_latest()
+                if latest is None:
+                    self._latest_version = None
+                    continue
+                theirs, self._latest_version, self._latest_bytes = latest
+                if theirs.journal is None or theirs.journal.seq > self.seq:
+                    return
+        else:
+            return
         self._latest_bytes = len(data)
         self._since_bytes = 0
         self._since_records = 0

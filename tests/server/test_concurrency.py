@@ -1,0 +1,109 @@
+"""One writer per session across server processes: 50 clients x 10 turns over 10 sessions against two
+server processes sharing one storage. Afterwards every session holds exactly its turns, each user turn
+directly followed by its own answer: none lost, none interleaved."""
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from tests.server.conftest import KEYS, auth, write_config
+
+ROOT = Path(__file__).parent.parent.parent
+CLIENTS, TURNS, SESSIONS = 50, 10, 10
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(config, port, workers=1):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from orchestra.cli import main; main()", "serve", str(config), "--port", str(port), "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
+                return process
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server did not start: {process.stderr.read().decode()[-2000:]}")
+
+
+async def run_clients(urls):
+    conflicts = 0
+
+    async def client(index: int, http: httpx.AsyncClient) -> None:
+        nonlocal conflicts
+        rng = random.Random(index)
+        session = f"s{index % SESSIONS}"
+        for turn in range(TURNS):
+            text = f"c{index}-t{turn}"
+            while True:
+                url = rng.choice(urls)
+                reply = await http.post(f"{url}/api/v1/agents/chat/invoke", json={"input": text, "session_id": session})
+                if reply.status_code == 200:
+                    break
+                assert reply.status_code == 409, reply.text
+                assert reply.headers["retry-after"] == "1"
+                conflicts += 1
+                await anyio.sleep(rng.uniform(0, 0.05))
+
+    async with httpx.AsyncClient(headers=auth(), timeout=60) as http, anyio.create_task_group() as group:
+        for index in range(CLIENTS):
+            group.start_soon(client, index, http)
+    return conflicts
+
+
+def check_sessions(url):
+    for session in range(SESSIONS):
+        messages = httpx.get(f"{url}/api/v1/agents/chat/sessions/s{session}", headers=auth(), timeout=30).json()["messages"]
+        users = [m["content"][0]["text"] for m in messages[0::2]]
+        answers = [m["content"][0]["text"] for m in messages[1::2]]
+        assert [m["role"] for m in messages] == ["user", "assistant"] * (CLIENTS // SESSIONS * TURNS)
+        expected = {f"c{c}-t{t}" for c in range(session, CLIENTS, SESSIONS) for t in range(TURNS)}
+        assert sorted(users) == sorted(expected)  # every turn once: none lost, none twice
+        for position, (user, answer) in enumerate(zip(users, answers, strict=True)):
+            assert answer == f"echo: {user} (turn {position + 1})"  # each turn saw exactly the turns before it
+        for client in range(session, CLIENTS, SESSIONS):  # a client's turns keep their order
+            mine = [u for u in users if u.startswith(f"c{client}-")]
+            assert mine == [f"c{client}-t{t}" for t in range(TURNS)]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_two_server_processes_share_one_storage(backend, tmp_path, request):
+    if backend == "local":
+        storage = f"file:{tmp_path}/shared"
+    else:
+        storage = f"s3://{request.getfixturevalue('s3_bucket')}/server?endpoint_url={request.getfixturevalue('moto_url')}"
+    config = write_config(tmp_path, storage)
+    ports = [free_port(), free_port()]
+    if backend == "local":  # two servers on one storage
+        servers = [start_server(config, port) for port in ports]
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+    else:  # one server with two worker processes
+        servers = [start_server(config, ports[0], workers=2)]
+        urls = [f"http://127.0.0.1:{ports[0]}"]
+    try:
+        anyio.run(run_clients, urls)
+        check_sessions(urls[0])
+    finally:
+        for process in servers:
+            process.terminate()
+            process.wait(20)
+            process.stderr.close()
