@@ -239,6 +239,8 @@ COMMANDS = [
     ["sessions", "export"],
     ["sessions", "delete"],
     ["sessions", "prune"],
+    ["serve"],
+    ["hash-key"],
 ]
 
 
@@ -254,3 +256,17 @@ def test_json_logs_on_stderr(workdir):
     assert result.exit_code == 0
     lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     assert any(line.get("event") == "run.start" for line in lines)
+
+
+def test_hash_key_prints_the_sha256():
+    result = invoke("hash-key", "s3cret")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0"
+
+
+def test_serve_refuses_a_bad_config(tmp_path):
+    config = tmp_path / "server.yaml"
+    config.write_text("version: 1\nagents: []\n")
+    result = invoke("serve", config)
+    assert result.exit_code == 1
+    assert "no api_keys" in result.stderr

@@ -76,7 +76,9 @@ class Server:
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -96,7 +98,9 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path):
-    config = write_config(tmp_path, f"file:{tmp_path}/store", "limits: {max_body_bytes: 20000, max_history_messages: 6}\n")
+    config = write_config(
+        tmp_path, f"file:{tmp_path}/store", "limits: {max_body_bytes: 20000, max_history_messages: 6}\n"
+    )
     with Server(config) as running:
         yield running
 

@@ -7,11 +7,19 @@ from tests.server.conftest import auth
 
 
 def invoke(server, agent, body, workspace="acme", **params):
-    return httpx.post(f"{server.url}/api/v1/agents/{agent}/invoke", json=body, headers=auth(workspace), params=params, timeout=30)
+    return httpx.post(
+        f"{server.url}/api/v1/agents/{agent}/invoke",
+        json=body,
+        headers=auth(workspace),
+        params=params,
+        timeout=30,
+    )
 
 
 def test_session_mode_keeps_and_replays_the_conversation(server):
-    first = invoke(server, "chat", {"input": {"message": "What's the weather in London?"}, "session_id": "user-123"})
+    first = invoke(
+        server, "chat", {"input": {"message": "What's the weather in London?"}, "session_id": "user-123"}
+    )
     assert first.status_code == 200, first.text
     body = first.json()
     assert body["output"] == "echo: What's the weather in London? (turn 1)"
@@ -24,8 +32,14 @@ def test_session_mode_keeps_and_replays_the_conversation(server):
 
 def test_sessions_are_per_agent(server):
     invoke(server, "chat", {"input": "one", "session_id": "shared"})
-    assert invoke(server, "helper", {"input": "note it", "session_id": "shared"}).json()["output"] == "Noted in your todo list."
-    assert invoke(server, "chat", {"input": "two", "session_id": "shared"}).json()["output"] == "echo: two (turn 2)"
+    assert (
+        invoke(server, "helper", {"input": "note it", "session_id": "shared"}).json()["output"]
+        == "Noted in your todo list."
+    )
+    assert (
+        invoke(server, "chat", {"input": "two", "session_id": "shared"}).json()["output"]
+        == "echo: two (turn 2)"
+    )
     helper = httpx.get(f"{server.url}/api/v1/agents/helper/sessions/shared", headers=auth()).json()
     assert len(helper["messages"]) == 4  # the helper's own history, not the chat's
 
@@ -70,7 +84,9 @@ def test_reads_agents_sessions_runs_and_delete(server):
     messages = httpx.get(f"{server.url}/api/v1/agents/helper/sessions/s1", headers=auth()).json()["messages"]
     assert messages[1]["content"][0]["toolUse"]["name"] == "notebook"
 
-    runs = httpx.get(f"{server.url}/api/v1/runs", params={"agent_id": "helper", "session_id": "s1"}, headers=auth()).json()["runs"]
+    runs = httpx.get(
+        f"{server.url}/api/v1/runs", params={"agent_id": "helper", "session_id": "s1"}, headers=auth()
+    ).json()["runs"]
     assert len(runs) == 1
     detail = httpx.get(f"{server.url}/api/v1/runs/{runs[0]['run_id']}", headers=auth()).json()
     assert detail["status"] == "completed"
@@ -90,7 +106,12 @@ def test_openapi_document(server):
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic YWJj"}, {"Authorization": "acme-secret-key"}],
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Basic YWJj"},
+        {"Authorization": "acme-secret-key"},
+    ],
 )
 def test_every_api_route_needs_a_valid_key(server, headers):
     for method, path in [
@@ -109,10 +130,20 @@ def test_every_api_route_needs_a_valid_key(server, headers):
 def test_workspaces_never_see_each_other(server):
     mine = invoke(server, "chat", {"input": "secret", "session_id": "private"}).json()
     assert invoke(server, "chat", {"input": "x"}, workspace="globex").status_code == 404
-    assert [a["id"] for a in httpx.get(f"{server.url}/api/v1/agents", headers=auth("globex")).json()["agents"]] == ["other"]
+    assert [
+        a["id"] for a in httpx.get(f"{server.url}/api/v1/agents", headers=auth("globex")).json()["agents"]
+    ] == ["other"]
     assert httpx.get(f"{server.url}/api/v1/runs/{mine['run_id']}", headers=auth("globex")).status_code == 404
-    assert httpx.get(f"{server.url}/api/v1/agents/chat/sessions/private", headers=auth("globex")).status_code == 404
-    assert httpx.get(f"{server.url}/api/v1/runs", params={"agent_id": "chat"}, headers=auth("globex")).status_code == 404
+    assert (
+        httpx.get(f"{server.url}/api/v1/agents/chat/sessions/private", headers=auth("globex")).status_code
+        == 404
+    )
+    assert (
+        httpx.get(
+            f"{server.url}/api/v1/runs", params={"agent_id": "chat"}, headers=auth("globex")
+        ).status_code
+        == 404
+    )
     assert httpx.get(f"{server.url}/api/v1/runs", headers=auth("globex")).json()["runs"] == []
 
 
@@ -162,7 +193,11 @@ def test_a_chunked_body_over_the_limit_is_413(server):
 
 def test_streaming_as_server_sent_events(server):
     with httpx.stream(
-        "POST", f"{server.url}/api/v1/agents/helper/invoke", params={"stream": "true"}, json={"input": "remember"}, headers=auth()
+        "POST",
+        f"{server.url}/api/v1/agents/helper/invoke",
+        params={"stream": "true"},
+        json={"input": "remember"},
+        headers=auth(),
     ) as reply:
         assert reply.headers["content-type"].startswith("text/event-stream")
         events = [line[7:] for line in reply.iter_lines() if line.startswith("event: ")]

@@ -15,7 +15,9 @@ from tests.server.conftest import KEYS
 
 def test_sync_client_modes_and_reads(server):
     with Client(server.url, KEYS["acme"]) as client:
-        first = client.invoke("chat", {"message": "What's the weather in London?"}, session_id="user-123-thread-456")
+        first = client.invoke(
+            "chat", {"message": "What's the weather in London?"}, session_id="user-123-thread-456"
+        )
         follow_up = client.invoke("chat", {"message": "What about Paris?"}, session_id="user-123-thread-456")
         assert follow_up.output == "echo: What about Paris? (turn 2)"
         assert first.run_id != follow_up.run_id
@@ -28,7 +30,10 @@ def test_sync_client_modes_and_reads(server):
             ],
         )
         assert stateless.output == "echo: What about Paris? (turn 2)"
-        assert client.invoke("chat", {"query": "Summarise this report"}).output == "echo: Summarise this report (turn 1)"
+        assert (
+            client.invoke("chat", {"query": "Summarise this report"}).output
+            == "echo: Summarise this report (turn 1)"
+        )
         assert [a["id"] for a in client.agents()] == ["chat", "helper", "approval"]
         assert [s["session_id"] for s in client.sessions("chat")] == ["user-123-thread-456"]
         assert len(client.session("chat", "user-123-thread-456")["messages"]) == 4

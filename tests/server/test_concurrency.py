@@ -14,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.server.conftest import KEYS, auth, write_config
+from tests.server.conftest import auth, write_config
 
 ROOT = Path(__file__).parent.parent.parent
 CLIENTS, TURNS, SESSIONS = 50, 10, 10
@@ -29,7 +29,17 @@ def free_port():
 def start_server(config, port, workers=1):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     process = subprocess.Popen(
-        [sys.executable, "-c", "from orchestra.cli import main; main()", "serve", str(config), "--port", str(port), "--workers", str(workers)],
+        [
+            sys.executable,
+            "-c",
+            "from orchestra.cli import main; main()",
+            "serve",
+            str(config),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -56,7 +66,9 @@ async def run_clients(urls):
             text = f"c{index}-t{turn}"
             while True:
                 url = rng.choice(urls)
-                reply = await http.post(f"{url}/api/v1/agents/chat/invoke", json={"input": text, "session_id": session})
+                reply = await http.post(
+                    f"{url}/api/v1/agents/chat/invoke", json={"input": text, "session_id": session}
+                )
                 if reply.status_code == 200:
                     break
                 assert reply.status_code == 409, reply.text
@@ -72,14 +84,18 @@ async def run_clients(urls):
 
 def check_sessions(url):
     for session in range(SESSIONS):
-        messages = httpx.get(f"{url}/api/v1/agents/chat/sessions/s{session}", headers=auth(), timeout=30).json()["messages"]
+        messages = httpx.get(
+            f"{url}/api/v1/agents/chat/sessions/s{session}", headers=auth(), timeout=30
+        ).json()["messages"]
         users = [m["content"][0]["text"] for m in messages[0::2]]
         answers = [m["content"][0]["text"] for m in messages[1::2]]
         assert [m["role"] for m in messages] == ["user", "assistant"] * (CLIENTS // SESSIONS * TURNS)
         expected = {f"c{c}-t{t}" for c in range(session, CLIENTS, SESSIONS) for t in range(TURNS)}
         assert sorted(users) == sorted(expected)  # every turn once: none lost, none twice
         for position, (user, answer) in enumerate(zip(users, answers, strict=True)):
-            assert answer == f"echo: {user} (turn {position + 1})"  # each turn saw exactly the turns before it
+            assert (
+                answer == f"echo: {user} (turn {position + 1})"
+            )  # each turn saw exactly the turns before it
         for client in range(session, CLIENTS, SESSIONS):  # a client's turns keep their order
             mine = [u for u in users if u.startswith(f"c{client}-")]
             assert mine == [f"c{client}-t{t}" for t in range(TURNS)]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import AsyncGenerator, Iterable, Mapping
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
+from contextlib import aclosing, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,19 @@ from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import MODEL_ENV_VAR
 from orchestra.tools import ToolRegistry
 
-__all__ = ["Agent", "AgentData"]
+__all__ = ["Agent", "AgentData", "deferred_initialization"]
+
+_defer_initialization: ContextVar[bool] = ContextVar("orchestra_defer_agent_initialization", default=False)
+
+
+@contextmanager
+def deferred_initialization() -> Iterator[None]:
+    """Agents built inside this block skip their synchronous initialization; ``await agent.initialize()``."""
+    token = _defer_initialization.set(True)
+    try:
+        yield
+    finally:
+        _defer_initialization.reset(token)
 
 
 @dataclass
@@ -111,8 +124,29 @@ class Agent:
                     f"session_id), got {type(session_manager).__name__}"
                 )
             self.hooks.add_hook(session_manager)
+        self._initialized = False
+        if not _defer_initialization.get():
+            run_sync(self.initialize)
+
+    async def initialize(self) -> None:
+        """Run the ``AgentInitialized`` hooks (a session manager restores the saved state here) once.
+
+        The constructor does this itself, synchronously. Inside an event loop, prefer
+        ``await Agent.create(...)``, which does it without blocking the loop.
+        """
+        if self._initialized:
+            return
+        self._initialized = True
         if self.hooks.has_callbacks(AgentInitialized):
-            run_sync(self.hooks.invoke, AgentInitialized(self))
+            await self.hooks.invoke(AgentInitialized(self))
+
+    @classmethod
+    async def create(cls, *args: Any, **kwargs: Any) -> Agent:
+        """Build an agent and initialize it asynchronously (for code already in an event loop)."""
+        with deferred_initialization():
+            agent = cls(*args, **kwargs)
+        await agent.initialize()
+        return agent
 
     # -- identity -------------------------------------------------------------------------------------
 

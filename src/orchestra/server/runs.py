@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra._concurrency import map_concurrently
-from orchestra.storage import ABSENT, Storage
+from orchestra.storage import Storage
 
 __all__ = ["RunRecord", "RunStore"]
 
@@ -68,9 +68,7 @@ class RunStore:
     async def save(self, record: RunRecord) -> None:
         key = self._key(record)
         await self.storage.write(key, _dumps(record.model_dump(mode="python")))
-        index = f"run-index/{record.run_id}"
-        if await self.storage.read(index) is None:
-            await self.storage.write(index, key.encode(), expect=ABSENT)
+        await self.storage.write(f"run-index/{record.run_id}", key.encode())
 
     async def get(self, run_id: str) -> RunRecord | None:
         found = await self.storage.read(f"run-index/{run_id}")

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
 from orchestra.agent import Agent, AgentResult
+from orchestra.agent.agent import deferred_initialization
 from orchestra.agent.result import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
 from orchestra.errors import SessionConflictError
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
@@ -125,12 +125,12 @@ class Runtime:
             manager = SnapshotSessionManager(
                 invocation.session_id, storage=storage, compaction=SERVER_COMPACTION
             )
-        # Building an agent with a session loads the session synchronously: do it off the event loop.
-        built: Agent | MultiAgentBase = await anyio.to_thread.run_sync(
-            lambda: build(loaded, session_manager=manager)
-        )
-        if isinstance(built, Agent) and invocation.history is not None:
-            built.messages = _history_messages(invocation.history)
+        with deferred_initialization():  # the session loads below, on this event loop, without blocking it
+            built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
+        if isinstance(built, Agent):
+            await built.initialize()
+            if invocation.history is not None:
+                built.messages = _history_messages(invocation.history)
         return built
 
     def _task(self, invocation: Invocation, target: Agent | MultiAgentBase) -> str:
