@@ -44,13 +44,15 @@ def s3_bucket(moto_url: str) -> str:
     return name
 
 
-@pytest.fixture(params=["memory", "local", "s3"])
+@pytest.fixture(params=["memory", "local", "s3", "prefixed"])
 def storage(request: pytest.FixtureRequest, tmp_path, moto_url: str):
-    """Each storage backend in turn."""
-    from orchestra.storage import InMemoryStorage, LocalFileStorage, S3Storage
+    """Each storage backend in turn (and a prefixed view over local files)."""
+    from orchestra.storage import InMemoryStorage, LocalFileStorage, PrefixedStorage, S3Storage
 
     if request.param == "memory":
         return InMemoryStorage()
+    if request.param == "prefixed":
+        return PrefixedStorage(LocalFileStorage(tmp_path / "shared"), "tenant/acme")
     if request.param == "local":
         return LocalFileStorage(tmp_path / "store")
     bucket = request.getfixturevalue("s3_bucket")
