@@ -31,7 +31,7 @@ async def test_version_changes_with_content(storage):
 
 async def test_create_only(storage):
     await storage.write("k", b"first", expect=ABSENT)
-    with pytest.raises(StorageConflictError, match="'k'.*already exists"):
+    with pytest.raises(StorageConflictError, match="k'.*already exists"):
         await storage.write("k", b"second", expect=ABSENT)
     assert (await storage.read("k"))[0] == b"first"
 
@@ -39,7 +39,7 @@ async def test_create_only(storage):
 async def test_compare_and_swap(storage):
     v1 = await storage.write("k", b"one")
     v2 = await storage.write("k", b"two", expect=v1)
-    with pytest.raises(StorageConflictError, match="'k'"):
+    with pytest.raises(StorageConflictError, match="k'"):
         await storage.write("k", b"three", expect=v1)
     assert await storage.read("k") == (b"two", v2)
 
