@@ -73,6 +73,12 @@ ModelOption = Annotated[
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print the result as JSON instead of a table and text.")
 ]
+OnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--on", help="Run on Temporal instead of here: temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE."
+    ),
+]
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -284,6 +290,7 @@ def run(
     ] = None,
     storage: StorageOption = None,
     model: ModelOption = None,
+    on: OnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run a pipeline, showing each node's status live, then its output.
@@ -295,6 +302,11 @@ def run(
     if task is None:
         raise _fail(f"{file} has no input: pass --input TEXT (or '-' to read stdin)", 2)
     session_id = session_id or f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    if on is not None:
+        from orchestra.cli._temporal import run_on_temporal
+
+        run_on_temporal(file, loaded, on, task, session_id, storage, as_json, resume=False, responses={})
+        return
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
     except (OrchestraError, ValueError) as exc:
@@ -330,6 +342,7 @@ def resume(
     force: Annotated[
         bool, typer.Option("--force", help="Resume even if the graph changed since the run was saved.")
     ] = False,
+    on: OnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Continue an interrupted or failed run; nodes that completed do not run again.
@@ -337,6 +350,17 @@ def resume(
     Example: [bold]orchestra resume examples/graphs/review_loop.yaml --session-id run-20261130-101500-ab12[/]
     """
     loaded = _load_spec(file)
+    if on is not None:
+        from orchestra.cli._temporal import run_on_temporal
+
+        answers = {
+            b["interruptResponse"]["interruptId"]: b["interruptResponse"]["response"]
+            for b in _parse_responses(respond)
+        }
+        run_on_temporal(
+            file, loaded, on, None, session_id, storage, as_json, resume=True, responses=answers, force=force
+        )
+        return
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
     except (OrchestraError, ValueError) as exc:
@@ -439,6 +463,24 @@ def serve(
         workers=workers,
         log_level="warning",
     )
+
+
+@app.command()
+def worker(
+    specs: Annotated[
+        list[Path], typer.Argument(help="The pipeline specs this worker hosts.", exists=True, dir_okay=False)
+    ],
+    temporal: Annotated[str, typer.Option("--temporal", help="The Temporal frontend, HOST:PORT.")],
+    task_queue: Annotated[str, typer.Option("--task-queue", help="The task queue to poll.")],
+    namespace: Annotated[str, typer.Option("--namespace", help="The Temporal namespace.")] = "default",
+) -> None:
+    """Host pipelines on a Temporal task queue: run their workflows and their nodes as activities.
+
+    Example: [bold]orchestra worker --temporal 127.0.0.1:7233 --task-queue pipelines examples/graphs/*.yaml[/]
+    """
+    from orchestra.cli._temporal import run_worker
+
+    run_worker([_load_spec(spec) for spec in specs], temporal, namespace, task_queue)
 
 
 @app.command("hash-key")

@@ -46,6 +46,14 @@ class NodeTable:
         elif isinstance(event, HandoffEvent):
             self.handoffs += 1
 
+    def set_progress(self, statuses: dict[str, str], executions: dict[str, int]) -> None:
+        """Update from a Temporal workflow's ``progress`` query."""
+        for node_id, status in statuses.items():
+            row = self.rows.get(node_id)
+            if row is not None:
+                row["status"] = "running" if status == "executing" else status
+                row["runs"] = executions.get(node_id, row["runs"])
+
     def render(self) -> Table:
         table = Table(title=None, expand=False)
         for column in ("node", "status", "runs", "seconds", "output"):

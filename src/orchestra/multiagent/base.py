@@ -200,10 +200,19 @@ class MultiAgentBase:
         }
         return fields, data.messages
 
-    def take_changes(self) -> tuple[dict[str, Any], dict[str, list[Any]], list[str]]:
-        """What changed since the last call: (fields, logs, removed field names). Used by session managers."""
+    def take_changes(
+        self, *, include_agents: bool = True
+    ) -> tuple[dict[str, Any], dict[str, list[Any]], list[str]]:
+        """What changed since the last call: (fields, logs, removed field names). Used by session managers.
+
+        With ``include_agents=False`` the agents' state and the shared state are left out (a Temporal
+        workflow's stand-in agents hold none; the activity that ran the node saved them).
+        """
         fields = {name: self._fields[name] for name in self._dirty if name in self._fields}
         logs = {name: self._logs[name] for name in self._dirty_logs}
+        if not include_agents:
+            self._dirty_agents.clear()
+            self._saved_state_version = self.state.version
         if self.state.version != self._saved_state_version:
             fields["state"] = self.state.to_dict()
             self._saved_state_version = self.state.version
@@ -268,11 +277,11 @@ class MultiAgentBase:
         self._dirty_agents.clear()
         self._unset.clear()
 
-    def _start_fresh_document(self, task: Any) -> None:
+    def _start_fresh_document(self, task: Any, run_id: str | None = None) -> None:
         """Reset the run document, the shared state and every agent node for a new run."""
         self._unset.update(name for name in self._fields if name != "run")
         self._fields = {"run": self._new_run_record(Status.EXECUTING)}
-        self._update_run(run_id=secrets.token_hex(8))
+        self._update_run(run_id=run_id or secrets.token_hex(8))
         self._set("task", task)
         for name in self._logs:
             self._logs[name] = []

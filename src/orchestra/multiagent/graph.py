@@ -259,6 +259,52 @@ class Graph(MultiAgentBase):
             return Edge(src, dst, condition)
         raise GraphError(f"an edge is (src, dst) or (src, dst, condition), not {spec!r}")
 
+    # -- structure (what a remote scheduler needs, without the executors) -----------------------------
+
+    def structure(self) -> dict[str, Any]:
+        """The graph's shape and limits as JSON: enough to schedule it elsewhere (see ``from_structure``)."""
+        return {
+            "kind": "graph",
+            "id": self.id,
+            "nodes": {n: {"kind": node.kind, "join": node.join} for n, node in self.nodes.items()},
+            "edges": [[e.src, e.dst, e.condition is not None] for e in self.edges],
+            "entry_points": list(self.entry_points),
+            "limits": {
+                "max_node_executions": self.max_node_executions,
+                "execution_timeout": self.execution_timeout,
+                "node_timeout": self.node_timeout,
+                "reset_on_revisit": self.reset_on_revisit,
+                "max_concurrency": self.max_concurrency,
+            },
+        }
+
+    @classmethod
+    def from_structure(cls, structure: dict[str, Any]) -> Graph:
+        """A graph with the same nodes, edges and limits whose executors are stand-ins that never run.
+
+        A Temporal workflow schedules with it: the decisions are this class's, the nodes run in activities
+        (where conditions are evaluated too, so conditional edges get a stand-in condition here).
+        """
+
+        def stand_in(kind: str, node_id: str) -> Any:
+            if kind == "agent":
+                return Agent(name=node_id)
+            if kind == "orchestrator":
+                return Graph({"stand_in": _never_runs}, id=node_id)
+            return _never_runs
+
+        nodes = {n: stand_in(spec["kind"], n) for n, spec in structure["nodes"].items()}
+        joins = {
+            n: spec["join"] for n, spec in structure["nodes"].items() if spec.get("join", "all") != "all"
+        }
+        edges = [
+            (src, dst, _remote_condition) if conditional else (src, dst)
+            for src, dst, conditional in structure["edges"]
+        ]
+        return cls(
+            nodes, edges, structure["entry_points"], joins=joins, id=structure["id"], **structure["limits"]
+        )
+
     def _topology(self) -> dict[str, Any]:
         return {
             **super()._topology(),
@@ -274,16 +320,19 @@ class Graph(MultiAgentBase):
         self._queue.append(node_id)
         self._waiting.discard(node_id)
 
+    def _restore_results(self) -> None:
+        """Rebuild the latest result of every node from the run document."""
+        self._results = {
+            node_id: NodeResult.model_validate(record["result"])
+            for node_id, record in self._node_records()
+            if record.get("result") is not None
+        }
+
     def _restore_queue(self) -> None:
         """After a restore: nodes that were queued, running, interrupted or failed are queued again."""
-        self._results = {}
+        self._restore_results()
         waiting: list[tuple[int, str]] = []
-        for node_id in self.nodes:
-            record = self._fields.get(f"node/{node_id}")
-            if record is None:
-                continue
-            if record.get("result") is not None:
-                self._results[node_id] = NodeResult.model_validate(record["result"])
+        for node_id, record in self._node_records():
             status = record["status"]
             if status in (
                 Status.EXECUTING.value,
@@ -349,24 +398,36 @@ class Graph(MultiAgentBase):
     def _complete_node(self, result: NodeResult, invocation_state: dict[str, Any]) -> None:
         """Record a completed node, fire or skip its outgoing edges, and queue what became ready."""
         self._record_result(result)
-        node_id = result.node_id
+        self._apply_edges(result.node_id, self._evaluate_edges(result.node_id, invocation_state))
+
+    def _evaluate_edges(self, node_id: str, invocation_state: dict[str, Any]) -> dict[str, bool]:
+        """Whether each outgoing edge of ``node_id`` fires, by target (its result must be recorded first)."""
+        fired: dict[str, bool] = {}
         for edge in self._out[node_id]:
             try:
-                fired = edge.fires(self.graph_state, invocation_state)
+                fired[edge.dst] = edge.fires(self.graph_state, invocation_state)
             except Exception as exc:
                 raise _ConditionError(
                     f"the condition of edge {edge.src} -> {edge.dst} raised {type(exc).__name__}: {exc}"
                 ) from exc
+        return fired
+
+    def _apply_edges(self, node_id: str, fired: dict[str, bool]) -> None:
+        """Mark the outgoing edges of ``node_id`` fired or skipped, then queue what became ready.
+
+        The decisions here do no I/O: a Temporal workflow calls it with the edges an activity evaluated.
+        """
+        for edge in self._out[node_id]:
             target = self._node_record(edge.dst)
             self._waiting.add(edge.dst)
             if edge.back:
-                if fired:
+                if fired.get(edge.dst, False):
                     self._update_node(edge.dst, back=[*target.get("back", []), node_id])
             else:
                 incoming = dict(target.get("incoming", {}))
                 # An edge absorbed by a join="any" node that already started on another edge is done.
                 absorbed = incoming.get(node_id) == "absorbed"
-                incoming[node_id] = "fired" if fired and not absorbed else "skipped"
+                incoming[node_id] = "fired" if fired.get(edge.dst, False) and not absorbed else "skipped"
                 self._update_node(edge.dst, incoming=incoming)
         self._queue_ready()
 
@@ -473,6 +534,14 @@ class Graph(MultiAgentBase):
 
 
 _EXECUTING = Status.EXECUTING.value
+
+
+def _never_runs(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a stand-in node of a scheduling skeleton was asked to run")
+
+
+def _remote_condition(state: GraphState) -> bool:
+    raise RuntimeError("conditions of a scheduling skeleton are evaluated where the node ran")
 
 
 class _ConditionError(Exception):

@@ -154,6 +154,33 @@ class Swarm(MultiAgentBase):
     def _topology(self) -> dict[str, Any]:
         return {**super()._topology(), "entry_point": self.entry_point}
 
+    def structure(self) -> dict[str, Any]:
+        """The swarm's agents and limits as JSON: enough to schedule it elsewhere (see ``from_structure``)."""
+        return {
+            "kind": "swarm",
+            "id": self.id,
+            "nodes": {
+                n: {"kind": "agent", "description": node.agent.description} for n, node in self.nodes.items()
+            },
+            "entry_point": self.entry_point,
+            "limits": {
+                "max_handoffs": self.max_handoffs,
+                "max_iterations": self.max_iterations,
+                "execution_timeout": self.execution_timeout,
+                "node_timeout": self.node_timeout,
+                "repetitive_handoff_detection_window": self.repetitive_handoff_detection_window,
+                "repetitive_handoff_min_unique_agents": self.repetitive_handoff_min_unique_agents,
+            },
+        }
+
+    @classmethod
+    def from_structure(cls, structure: dict[str, Any]) -> Swarm:
+        """A swarm with the same agents (stand-ins that never run) and limits, for remote scheduling."""
+        agents = [
+            Agent(name=n, description=spec.get("description")) for n, spec in structure["nodes"].items()
+        ]
+        return cls(agents, entry_point=structure["entry_point"], id=structure["id"], **structure["limits"])
+
     # -- the run --------------------------------------------------------------------------------------
 
     def _compose_input(self, node_id: str, activation: dict[str, Any]) -> Any:
@@ -219,19 +246,11 @@ class Swarm(MultiAgentBase):
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> tuple[tuple[str, str | None] | None, list[Interrupt], Any]:
         """One agent turn: returns (failure, interrupts, output)."""
-        activation = self._fields["next"]
-        node_id = activation["node"]
-        self._continue_execution(node_id)  # it was running when the process stopped, or was interrupted
+        node_id = self._fields["next"]["node"]
+        stop = self._limit_before_turn(node_id)
+        if stop is not None:
+            return stop, [], None
         record = self._node_record(node_id)
-        if self.run["execution_count"] >= self.max_iterations:
-            return (
-                (
-                    f"max_iterations limit ({self.max_iterations}) reached before agent {node_id!r} could run",
-                    None,
-                ),
-                [],
-                None,
-            )
         before = BeforeNodeCall(
             self, node_id, invocation_state, record["executions"] + 1, _responses=responses
         )
@@ -250,10 +269,47 @@ class Swarm(MultiAgentBase):
             self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
             await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
             return (error, error), [], None
-        executions = record["executions"] + 1
+        node_input = self._begin_turn(node_id, invocation_state)
+        if emit is not None:
+            await emit(NodeStartEvent(node_id, node_input.execution_count))
+        self._pending_handoff = None
+        try:
+            with anyio.fail_after(self.node_timeout):
+                result = await self.nodes[node_id].execute(node_input, self, emit, responses)
+        except TimeoutError:
+            error = f"node_timeout ({self.node_timeout:g}s) exceeded by agent {node_id!r}"
+            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+        except Exception as exc:
+            result = NodeResult(node_id=node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+        result.execution_count = node_input.execution_count
+        handoff, self._pending_handoff = self._pending_handoff, None
+        failure, interrupts, output = self._end_turn(result, handoff)
+        if emit is not None:
+            if handoff is not None and result.status == Status.COMPLETED and failure is None:
+                await emit(HandoffEvent(handoff["from"], handoff["to"], handoff["message"]))
+            await emit(NodeStopEvent(node_id, result))
+        await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+        return failure, interrupts, output
+
+    # -- decisions (no I/O: shared by every execution backend) ----------------------------------------
+
+    def _limit_before_turn(self, node_id: str) -> tuple[str, str | None] | None:
+        """Continue an interrupted or crashed turn as the same execution; stop if max_iterations is reached."""
+        self._continue_execution(node_id)
+        if self.run["execution_count"] >= self.max_iterations:
+            return (
+                f"max_iterations limit ({self.max_iterations}) reached before agent {node_id!r} could run",
+                None,
+            )
+        return None
+
+    def _begin_turn(self, node_id: str, invocation_state: dict[str, Any]) -> NodeInput:
+        """Mark the agent's turn started and build what it receives."""
+        activation = self._fields["next"]
+        executions = self._node_record(node_id)["executions"] + 1
         self._update_node(node_id, status=Status.EXECUTING.value, executions=executions, started=True)
         self._update_run(execution_count=self.run["execution_count"] + 1, current=node_id)
-        node_input = NodeInput(
+        return NodeInput(
             node_id=node_id,
             task=self._compose_input(node_id, activation),
             inputs={},
@@ -261,47 +317,25 @@ class Swarm(MultiAgentBase):
             invocation_state=invocation_state,
             execution_count=executions,
         )
-        if emit is not None:
-            await emit(NodeStartEvent(node_id, executions))
-        self._pending_handoff = None
-        try:
-            with anyio.fail_after(self.node_timeout):
-                result = await self.nodes[node_id].execute(node_input, self, emit, responses)
-        except TimeoutError:
-            error = f"node_timeout ({self.node_timeout:g}s) exceeded by agent {node_id!r}"
-            result = NodeResult(
-                node_id=node_id, status=Status.FAILED, error=error, execution_count=executions
-            )
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            result = NodeResult(
-                node_id=node_id, status=Status.FAILED, error=error, execution_count=executions
-            )
+
+    def _end_turn(
+        self, result: NodeResult, handoff: dict[str, Any] | None
+    ) -> tuple[tuple[str, str | None] | None, list[Interrupt], Any]:
+        """Record a finished turn and decide what comes next: (failure, interrupts, final output)."""
+        node_id = result.node_id
         self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
         self._add_usage(result.usage)
         self._mark_agent(node_id)
-        failure: tuple[str, str | None] | None = None
-        interrupts: list[Interrupt] = []
-        output: Any = None
         if result.status == Status.FAILED:
-            failure = (f"agent {node_id!r} failed: {result.error}", result.error)
-        elif result.status == Status.INTERRUPTED:
-            interrupts = list(result.interrupts)
-        else:
-            self._append_log("execution_order", node_id)
-            self._append_log("node_history", node_id)
-            handoff, self._pending_handoff = self._pending_handoff, None
-            if handoff is None:
-                self._set("next", None)
-                output = result.output
-            else:
-                failure = self._hand_off(handoff)
-                if emit is not None and failure is None:
-                    await emit(HandoffEvent(handoff["from"], handoff["to"], handoff["message"]))
-        if emit is not None:
-            await emit(NodeStopEvent(node_id, result))
-        await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
-        return failure, interrupts, output
+            return (f"agent {node_id!r} failed: {result.error}", result.error), [], None
+        if result.status == Status.INTERRUPTED:
+            return None, list(result.interrupts), None
+        self._append_log("execution_order", node_id)
+        self._append_log("node_history", node_id)
+        if handoff is None:
+            self._set("next", None)
+            return None, [], result.output
+        return self._hand_off(handoff), [], None
 
     def _hand_off(self, handoff: dict[str, Any]) -> tuple[str, str | None] | None:
         count = self.run.get("handoff_count", 0) + 1

@@ -1,0 +1,178 @@
+"""``orchestra run/resume --on temporal://...`` and ``orchestra worker``: the CLI side of the Temporal backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import signal
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.live import Live
+
+from orchestra.cli._app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, _fail, err, out
+from orchestra.cli._render import NodeTable
+from orchestra.errors import OrchestraError
+from orchestra.multiagent import MultiAgentBase
+from orchestra.spec import LoadedSpec, build
+from orchestra.storage._uri import _parse as parse_storage_uri
+
+__all__ = ["run_on_temporal", "run_worker"]
+
+
+def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
+    """Workers read and write the run through storage they all reach: an absolute folder, or S3."""
+    uri = uri or (loaded.spec.session.storage if loaded.spec.session else "file:./.orchestra")
+    kind, parts = parse_storage_uri(uri)
+    if kind == "memory":
+        raise _fail(
+            "a Temporal run needs storage its workers share: use file:/shared/dir or s3://bucket/prefix"
+        )
+    if kind == "file":
+        return "file:" + str(Path(parts["root"]).resolve())
+    return uri
+
+
+def run_on_temporal(
+    file: Path,
+    loaded: LoadedSpec,
+    on: str,
+    task: Any,
+    session_id: str,
+    storage: str | None,
+    as_json: bool,
+    *,
+    resume: bool,
+    responses: dict[str, Any],
+    force: bool = False,
+) -> None:
+    """Start (or continue) a run on Temporal and follow it like a local run."""
+    from orchestra.temporal import RunRequest, connect, parse_target, running_handle, start_run, stored_output
+    from orchestra.temporal.workflow import PipelineWorkflow
+
+    try:
+        target = parse_target(on)
+    except OrchestraError as exc:
+        raise _fail(str(exc)) from None
+    uri = _shared_storage(storage, loaded)
+    spec_id = loaded.spec.id
+    skeleton = build(loaded)
+    if not isinstance(skeleton, MultiAgentBase):
+        raise _fail(f"{file} is a single agent: Temporal runs graphs and swarms")
+    table = NodeTable(skeleton)
+    resume_command = f"orchestra resume {file} --session-id {session_id} --on '{on}'"
+
+    async def follow() -> tuple[str, Any]:
+        client = await connect(target)
+        handle = await running_handle(client, spec_id, session_id)
+        if handle is not None:
+            if responses:
+                await handle.signal(PipelineWorkflow.respond, responses)
+            elif not resume:
+                raise _fail(
+                    f"a run of session {session_id} is already going on Temporal; follow it: {resume_command}"
+                )
+        else:
+            request = RunRequest(
+                spec_id=spec_id,
+                session_id=session_id,
+                storage=uri,
+                task=task,
+                run_id=secrets.token_hex(8),
+                resume=resume,
+                force=force,
+                responses=responses,
+            )
+            handle = await start_run(client, target, request)
+        outcome = asyncio.ensure_future(handle.result())
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            stop.set()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        with Live(table.render(), console=err, refresh_per_second=8) if not as_json else _Quiet() as live:
+            while True:
+                done, _ = await asyncio.wait({outcome}, timeout=0.25)
+                progress = await handle.query(PipelineWorkflow.progress)
+                table.set_progress(progress["nodes"], progress.get("executions", {}))
+                if live is not None:
+                    live.update(table.render())
+                if done:
+                    return "finished", outcome.result()
+                if (progress["status"] == "interrupted" and responses == {}) or stop.is_set():
+                    outcome.cancel()
+                    return ("signal" if stop.is_set() else "interrupted"), progress
+                if progress["status"] == "interrupted" and responses:
+                    responses.clear()  # the answers went in; the next interrupt is a new question
+
+    received: list[int] = []
+    try:
+        kind, data = asyncio.run(follow())
+    except OrchestraError as exc:
+        raise _fail(str(exc)) from None
+    if kind == "signal":
+        err.print("Stopped following. The run goes on on Temporal; follow it again with:")
+        err.print(f"  {resume_command}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_SIGNAL.get(received[0] if received else signal.SIGINT, EXIT_FAILED))
+    if kind == "interrupted":
+        err.print("[magenta]interrupted[/]: waiting for a response to:")
+        for interrupt in data.get("interrupts", []):
+            err.print(
+                f"  {interrupt['id']}  {interrupt['name']}: {json.dumps(interrupt.get('reason'))}",
+                markup=False,
+                highlight=False,
+            )
+        err.print(f"Answer with: {resume_command} --respond <id>=<json>", markup=False, highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    status = data["status"]
+    output = asyncio.run(stored_output(uri, session_id, skeleton.scope_id)) if status == "completed" else None
+    if as_json:
+        out.print_json(json.dumps({**data, "output": output, "session_id": session_id}, default=str))
+    elif status == "completed":
+        out.print(output if isinstance(output, str) else json.dumps(output), markup=False, highlight=False)
+    if status != "completed":
+        err.print(f"[red]{status}:[/] {data.get('reason')}", highlight=False)
+        err.print(f"Fix the cause, then resume: {resume_command}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_FAILED)
+
+
+class _Quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def run_worker(specs: list[LoadedSpec], address: str, namespace: str, task_queue: str) -> None:
+    """Host ``specs`` on a Temporal task queue until SIGINT or SIGTERM."""
+    from temporalio.client import Client
+
+    from orchestra.temporal import create_worker
+
+    async def main() -> None:
+        client = await Client.connect(address, namespace=namespace)
+        worker = create_worker(client, task_queue, specs)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        async with worker:
+            names = ", ".join(s.spec.id for s in specs)
+            err.print(
+                f"worker ready on {address}/{namespace}, task queue {task_queue}: {names}", highlight=False
+            )
+            await stop.wait()
+
+    try:
+        asyncio.run(main())
+    except OrchestraError as exc:
+        raise _fail(str(exc)) from None
+    except RuntimeError as exc:  # cannot connect
+        raise _fail(f"cannot run a worker on {address}: {exc}") from None

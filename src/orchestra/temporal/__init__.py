@@ -1,0 +1,45 @@
+"""Run pipelines on Temporal (``pip install 'orchestra[temporal]'``): the same Graph or Swarm, unchanged.
+
+A run is a workflow whose scheduling decisions are orchestra's own; every node is an activity with
+retries; conversations and outputs travel through orchestra's storage, by reference. See docs/temporal.md.
+"""
+
+from orchestra.temporal._types import (
+    WORKFLOW_NAME,
+    CommitRequest,
+    NodeOutcome,
+    NodeRequest,
+    RunRequest,
+    StateRequest,
+)
+from orchestra.temporal.activities import PipelineActivities
+from orchestra.temporal.worker import (
+    TemporalTarget,
+    connect,
+    create_worker,
+    parse_target,
+    running_handle,
+    start_run,
+    stored_output,
+    workflow_id,
+)
+from orchestra.temporal.workflow import PipelineWorkflow
+
+__all__ = [
+    "WORKFLOW_NAME",
+    "CommitRequest",
+    "NodeOutcome",
+    "NodeRequest",
+    "PipelineActivities",
+    "PipelineWorkflow",
+    "RunRequest",
+    "StateRequest",
+    "TemporalTarget",
+    "connect",
+    "create_worker",
+    "parse_target",
+    "running_handle",
+    "start_run",
+    "stored_output",
+    "workflow_id",
+]

@@ -1,0 +1,82 @@
+"""What crosses between the Temporal workflow, its activities and the CLI (small: big data is by reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["WORKFLOW_NAME", "CommitRequest", "NodeOutcome", "NodeRequest", "RunRequest", "StateRequest"]
+
+WORKFLOW_NAME = "orchestra.pipeline"
+
+
+@dataclass
+class RunRequest:
+    """Start (or resume) a pipeline run: the workflow's input."""
+
+    spec_id: str
+    session_id: str
+    storage: str
+    task: Any = None
+    run_id: str = ""
+    resume: bool = False
+    force: bool = False
+    responses: dict[str, Any] = field(default_factory=dict)
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+    heartbeat_seconds: float = 10.0
+
+
+@dataclass
+class StateRequest:
+    spec_id: str
+    session_id: str
+    storage: str
+    scope_id: str
+
+
+@dataclass
+class NodeRequest:
+    """Run one node (graph) or one turn (swarm) in an activity."""
+
+    spec_id: str
+    session_id: str
+    storage: str
+    scope_id: str
+    run_id: str
+    node_id: str
+    execution_count: int
+    activation: list[str] = field(default_factory=list)
+    reset: bool = False
+    prompt: Any = None
+    responses: dict[str, Any] = field(default_factory=dict)
+    invocation_state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NodeOutcome:
+    """What an activity tells the workflow about a node: its status and edges, not its data."""
+
+    status: str
+    blob: str
+    error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    execution_time_ms: float = 0.0
+    interrupts: list[dict[str, Any]] = field(default_factory=list)
+    fired: dict[str, bool] = field(default_factory=dict)
+    handoff: dict[str, Any] | None = None
+    preview: str = ""
+
+
+@dataclass
+class CommitRequest:
+    """Save the orchestrator's changes (and a node's data, from its blob) to the session journal."""
+
+    session_id: str
+    storage: str
+    scope_id: str
+    fields: dict[str, Any]
+    logs: dict[str, list[Any]]
+    unset: list[str] = field(default_factory=list)
+    node_id: str | None = None
+    node_kind: str | None = None
+    blob: str | None = None

@@ -1,0 +1,209 @@
+"""The activities a worker runs: describe a pipeline, load a saved run, run one node, save the run.
+
+Everything big (conversations, node outputs, agent state) goes through orchestra's storage: a node's
+activity writes its data to a blob under the session scope and returns a small ``NodeOutcome``; the
+commit activity (run one at a time by the workflow, so the journal keeps one writer) folds the blob and
+the workflow's scheduling changes into the session journal, exactly as a local run saves after a node.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
+from orchestra.multiagent.graph import _ConditionError
+from orchestra.multiagent.results import output_text
+from orchestra.session import Compaction, SnapshotSessionManager
+from orchestra.session._journal import Document, Journal, _decode_messages, _dumps
+from orchestra.session._layout import ScopeLayout
+from orchestra.spec import LoadedSpec, build
+from orchestra.storage import Storage, storage_from_uri
+from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
+
+__all__ = ["PipelineActivities"]
+
+# Every node's activity loads the run from storage: fold the journal often so a load stays short.
+_COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
+
+
+def _extend(old: list[Any], new: list[Any]) -> list[Any]:
+    """``new``, reusing the objects of ``old`` for an unchanged prefix (so the journal appends, not resets)."""
+    if len(new) >= len(old) and new[: len(old)] == old:
+        return [*old, *new[len(old) :]]
+    return new
+
+
+def _light(fields: dict[str, Any]) -> dict[str, Any]:
+    """The run document without what the workflow never needs: outputs, messages, agent state."""
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name.startswith("agent/") or name == "state":
+            continue
+        if name.startswith("node/") and isinstance(value, dict) and value.get("result"):
+            result = {k: v for k, v in value["result"].items() if k not in ("output", "message")}
+            value = {**value, "result": result}
+        out[name] = value
+    return out
+
+
+class PipelineActivities:
+    """The activities for the pipelines a worker hosts (spec id -> parsed spec)."""
+
+    def __init__(self, specs: dict[str, LoadedSpec]) -> None:
+        self.specs = specs
+        self._storages: dict[str, Storage] = {}
+
+    def _storage(self, uri: str) -> Storage:
+        if uri not in self._storages:
+            self._storages[uri] = storage_from_uri(uri)
+        return self._storages[uri]
+
+    def _spec(self, spec_id: str) -> LoadedSpec:
+        if spec_id not in self.specs:
+            raise ApplicationError(
+                f"this worker does not host pipeline {spec_id!r} (it hosts {', '.join(sorted(self.specs))})",
+                non_retryable=True,
+            )
+        return self.specs[spec_id]
+
+    @activity.defn(name="orchestra.describe")
+    async def describe(self, spec_id: str) -> dict[str, Any]:
+        """The pipeline's structure (nodes, edges, limits) for the workflow's scheduling skeleton."""
+        built = build(self._spec(spec_id))
+        if not isinstance(built, MultiAgentBase):
+            raise ValueError(f"pipeline {spec_id!r} is a single agent; Temporal runs graphs and swarms")
+        return built.structure()
+
+    @activity.defn(name="orchestra.load_state")
+    async def load_state(self, request: StateRequest) -> dict[str, Any] | None:
+        """The saved run's scheduling state (results without their outputs), or None for a new session."""
+        layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
+        doc = await Journal(self._storage(request.storage), layout).load()
+        if doc is None:
+            return None
+        logs = {k: v for k, v in doc.logs.items() if not k.startswith("agent/")}
+        return {"fields": _light(doc.fields), "logs": logs}
+
+    @activity.defn(name="orchestra.execute_node")
+    async def execute_node(self, request: NodeRequest) -> NodeOutcome:
+        """Run one node (or swarm turn) from its state before it started; save its data to a blob."""
+        storage = self._storage(request.storage)
+        orchestrator = build(self._spec(request.spec_id))
+        assert isinstance(orchestrator, MultiAgentBase)
+        # Nested graphs and swarms persist (and resume) inside, under the same session.
+        orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
+        layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
+        doc = await Journal(storage, layout).load()
+        if doc is not None:
+            orchestrator.load_document(doc.fields, doc.logs)
+        node = orchestrator.nodes[request.node_id]
+        if request.reset:
+            node.reset()
+        if isinstance(orchestrator, Graph):
+            orchestrator._restore_results()
+            inputs = {
+                s: orchestrator._results[s].output for s in request.activation if s in orchestrator._results
+            }
+            task = request.prompt if request.prompt is not None else orchestrator._fields.get("task")
+        else:
+            inputs, task = {}, request.prompt
+        node_input = NodeInput(
+            node_id=request.node_id,
+            task=task,
+            inputs=inputs,
+            state=orchestrator.state,
+            invocation_state=request.invocation_state,
+            execution_count=request.execution_count,
+        )
+        result = await self._run(node, node_input, orchestrator, request)
+        fired: dict[str, bool] = {}
+        if isinstance(orchestrator, Graph) and result.status == Status.COMPLETED:
+            orchestrator._record_result(result)
+            try:
+                fired = orchestrator._evaluate_edges(request.node_id, request.invocation_state)
+            except _ConditionError as exc:
+                result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=str(exc))
+        handoff = orchestrator._pending_handoff if isinstance(orchestrator, Swarm) else None
+        blob: dict[str, Any] = {
+            "result": result.model_dump(mode="json"),
+            "state": orchestrator.state.to_dict(),
+        }
+        if node.kind == "agent":
+            fields, messages = orchestrator._agent_fields(request.node_id)
+            blob["agent"] = fields
+            blob["messages"] = messages
+        key = f"{layout.prefix}temporal/{request.run_id}/{request.node_id}-{request.execution_count}.json"
+        await storage.write(key, _dumps(blob).encode())
+        return NodeOutcome(
+            status=result.status.value,
+            blob=key,
+            error=result.error,
+            usage=result.usage.model_dump(),
+            execution_time_ms=result.execution_time_ms,
+            interrupts=[i.model_dump(mode="json") for i in result.interrupts],
+            fired=fired,
+            handoff=handoff,
+            preview=output_text(result.output)[:200],
+        )
+
+    async def _run(
+        self, node: Any, node_input: NodeInput, orchestrator: MultiAgentBase, request: NodeRequest
+    ) -> NodeResult:
+        async def heartbeat() -> None:
+            while True:  # a worker that dies stops heartbeating: Temporal then retries the node elsewhere
+                activity.heartbeat()
+                await anyio.sleep(0.5)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(heartbeat)
+            try:
+                result: NodeResult = await node.execute(node_input, orchestrator, None, request.responses)
+            except Exception as exc:
+                result = NodeResult(
+                    node_id=request.node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}"
+                )
+            group.cancel_scope.cancel()
+        result.execution_count = request.execution_count
+        return result
+
+    @activity.defn(name="orchestra.commit")
+    async def commit(self, request: CommitRequest) -> None:
+        """Fold the workflow's changes and a node's blob into the session journal (idempotent on retry)."""
+        storage = self._storage(request.storage)
+        layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
+        journal = Journal(storage, layout, _COMPACTION)
+        doc = await journal.load() or Document()
+        fields = dict(request.fields)
+        # Results are owned by storage: the workflow only holds their summaries.
+        own = f"node/{request.node_id}" if request.node_id else None
+        for name, record in list(fields.items()):
+            stored = doc.fields.get(name)
+            if (
+                name.startswith("node/")
+                and name != own
+                and isinstance(record, dict)
+                and isinstance(stored, dict)
+            ):
+                fields[name] = {**record, "result": stored.get("result")}
+        logs = {name: _extend(doc.logs.get(name, []), items) for name, items in request.logs.items()}
+        if request.blob is not None and request.node_id is not None:
+            found = await storage.read(request.blob)
+            if found is None:
+                raise RuntimeError(f"{request.blob}: the node's data is missing")
+            blob = json.loads(found[0])
+            name = f"node/{request.node_id}"
+            fields[name] = {**fields.get(name, doc.fields.get(name, {})), "result": blob["result"]}
+            fields["state"] = blob["state"]
+            if "agent" in blob:
+                fields[f"agent/{request.node_id}"] = blob["agent"]
+                log = f"agent/{request.node_id}/messages"
+                logs[log] = _extend(doc.logs.get(log, []), _decode_messages(blob["messages"], request.blob))
+        if journal.seq == -1:
+            await journal.create(Document(fields=fields, logs=logs))
+        else:
+            await journal.save(fields, logs, request.unset)

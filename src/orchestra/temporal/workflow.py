@@ -1,0 +1,310 @@
+"""The pipeline workflow: orchestra's own scheduling decisions, with every node run as an activity.
+
+The workflow builds a *skeleton* of the Graph or Swarm (``from_structure``: the same nodes, edges and
+limits with stand-in executors) and drives it with the very methods a local run uses (``_start_node``,
+``_apply_edges``, ``_queue_ready``, ``_limit_reached``; ``_begin_turn``, ``_end_turn`` for swarms). Those
+methods do no I/O and read no clock, so the workflow stays deterministic. Each node runs in an activity
+with retries (a worker that dies costs a retry of that node only); after each node the workflow commits
+the run to the session journal through a local activity (it runs beside the workflow, one at a time, so
+the journal keeps a single writer), so ``orchestra sessions show`` and the dashboard see Temporal runs
+as they see local ones. An interrupt waits for a ``respond`` signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from orchestra.interrupts import Interrupt
+    from orchestra.multiagent import Graph, MultiAgentBase, NodeResult, Status, Swarm
+    from orchestra.temporal._types import (
+        WORKFLOW_NAME,
+        CommitRequest,
+        NodeOutcome,
+        NodeRequest,
+        RunRequest,
+        StateRequest,
+    )
+
+__all__ = ["PipelineWorkflow"]
+
+_LIGHT = timedelta(seconds=60)
+_NODE_RETRIES = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
+_COMMIT_RETRIES = RetryPolicy(maximum_attempts=20, initial_interval=timedelta(milliseconds=200))
+_UNFINISHED = ("executing", "failed", "interrupted")
+
+
+@workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
+class PipelineWorkflow:
+    """Runs (or resumes) one pipeline run of one session."""
+
+    def __init__(self) -> None:
+        self._orchestrator: MultiAgentBase | None = None
+        self._responses: dict[str, Any] | None = None
+        self._request: RunRequest | None = None
+
+    @workflow.signal
+    def respond(self, responses: dict[str, Any]) -> None:
+        """Answer the run's open interrupts: ``{interrupt id: response}``."""
+        self._responses = dict(responses)
+
+    @workflow.query
+    def progress(self) -> dict[str, Any]:
+        """The run's status and every node's status, for ``orchestra run`` to follow."""
+        orchestrator = self._orchestrator
+        if orchestrator is None:
+            return {"status": "pending", "nodes": {}, "interrupts": []}
+        nodes = {
+            n: (orchestrator._fields.get(f"node/{n}") or {}).get("status", "pending")
+            for n in orchestrator.nodes
+        }
+        executions = {
+            n: (orchestrator._fields.get(f"node/{n}") or {}).get("executions", 0) for n in orchestrator.nodes
+        }
+        run = orchestrator.run
+        return {
+            "status": run["status"],
+            "reason": run.get("reason"),
+            "nodes": nodes,
+            "executions": executions,
+            "interrupts": run.get("interrupts", []),
+        }
+
+    @workflow.run
+    async def run(self, request: RunRequest) -> dict[str, Any]:
+        self._request = request
+        structure: dict[str, Any] = await workflow.execute_local_activity(
+            "orchestra.describe", request.spec_id, start_to_close_timeout=_LIGHT, retry_policy=_COMMIT_RETRIES
+        )
+        skeleton: MultiAgentBase = (
+            Graph.from_structure(structure)
+            if structure["kind"] == "graph"
+            else Swarm.from_structure(structure)
+        )
+        self._orchestrator = skeleton
+        saved = await workflow.execute_local_activity(
+            "orchestra.load_state",
+            StateRequest(request.spec_id, request.session_id, request.storage, skeleton.scope_id),
+            start_to_close_timeout=_LIGHT,
+            retry_policy=_COMMIT_RETRIES,
+        )
+        if saved is not None:
+            skeleton.load_document(saved["fields"], saved["logs"])
+        responses = dict(request.responses)
+        if skeleton.status.value in _UNFINISHED:
+            if skeleton.run.get("topology") != skeleton.topology_hash() and not request.force:
+                return {
+                    "status": "failed",
+                    "reason": "the saved run was made by a different graph; resume with --force",
+                }
+            skeleton._update_run(status=Status.EXECUTING.value, reason=None, error=None, interrupts=[])
+        else:
+            if request.task is None:
+                return {"status": "failed", "reason": f"{skeleton.kind} {skeleton.id!r} has no run to resume"}
+            skeleton._start_fresh_document(request.task, run_id=request.run_id or workflow.info().workflow_id)
+        await self._commit(skeleton)  # the session shows the run (its task, its status) from the start
+        started = workflow.now()
+        while True:
+            if isinstance(skeleton, Graph):
+                failure, interrupts = await self._run_graph(skeleton, responses, started)
+            else:
+                assert isinstance(skeleton, Swarm)
+                failure, interrupts = await self._run_swarm(skeleton, responses, started)
+            if failure is not None:
+                skeleton._finish(Status.FAILED, *failure)
+            elif interrupts:
+                skeleton._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
+            else:
+                skeleton._finish(Status.COMPLETED)
+            await self._commit(skeleton)
+            if not interrupts or failure is not None:
+                break
+            # Human in the loop: wait for the answers as a signal, then go on where the run stopped.
+            self._responses = None
+            await workflow.wait_condition(lambda: self._responses is not None)
+            responses = dict(self._responses or {})
+            skeleton._update_run(status=Status.EXECUTING.value, reason=None, interrupts=[])
+        run = skeleton.run
+        return {
+            "status": run["status"],
+            "reason": run.get("reason"),
+            "error": run.get("error"),
+            "execution_order": list(skeleton._logs.get("execution_order", [])),
+            "usage": run.get("usage"),
+            "execution_count": run.get("execution_count"),
+        }
+
+    # -- running nodes ----------------------------------------------------------------------------------
+
+    def _node_request(self, orchestrator: MultiAgentBase, node_id: str, **options: Any) -> NodeRequest:
+        request = self._request
+        assert request is not None
+        record = orchestrator._node_record(node_id)
+        return NodeRequest(
+            spec_id=request.spec_id,
+            session_id=request.session_id,
+            storage=request.storage,
+            scope_id=orchestrator.scope_id,
+            run_id=str(orchestrator.run.get("run_id")),
+            node_id=node_id,
+            execution_count=record["executions"],
+            invocation_state=request.invocation_state,
+            **options,
+        )
+
+    async def _execute(
+        self, orchestrator: MultiAgentBase, request: NodeRequest, node_timeout: float | None
+    ) -> NodeOutcome:
+        assert self._request is not None
+        try:
+            outcome: NodeOutcome = await workflow.execute_activity(
+                "orchestra.execute_node",
+                request,
+                result_type=NodeOutcome,
+                start_to_close_timeout=timedelta(seconds=node_timeout or 3600),
+                heartbeat_timeout=timedelta(seconds=self._request.heartbeat_seconds),
+                retry_policy=_NODE_RETRIES,
+            )
+        except ActivityError as exc:
+            cause = exc.cause or exc
+            return NodeOutcome(status="failed", blob="", error=f"{type(cause).__name__}: {cause}")
+        return outcome
+
+    @staticmethod
+    def _result(node_id: str, outcome: NodeOutcome, execution_count: int) -> NodeResult:
+        return NodeResult(
+            node_id=node_id,
+            status=Status(outcome.status),
+            error=outcome.error,
+            usage=outcome.usage,
+            execution_time_ms=outcome.execution_time_ms,
+            execution_count=execution_count,
+            interrupts=[Interrupt.model_validate(i) for i in outcome.interrupts],
+        )
+
+    async def _commit(
+        self, orchestrator: MultiAgentBase, node_id: str | None = None, blob: str | None = None
+    ) -> None:
+        request = self._request
+        assert request is not None
+        fields, logs, unset = orchestrator.take_changes(include_agents=False)
+        kind = orchestrator.nodes[node_id].kind if node_id else None
+        await workflow.execute_local_activity(
+            "orchestra.commit",
+            CommitRequest(
+                request.session_id,
+                request.storage,
+                orchestrator.scope_id,
+                fields,
+                logs,
+                unset,
+                node_id,
+                kind,
+                blob or None,
+            ),
+            start_to_close_timeout=_LIGHT,
+            retry_policy=_COMMIT_RETRIES,
+        )
+
+    def _remaining(self, limit: float | None, started: Any) -> float | None:
+        if limit is None:
+            return None
+        elapsed: float = (workflow.now() - started).total_seconds()
+        return limit - elapsed
+
+    async def _run_graph(
+        self, graph: Graph, responses: dict[str, Any], started: Any
+    ) -> tuple[tuple[str, str | None] | None, list[Interrupt]]:
+        fresh = not graph._node_records()
+        graph._restore_queue()
+        if fresh:
+            for entry in graph.entry_points:
+                graph._queue_node(entry, [])
+        limit = graph.max_concurrency or math.inf
+        running: dict[asyncio.Task[NodeOutcome], str] = {}
+        failure: tuple[str, str | None] | None = None
+        interrupts: list[Interrupt] = []
+        while True:
+            while graph._queue and len(running) < limit and failure is None and not interrupts:
+                node_id = graph._queue[0]
+                reason = graph._limit_reached()
+                if reason:
+                    failure = (f"{reason} before node {node_id!r} could run", None)
+                    break
+                graph._queue.pop(0)
+                record = graph._node_record(node_id)
+                reset = graph.reset_on_revisit and record["executions"] >= 1
+                graph._start_node(node_id, {})
+                request = self._node_request(
+                    graph,
+                    node_id,
+                    activation=list(record.get("activation") or []),
+                    reset=reset,
+                    responses=responses,
+                    prompt=graph._fields.get("task"),
+                )
+                task = asyncio.ensure_future(self._execute(graph, request, graph.node_timeout))
+                running[task] = node_id
+            if not running:
+                break
+            remaining = self._remaining(graph.execution_timeout, started)
+            done, _ = await workflow.wait(
+                list(running),
+                timeout=max(remaining, 0) if remaining is not None else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:
+                failure = (f"execution_timeout ({graph.execution_timeout:g}s) exceeded", None)
+                for task in running:
+                    task.cancel()
+                break
+            for task in done:
+                node_id = running.pop(task)
+                outcome = task.result()
+                result = self._result(node_id, outcome, graph._node_record(node_id)["executions"])
+                graph._record_result(result)
+                if result.status == Status.COMPLETED:
+                    graph._apply_edges(node_id, outcome.fired)
+                elif result.status == Status.INTERRUPTED:
+                    interrupts.extend(result.interrupts)
+                elif failure is None:
+                    failure = (f"node {node_id!r} failed: {result.error}", result.error)
+                await self._commit(graph, node_id, outcome.blob)
+            if failure is not None:
+                for task in running:
+                    task.cancel()
+                running.clear()
+                break
+        return failure, interrupts
+
+    async def _run_swarm(
+        self, swarm: Swarm, responses: dict[str, Any], started: Any
+    ) -> tuple[tuple[str, str | None] | None, list[Interrupt]]:
+        if "next" not in swarm._fields:
+            swarm._set("next", {"node": swarm.entry_point, "input": None, "from": None})
+            swarm._set("shared_context", {})
+        failure: tuple[str, str | None] | None = None
+        interrupts: list[Interrupt] = []
+        while swarm._fields.get("next") is not None and failure is None and not interrupts:
+            remaining = self._remaining(swarm.execution_timeout, started)
+            if remaining is not None and remaining <= 0:
+                failure = (f"execution_timeout ({swarm.execution_timeout:g}s) exceeded", None)
+                break
+            node_id = swarm._fields["next"]["node"]
+            failure = swarm._limit_before_turn(node_id)
+            if failure is not None:
+                break
+            node_input = swarm._begin_turn(node_id, {})
+            request = self._node_request(swarm, node_id, prompt=node_input.task, responses=responses)
+            outcome = await self._execute(swarm, request, swarm.node_timeout)
+            result = self._result(node_id, outcome, node_input.execution_count)
+            failure, interrupts, _ = swarm._end_turn(result, outcome.handoff)
+            await self._commit(swarm, node_id, outcome.blob)
+        return failure, interrupts

@@ -1,0 +1,83 @@
+"""Two workers, one SIGKILLed mid-run: the other finishes the run, and nodes that had completed never run
+again (an in-flight node at most twice). 3 rounds in CI; ORCHESTRA_STRESS=1 runs 10."""
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+
+import anyio
+import pytest
+
+from orchestra.session._journal import Journal
+from orchestra.session._layout import ScopeLayout
+from orchestra.spec import parse_text
+from orchestra.storage import LocalFileStorage
+from tests.temporal.conftest import worker_process
+
+ROUNDS = 10 if os.environ.get("ORCHESTRA_STRESS") else 3
+NODES = ["start", "a1", "a2", "a3", "a4", "join", "c1", "c2", "c3", "c4", "c5"]
+SPEC = "version: 1\nkind: graph\nid: kill-temporal\nnodes:\n" + "".join(
+    f"  - {{id: {n}, function: 'tests.support:slow_step'}}\n" for n in NODES
+) + "edges:\n" + "".join(
+    f"  - {{from: {a}, to: {b}}}\n"
+    for a, b in [("start", "a1"), ("start", "a2"), ("start", "a3"), ("start", "a4"), ("a1", "join"), ("a2", "join"), ("a3", "join"), ("a4", "join"), ("join", "c1"), ("c1", "c2"), ("c2", "c3"), ("c3", "c4"), ("c4", "c5")]
+)
+
+
+def completed(root, session):
+    doc = anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", "kill-temporal")).load)
+    if doc is None:
+        return set()
+    return {n[len("node/") :] for n, r in doc.fields.items() if n.startswith("node/") and r["status"] == "completed"}
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_path, monkeypatch):
+    from orchestra import temporal
+
+    spec = tmp_path / "kill.yaml"
+    spec.write_text(SPEC)
+    parse_text(SPEC, "kill.yaml")
+    root = tmp_path / "store"
+    rng = random.Random(7)
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    for round_number in range(ROUNDS):
+        calls = tmp_path / f"calls-{round_number}"
+        monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+        queue = f"q-kill-{round_number}"
+        workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
+        session = f"k{round_number}"
+
+        async def start():
+            target = temporal.TemporalTarget(temporal_address, "default", queue)
+            client = await temporal.connect(target)
+            request = temporal.RunRequest(
+                spec_id="kill-temporal", session_id=session, storage=f"file:{root}", task="go", run_id=session, heartbeat_seconds=2
+            )
+            return await temporal.start_run(client, target, request)
+
+        handle = anyio.run(start)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not calls.exists() or len(calls.read_text().split()) < 3 + rng.randint(0, 5)):
+            time.sleep(0.05)
+        victim = workers.pop(rng.randrange(2))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        victim.stderr.close()
+        done_before = completed(root, session)
+        try:
+            summary = anyio.run(lambda: handle.result())
+        finally:
+            for worker in workers:
+                worker.terminate()
+                worker.wait(30)
+                worker.stderr.close()
+        assert summary["status"] == "completed", summary
+        runs = Counter(calls.read_text().split())
+        assert set(runs) == set(NODES)
+        for node in done_before:
+            assert runs[node] == 1, f"round {round_number}: {node} had completed but ran {runs[node]} times"
+        assert all(count <= 2 for count in runs.values()), runs
+        assert completed(root, session) == set(NODES)
