@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REQUIRED = bool(os.environ.get("ORCHESTRA_REQUIRE_TEMPORAL"))  # .ci/run sets it: there, a missing server fails
+REQUIRED = bool(
+    os.environ.get("ORCHESTRA_REQUIRE_TEMPORAL")
+)  # .ci/run sets it: there, a missing server fails
 if not REQUIRED:
     pytest.importorskip("temporalio", reason="pip install 'orchestra[temporal]' (in .[dev])")
     if shutil.which("temporal") is None:
@@ -35,7 +37,18 @@ def temporal_address():
 
     port = free_port()
     server = subprocess.Popen(
-        ["temporal", "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port), "--log-level", "error"],
+        [
+            "temporal",
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -60,7 +73,17 @@ def worker_process(address: str, queue: str, *specs: Path) -> subprocess.Popen[b
     """``orchestra worker`` in a subprocess; waits until it says it is ready."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     process = subprocess.Popen(
-        [sys.executable, "-c", "from orchestra.cli import main; main()", "worker", "--temporal", address, "--task-queue", queue, *map(str, specs)],
+        [
+            sys.executable,
+            "-c",
+            "from orchestra.cli import main; main()",
+            "worker",
+            "--temporal",
+            address,
+            "--task-queue",
+            queue,
+            *map(str, specs),
+        ],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         env=env,

@@ -18,11 +18,28 @@ from tests.temporal.conftest import worker_process
 
 ROUNDS = 10 if os.environ.get("ORCHESTRA_STRESS") else 3
 NODES = ["start", "a1", "a2", "a3", "a4", "join", "c1", "c2", "c3", "c4", "c5"]
-SPEC = "version: 1\nkind: graph\nid: kill-temporal\nnodes:\n" + "".join(
-    f"  - {{id: {n}, function: 'tests.support:slow_step'}}\n" for n in NODES
-) + "edges:\n" + "".join(
-    f"  - {{from: {a}, to: {b}}}\n"
-    for a, b in [("start", "a1"), ("start", "a2"), ("start", "a3"), ("start", "a4"), ("a1", "join"), ("a2", "join"), ("a3", "join"), ("a4", "join"), ("join", "c1"), ("c1", "c2"), ("c2", "c3"), ("c3", "c4"), ("c4", "c5")]
+SPEC = (
+    "version: 1\nkind: graph\nid: kill-temporal\nnodes:\n"
+    + "".join(f"  - {{id: {n}, function: 'tests.support:slow_step'}}\n" for n in NODES)
+    + "edges:\n"
+    + "".join(
+        f"  - {{from: {a}, to: {b}}}\n"
+        for a, b in [
+            ("start", "a1"),
+            ("start", "a2"),
+            ("start", "a3"),
+            ("start", "a4"),
+            ("a1", "join"),
+            ("a2", "join"),
+            ("a3", "join"),
+            ("a4", "join"),
+            ("join", "c1"),
+            ("c1", "c2"),
+            ("c2", "c3"),
+            ("c3", "c4"),
+            ("c4", "c5"),
+        ]
+    )
 )
 
 
@@ -30,7 +47,11 @@ def completed(root, session):
     doc = anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", "kill-temporal")).load)
     if doc is None:
         return set()
-    return {n[len("node/") :] for n, r in doc.fields.items() if n.startswith("node/") and r["status"] == "completed"}
+    return {
+        n[len("node/") :]
+        for n, r in doc.fields.items()
+        if n.startswith("node/") and r["status"] == "completed"
+    }
 
 
 @pytest.mark.timeout(600)
@@ -54,13 +75,20 @@ def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_pa
             target = temporal.TemporalTarget(temporal_address, "default", queue)
             client = await temporal.connect(target)
             request = temporal.RunRequest(
-                spec_id="kill-temporal", session_id=session, storage=f"file:{root}", task="go", run_id=session, heartbeat_seconds=2
+                spec_id="kill-temporal",
+                session_id=session,
+                storage=f"file:{root}",
+                task="go",
+                run_id=session,
+                heartbeat_seconds=2,
             )
             return await temporal.start_run(client, target, request)
 
         handle = anyio.run(start)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (not calls.exists() or len(calls.read_text().split()) < 3 + rng.randint(0, 5)):
+        while time.monotonic() < deadline and (
+            not calls.exists() or len(calls.read_text().split()) < 3 + rng.randint(0, 5)
+        ):
             time.sleep(0.05)
         victim = workers.pop(rng.randrange(2))
         victim.send_signal(signal.SIGKILL)

@@ -28,7 +28,14 @@ async def run_on(address, queue, loaded, storage, session, task, **options):
     t = temporal()
     target = t.TemporalTarget(address, "default", queue)
     client = await t.connect(target)
-    request = t.RunRequest(spec_id=loaded.spec.id, session_id=session, storage=storage, task=task, run_id=secrets.token_hex(4), **options)
+    request = t.RunRequest(
+        spec_id=loaded.spec.id,
+        session_id=session,
+        storage=storage,
+        task=task,
+        run_id=secrets.token_hex(4),
+        **options,
+    )
     async with t.create_worker(client, queue, [loaded]):
         handle = await t.start_run(client, target, request)
         return await handle.result(), client
@@ -44,14 +51,20 @@ async def test_examples_give_the_same_results_as_locally(name, temporal_address,
     assert summary["status"] == "completed"
     assert sorted(summary["execution_order"]) == sorted(expected.execution_order)
     doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", loaded.spec.id)
-    outputs = {n[len("node/") :]: r["result"]["output"] for n, r in doc.fields.items() if n.startswith("node/") and r.get("result")}
+    outputs = {
+        n[len("node/") :]: r["result"]["output"]
+        for n, r in doc.fields.items()
+        if n.startswith("node/") and r.get("result")
+    }
     assert outputs == {n: r.output for n, r in expected.results.items()}
     assert temporal().stored_output  # the CLI prints the same final output
     final = await temporal().stored_output(storage, "s1", loaded.spec.id)
     assert final == expected.output
 
 
-async def test_a_failed_run_resumes_on_temporal_without_rerunning_completed_nodes(temporal_address, tmp_path, monkeypatch):
+async def test_a_failed_run_resumes_on_temporal_without_rerunning_completed_nodes(
+    temporal_address, tmp_path, monkeypatch
+):
     loaded = parse_text(FAILING, "failing.yaml")
     storage = f"file:{tmp_path}/store"
     monkeypatch.delenv("ORCHESTRA_TEST_ALLOW", raising=False)
@@ -61,7 +74,11 @@ async def test_a_failed_run_resumes_on_temporal_without_rerunning_completed_node
     monkeypatch.setenv("ORCHESTRA_TEST_ALLOW", "1")
     second, _ = await run_on(temporal_address, "q-fail", loaded, storage, "s1", None, resume=True)
     assert second["status"] == "completed"
-    assert second["execution_order"] == ["first", "gate", "gate"]  # first ran once; gate failed, then ran again
+    assert second["execution_order"] == [
+        "first",
+        "gate",
+        "gate",
+    ]  # first ran once; gate failed, then ran again
 
 
 async def test_an_interrupt_waits_for_a_signal(temporal_address, tmp_path):
@@ -69,7 +86,9 @@ async def test_an_interrupt_waits_for_a_signal(temporal_address, tmp_path):
     loaded = parse_text(HUMAN, "human.yaml")
     target = t.TemporalTarget(temporal_address, "default", "q-human")
     client = await t.connect(target)
-    request = t.RunRequest(spec_id=loaded.spec.id, session_id="s1", storage=f"file:{tmp_path}/store", task="go", run_id="r1")
+    request = t.RunRequest(
+        spec_id=loaded.spec.id, session_id="s1", storage=f"file:{tmp_path}/store", task="go", run_id="r1"
+    )
     async with t.create_worker(client, "q-human", [loaded]):
         handle = await t.start_run(client, target, request)
         import anyio
@@ -97,7 +116,18 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         on = f"temporal://{temporal_address}/default?task_queue=q-cli"
         storage = f"file:{tmp_path}/store"
         result = CliRunner().invoke(
-            app, ["run", str(EXAMPLES / "review_loop.yaml"), "--on", on, "--session-id", "c1", "--storage", storage, "--json"]
+            app,
+            [
+                "run",
+                str(EXAMPLES / "review_loop.yaml"),
+                "--on",
+                on,
+                "--session-id",
+                "c1",
+                "--storage",
+                storage,
+                "--json",
+            ],
         )
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
@@ -105,7 +135,19 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         assert data["output"] == "APPROVED"
         shown = CliRunner().invoke(app, ["sessions", "show", "c1", "--storage", storage])
         assert "status: completed" in shown.stdout  # Temporal runs are in the session like local ones
-        again = CliRunner().invoke(app, ["resume", str(EXAMPLES / "review_loop.yaml"), "--on", on, "--session-id", "c1", "--storage", storage])
+        again = CliRunner().invoke(
+            app,
+            [
+                "resume",
+                str(EXAMPLES / "review_loop.yaml"),
+                "--on",
+                on,
+                "--session-id",
+                "c1",
+                "--storage",
+                storage,
+            ],
+        )
         assert again.exit_code == 1
         assert "no run to resume" in again.stderr
     finally:

@@ -125,7 +125,9 @@ class Agent:
                 )
             self.hooks.add_hook(session_manager)
         self._initialized = False
-        if not _defer_initialization.get():
+        if not self.hooks.has_callbacks(AgentInitialized):
+            self._initialized = True  # nothing to run: no event loop needed
+        elif not _defer_initialization.get():
             run_sync(self.initialize)
 
     async def initialize(self) -> None:

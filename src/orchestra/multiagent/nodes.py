@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -204,19 +204,11 @@ class Node:
             ]
         else:
             prompt = node_input.prompt
-        result: AgentResult | None
+        state = node_input.invocation_state
         if emit is None:
-            result = await agent.invoke_async(prompt, invocation_state=node_input.invocation_state)
+            result: AgentResult = await agent.invoke_async(prompt, invocation_state=state)
         else:
-            result = None
-            async with aclosing(
-                agent.stream_async(prompt, invocation_state=node_input.invocation_state)
-            ) as events:
-                async for event in events:
-                    await emit(NodeStreamEvent(self.node_id, event))
-                    if isinstance(event, ResultEvent):
-                        result = event.result
-            assert result is not None
+            result = await self._forward(agent.stream_async(prompt, invocation_state=state), emit)
         interrupted = result.stop_reason == "interrupt"
         return NodeResult(
             node_id=self.node_id,
@@ -233,19 +225,11 @@ class Node:
         nested: MultiAgentBase = self.executor
         answers = [{"interruptResponse": {"interruptId": i, "response": r}} for i, r in responses.items()]
         task = answers if answers and nested._open_interrupt_ids() & responses.keys() else node_input.prompt
-        outcome: MultiAgentResult | None
+        state = node_input.invocation_state
         if emit is None:
-            outcome = await nested.invoke_async(task, invocation_state=node_input.invocation_state)
+            outcome: MultiAgentResult = await nested.invoke_async(task, invocation_state=state)
         else:
-            outcome = None
-            async with aclosing(
-                nested.stream_async(task, invocation_state=node_input.invocation_state)
-            ) as events:
-                async for event in events:
-                    await emit(NodeStreamEvent(self.node_id, event))
-                    if isinstance(event, MultiAgentResultEvent):
-                        outcome = event.result
-            assert outcome is not None
+            outcome = await self._forward(nested.stream_async(task, invocation_state=state), emit)
         return NodeResult(
             node_id=self.node_id,
             status=outcome.status,
@@ -254,6 +238,17 @@ class Node:
             usage=outcome.usage,
             interrupts=outcome.interrupts,
         )
+
+    async def _forward(self, events: AsyncGenerator[Any, None], emit: Emit) -> Any:
+        """Pass a stream's events on, tagged with this node's id; return its final result."""
+        result: Any = None
+        async with aclosing(events) as stream:
+            async for event in stream:
+                await emit(NodeStreamEvent(self.node_id, event))
+                if isinstance(event, ResultEvent | MultiAgentResultEvent):
+                    result = event.result
+        assert result is not None, "a stream always ends with its result"
+        return result
 
     async def _run_function(self, node_input: NodeInput, responses: dict[str, Any]) -> NodeResult:
         node_input._responses = responses
