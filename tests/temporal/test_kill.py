@@ -71,7 +71,7 @@ def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_pa
         workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
         session = f"k{round_number}"
 
-        async def start():
+        async def start(queue=queue, session=session):
             target = temporal.TemporalTarget(temporal_address, "default", queue)
             client = await temporal.connect(target)
             request = temporal.RunRequest(
@@ -96,7 +96,7 @@ def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_pa
         victim.stderr.close()
         done_before = completed(root, session)
         try:
-            summary = anyio.run(lambda: handle.result())
+            summary = anyio.run(handle.result)
         finally:
             for worker in workers:
                 worker.terminate()
