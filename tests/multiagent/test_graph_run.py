@@ -453,3 +453,16 @@ def test_serialize_and_deserialize_state_round_trip():
     assert twin.status == Status.COMPLETED
     assert twin.nodes["a"].agent.messages == graph.nodes["a"].agent.messages
     assert twin.serialize_state() == payload
+
+
+def test_serialize_state_is_plain_json_even_with_images():
+    import json
+
+    png = b"\x89PNG\r\n\x1a\n-bytes"
+    looker = Agent(name="looker", model=ScriptedModel(["a red dot"]))
+    graph = Graph({"looker": looker}, id="g")
+    graph([{"text": "what is this?"}, {"image": {"format": "png", "source": {"bytes": png}}}])
+    payload = json.loads(json.dumps(graph.serialize_state()))
+    twin = Graph({"looker": Agent(name="looker")}, id="g")
+    twin.deserialize_state(payload)
+    assert twin.nodes["looker"].agent.messages[0]["content"][1]["image"]["source"]["bytes"] == png

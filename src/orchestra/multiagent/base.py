@@ -36,7 +36,7 @@ from orchestra.agent.state import JSONState
 from orchestra.errors import ConcurrencyError, ConfigurationError, RunError
 from orchestra.hooks import HookProvider, HookRegistry
 from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
-from orchestra.messages import Usage
+from orchestra.messages import Usage, messages_from_json, messages_to_json
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
     BeforeMultiAgentInvocation,
@@ -237,13 +237,17 @@ class MultiAgentBase:
             if node.kind == "agent":
                 agent_fields, messages = self._agent_fields(node_id)
                 out[f"agent/{node_id}"] = agent_fields
-                out[f"agent/{node_id}/messages"] = list(messages)
+                out[f"agent/{node_id}/messages"] = json.loads(messages_to_json(messages))  # bytes as base64
         return out
 
     def deserialize_state(self, payload: Mapping[str, Any]) -> None:
         """Restore what ``serialize_state`` (or a session) produced; the next invocation resumes from it."""
         fields = {k: v for k, v in payload.items() if not self._is_log(k, v)}
-        logs = {k: list(v) for k, v in payload.items() if self._is_log(k, v)}
+        logs = {
+            k: messages_from_json(json.dumps(v)) if k.endswith("/messages") else list(v)
+            for k, v in payload.items()
+            if self._is_log(k, v)
+        }
         self.load_document(fields, logs)
 
     @staticmethod
