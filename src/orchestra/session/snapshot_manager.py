@@ -24,7 +24,6 @@ SaveLatestOn = Literal["message", "invocation", "trigger"]
 MultiAgentSaveLatestOn = Literal["node", "invocation"]
 SnapshotTrigger = Callable[..., bool]
 
-AGENT_FIELDS = ("state", "conversation_manager_state", "system_prompt", "interrupt_state")
 
 
 def agent_document(data: AgentData) -> Document:
