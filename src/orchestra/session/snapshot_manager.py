@@ -25,7 +25,6 @@ MultiAgentSaveLatestOn = Literal["node", "invocation"]
 SnapshotTrigger = Callable[..., bool]
 
 
-
 def agent_document(data: AgentData) -> Document:
     """An agent's persisted form: its fields and its message log."""
     return Document(
