@@ -8,6 +8,7 @@ saved as interrupted and the exact command that resumes it is printed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -189,7 +190,7 @@ async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table:
     with (
         Live(table.render(), console=err, refresh_per_second=8, transient=False)
         if show_table
-        else _Nothing() as live
+        else contextlib.nullcontext() as live
     ):
         async for event in orchestrator.stream_async(task):
             table.update(event)
@@ -199,14 +200,6 @@ async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table:
                 result = event.result
     assert result is not None
     return result
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _execute(file: Path, target: Any, task: Any, session_id: str, storage: str | None, as_json: bool) -> None:

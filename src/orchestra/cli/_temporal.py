@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import signal
@@ -17,7 +18,7 @@ from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.spec import LoadedSpec, build
-from orchestra.storage._uri import _parse as parse_storage_uri
+from orchestra.storage._uri import parse_storage_uri
 
 __all__ = ["run_on_temporal", "run_worker"]
 
@@ -96,7 +97,11 @@ def run_on_temporal(
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
-        with Live(table.render(), console=err, refresh_per_second=8) if not as_json else _Quiet() as live:
+        with (
+            Live(table.render(), console=err, refresh_per_second=8)
+            if not as_json
+            else contextlib.nullcontext() as live
+        ):
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=0.25)
                 progress = await handle.query(PipelineWorkflow.progress)
@@ -140,14 +145,6 @@ def run_on_temporal(
         err.print(f"[red]{status}:[/] {data.get('reason')}", highlight=False)
         err.print(f"Fix the cause, then resume: {resume_command}", markup=False, highlight=False)
         raise typer.Exit(EXIT_FAILED)
-
-
-class _Quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def run_worker(specs: list[LoadedSpec], address: str, namespace: str, task_queue: str) -> None:

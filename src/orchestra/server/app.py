@@ -7,7 +7,6 @@ never sees another's agents, sessions or runs (their ids answer 404). Errors are
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestra._json import dumps
 from orchestra.errors import OrchestraError, SessionConflictError
 from orchestra.server.auth import KeyRing
 from orchestra.server.config import HostedSpec, ServerConfig, load_config
@@ -342,14 +342,8 @@ async def _run_or_404(runtime: Runtime, ws: str, run_id: str) -> RunRecord:
 
 def _plain(value: dict[str, Any]) -> dict[str, Any]:
     """JSON-ready (binary content as base64)."""
-    plain: dict[str, Any] = json.loads(json.dumps(value, default=_json_default))
+    plain: dict[str, Any] = json.loads(dumps(value, lenient=True))
     return plain
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode()
-    return str(value)
 
 
 async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterator[bytes]:
@@ -368,7 +362,7 @@ async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterat
                 }
         else:
             payload = data
-        yield f"event: {name}\ndata: {json.dumps(payload, default=_json_default)}\n\n".encode()
+        yield f"event: {name}\ndata: {dumps(payload, lenient=True)}\n\n".encode()
 
 
 def create_app_from_env() -> FastAPI:

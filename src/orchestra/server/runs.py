@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra._concurrency import map_concurrently
+from orchestra._json import dumps
 from orchestra.storage import Storage
 
 __all__ = ["RunRecord", "RunStore"]
@@ -43,15 +42,6 @@ class RunRecord(BaseModel):
         return self.model_dump(mode="json", exclude={"messages", "nodes", "edges"})
 
 
-def _dumps(value: Any) -> bytes:
-    def default(obj: Any) -> Any:
-        if isinstance(obj, bytes | bytearray):
-            return base64.b64encode(obj).decode()
-        return str(obj)
-
-    return json.dumps(value, default=default).encode()
-
-
 class RunStore:
     """Run records under ``runs/<agent_id>/<session_id or ->/<run_id>.json``, plus an index by run id.
 
@@ -67,7 +57,7 @@ class RunStore:
 
     async def save(self, record: RunRecord) -> None:
         key = self._key(record)
-        await self.storage.write(key, _dumps(record.model_dump(mode="python")))
+        await self.storage.write(key, dumps(record.model_dump(mode="python"), lenient=True).encode())
         await self.storage.write(f"run-index/{record.run_id}", key.encode())
 
     async def get(self, run_id: str) -> RunRecord | None:

@@ -14,6 +14,7 @@ session). Across processes the storage's conditional writes decide: the writer t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -236,16 +237,8 @@ class Runtime:
 
     def _session_turn(self, workspace: str, invocation: Invocation) -> Any:
         if invocation.session_id is None:
-            return _nothing()
+            return contextlib.nullcontext()
         return self._lock(workspace, invocation.hosted.id, invocation.session_id)
-
-
-class _nothing:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 def _kind(target: Agent | MultiAgentBase) -> str:

@@ -16,7 +16,6 @@ N" and shares every byte with the journal.
 
 from __future__ import annotations
 
-import base64
 import json
 import operator
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra._concurrency import map_concurrently
+from orchestra._json import dumps
 from orchestra.errors import SessionConflictError, SnapshotError, StorageConflictError
 from orchestra.messages import Message
 from orchestra.session._layout import ScopeLayout
@@ -82,16 +82,6 @@ class Compaction:
 def is_message_log(name: str) -> bool:
     """Logs named ``messages`` or ``.../messages`` hold conversation messages (binary content inside)."""
     return name == "messages" or name.endswith("/messages")
-
-
-def _bytes_as_base64(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=_bytes_as_base64, ensure_ascii=False)
 
 
 def _has_binary(message: Any) -> bool:
@@ -235,7 +225,7 @@ class Journal:
         return doc
 
     def _track(self, doc: Document) -> None:
-        self._field_text = {name: _dumps(value) for name, value in doc.fields.items()}
+        self._field_text = {name: dumps(value) for name, value in doc.fields.items()}
         self._log_refs = {name: list(items) for name, items in doc.logs.items()}
 
     def current(self) -> Document:
@@ -267,7 +257,7 @@ class Journal:
             raise RuntimeError("create() is for a scope that does not exist yet")
         await self.save(doc.fields, doc.logs, creating=True)
         snapshot = self._snapshot(self.current(), JournalInfo(seq=0, logs=sorted(self._log_refs)))
-        data = _dumps(snapshot.model_dump(mode="python")).encode()
+        data = dumps(snapshot.model_dump(mode="python")).encode()
         try:
             self._latest_version = await self._write(self.layout.latest, data, ABSENT)
         except StorageConflictError:
@@ -299,7 +289,7 @@ class Journal:
         changed: dict[str, Any] = {}
         texts: dict[str, str] = {}
         for name, value in fields.items():
-            text = _dumps(value)
+            text = dumps(value)
             if self._field_text.get(name) != text:
                 changed[name] = value
                 texts[name] = text
@@ -318,7 +308,7 @@ class Journal:
             body["del"] = removed
         if ops:
             body["logs"] = {name: op.model_dump(exclude_defaults=True) for name, op in ops.items()}
-        data = _dumps(body).encode()
+        data = dumps(body).encode()
         seq = self.seq + 1
         try:
             await self._write(self.layout.record(seq), data, ABSENT)
@@ -355,7 +345,7 @@ class Journal:
         we write over it; if it is newer than our last record, we leave it.
         """
         snapshot = self._snapshot(self.current(), JournalInfo(seq=self.seq, logs=sorted(self._log_refs)))
-        data = _dumps(snapshot.model_dump(mode="python")).encode()
+        data = dumps(snapshot.model_dump(mode="python")).encode()
         for _ in range(3):
             expect = self._latest_version if self._latest_version is not None else ABSENT
             try:
@@ -396,4 +386,4 @@ class Journal:
     def export(self, doc: Document | None = None) -> bytes:
         """A self-contained snapshot of ``doc`` (default: the current state), as JSON bytes."""
         snapshot = self._snapshot(doc or self.current(), None)
-        return _dumps(snapshot.model_dump(mode="python")).encode()
+        return dumps(snapshot.model_dump(mode="python")).encode()

@@ -15,7 +15,7 @@ from orchestra.storage._base import Storage
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
 
-__all__ = ["DEFAULT_STORAGE_URI", "check_storage_uri", "storage_from_uri"]
+__all__ = ["DEFAULT_STORAGE_URI", "check_storage_uri", "parse_storage_uri", "storage_from_uri"]
 
 DEFAULT_STORAGE_URI = "file:./.orchestra"
 
@@ -23,7 +23,8 @@ _named_memory: dict[str, InMemoryStorage] = {}
 _named_lock = threading.Lock()
 
 
-def _parse(uri: str) -> tuple[str, dict[str, str]]:
+def parse_storage_uri(uri: str) -> tuple[str, dict[str, str]]:
+    """``(kind, parts)`` of a storage URI: kind is memory, s3 or file (see the module docstring)."""
     uri = uri.strip()
     if uri in ("memory", "memory:"):
         return "memory", {}
@@ -52,7 +53,7 @@ def check_storage_uri(uri: str) -> None:
     Raises:
         ConfigurationError: the URI's scheme is unknown or a required part is missing.
     """
-    _parse(uri)
+    parse_storage_uri(uri)
 
 
 def storage_from_uri(uri: str) -> Storage:
@@ -61,7 +62,7 @@ def storage_from_uri(uri: str) -> Storage:
     Raises:
         ConfigurationError: the URI's scheme is unknown or a required part is missing.
     """
-    kind, parts = _parse(uri)
+    kind, parts = parse_storage_uri(uri)
     if kind == "memory":
         if "name" not in parts:
             return InMemoryStorage()

@@ -15,11 +15,12 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from orchestra._json import dumps
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
 from orchestra.multiagent.results import output_text
 from orchestra.session import Compaction, SnapshotSessionManager
-from orchestra.session._journal import Document, Journal, _decode_messages, _dumps
+from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import Storage, storage_from_uri
@@ -138,7 +139,7 @@ class PipelineActivities:
             blob["agent"] = fields
             blob["messages"] = messages
         key = f"{layout.prefix}temporal/{request.run_id}/{request.node_id}-{request.execution_count}.json"
-        await storage.write(key, _dumps(blob).encode())
+        await storage.write(key, dumps(blob).encode())
         return NodeOutcome(
             status=result.status.value,
             blob=key,
