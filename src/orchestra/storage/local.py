@@ -26,10 +26,9 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio.to_thread
-
 from orchestra.errors import StorageConflictError, StorageSecurityError
-from orchestra.storage._base import ABSENT, Expect, validate_key, validate_prefix
+from orchestra.storage._base import ABSENT, Expect
+from orchestra.storage._blocking import BlockingStorage
 
 __all__ = ["LocalFileStorage"]
 
@@ -41,7 +40,7 @@ def _version(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-class LocalFileStorage:
+class LocalFileStorage(BlockingStorage):
     """Storage in files under ``root`` (created 0700 if missing).
 
     Args:
@@ -306,27 +305,3 @@ class LocalFileStorage:
             os.close(fd)
         with contextlib.suppress(OSError):
             os.rmdir(name, dir_fd=parent)
-
-    # -- the Storage protocol -------------------------------------------------------------------------
-
-    async def read(self, key: str) -> tuple[bytes, str] | None:
-        validate_key(key)
-        return await anyio.to_thread.run_sync(self._read, key)
-
-    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
-        validate_key(key)
-        return await anyio.to_thread.run_sync(self._write, key, bytes(data), expect)
-
-    async def delete(self, key: str) -> None:
-        validate_key(key)
-        await anyio.to_thread.run_sync(self._delete, key)
-
-    async def list(
-        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
-    ) -> list[str]:
-        validate_prefix(prefix)
-        return await anyio.to_thread.run_sync(self._list, prefix, start_after, limit)
-
-    async def delete_prefix(self, prefix: str) -> int:
-        validate_prefix(prefix)
-        return await anyio.to_thread.run_sync(self._delete_prefix, prefix)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from orchestra.errors import StorageConflictError, StorageUnavailableError
-from orchestra.storage._base import ABSENT, Expect, validate_key, validate_prefix
+from orchestra.storage._base import ABSENT, Expect
+from orchestra.storage._blocking import BlockingStorage
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -32,7 +32,7 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-class S3Storage:
+class S3Storage(BlockingStorage):
     """Storage in an S3 bucket (or any S3-compatible service).
 
     Args:
@@ -148,27 +148,3 @@ class S3Storage:
             except (ClientError, BotoCoreError) as exc:
                 raise self._unavailable("delete", prefix, exc) from exc
         return len(keys)
-
-    # -- the Storage protocol -------------------------------------------------------------------------
-
-    async def read(self, key: str) -> tuple[bytes, str] | None:
-        validate_key(key)
-        return await anyio.to_thread.run_sync(self._read, key)
-
-    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
-        validate_key(key)
-        return await anyio.to_thread.run_sync(self._write, key, bytes(data), expect)
-
-    async def delete(self, key: str) -> None:
-        validate_key(key)
-        await anyio.to_thread.run_sync(self._delete, key)
-
-    async def list(
-        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
-    ) -> list[str]:
-        validate_prefix(prefix)
-        return await anyio.to_thread.run_sync(self._list, prefix, start_after, limit)
-
-    async def delete_prefix(self, prefix: str) -> int:
-        validate_prefix(prefix)
-        return await anyio.to_thread.run_sync(self._delete_prefix, prefix)
