@@ -498,6 +498,15 @@ class MultiAgentBase:
             interrupts=[i.model_dump(mode="json") for i in interrupts or []],
         )
 
+    def _conclude(self, failure: tuple[str, str | None] | None, interrupts: list[Interrupt]) -> None:
+        """Record how the run ended: failed (``(reason, error)``), waiting on interrupts, or completed."""
+        if failure is not None:
+            self._finish(Status.FAILED, *failure)
+        elif interrupts:
+            self._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
+        else:
+            self._finish(Status.COMPLETED)
+
     def _add_usage(self, usage: Usage) -> None:
         total = Usage.model_validate(self.run["usage"]) + usage
         self._update_run(usage=total.model_dump(by_alias=True))

@@ -688,14 +688,8 @@ class _GraphRun:
         await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
 
     def finish(self) -> GraphResult:
-        graph = self.graph
-        if self.failure is not None:
-            graph._finish(Status.FAILED, *self.failure)
-        elif self.interrupts:
-            graph._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=self.interrupts)
-        else:
-            graph._finish(Status.COMPLETED)
-        return graph._build_result()
+        self.graph._conclude(self.failure, self.interrupts)
+        return self.graph._build_result()
 
 
 class GraphBuilder:

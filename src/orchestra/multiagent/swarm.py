@@ -233,12 +233,8 @@ class Swarm(MultiAgentBase):
                 failure, interrupts, output = await self._turn(invocation_state, emit, responses)
         if deadline.cancelled_caught:
             failure = (f"execution_timeout ({self.execution_timeout:g}s) exceeded", None)
-        if failure is not None:
-            self._finish(Status.FAILED, *failure)
-        elif interrupts:
-            self._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
-        else:
-            self._finish(Status.COMPLETED)
+        self._conclude(failure, interrupts)
+        if self.status == Status.COMPLETED:
             self._update_run(output=output)
         return self._build_result()
 

@@ -117,12 +117,7 @@ class PipelineWorkflow:
             else:
                 assert isinstance(skeleton, Swarm)
                 failure, interrupts = await self._run_swarm(skeleton, responses, started)
-            if failure is not None:
-                skeleton._finish(Status.FAILED, *failure)
-            elif interrupts:
-                skeleton._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
-            else:
-                skeleton._finish(Status.COMPLETED)
+            skeleton._conclude(failure, interrupts)
             await self._commit(skeleton)
             if not interrupts or failure is not None:
                 break
