@@ -127,7 +127,7 @@ async def test_async_tools_and_return_value_forms():
     assert results[0]["content"] == [{"json": {"k": [1, 2]}}]
     assert results[1]["status"] == "error"
     assert results[1]["content"] == [{"text": "custom"}]
-    assert results[2]["content"] == [{"text": ""}]
+    assert results[2]["content"] == [{"text": "(no output)"}]  # never a blank block
 
 
 def test_plain_functions_are_wrapped_and_duplicate_names_refused():

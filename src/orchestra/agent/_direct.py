@@ -7,6 +7,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from orchestra._sync import run_sync
+from orchestra.errors import AgentError
 from orchestra.tools import ToolResultDict
 
 if TYPE_CHECKING:
@@ -62,8 +63,17 @@ class _DirectCall:
         invocation_state: dict[str, Any] = kwargs.pop("invocation_state", None) or {}
         tool_use = {"toolUseId": f"tooluse_{secrets.token_hex(8)}", "name": self._name, "input": kwargs}
         with agent.exclusive("direct tool call"):
+            if record and agent._pending_tools is not None:
+                raise AgentError(
+                    f"agent {agent.name!r} is interrupted: its last message holds tool calls that wait for "
+                    f"interrupt responses, and a recorded call of {self._name!r} would land between them and "
+                    "their results. Answer the interrupts first, or pass record_direct_tool_call=False"
+                )
             result = await run_tool(agent, tool_use, invocation_state)
-            if record:
+            if not record:
+                return result
+            length = len(agent.messages)
+            try:
                 for message in (
                     {
                         "role": "user",
@@ -79,4 +89,7 @@ class _DirectCall:
                     {"role": "assistant", "content": [{"text": f"agent.tool.{self._name} was called."}]},
                 ):
                     await agent._append_message(message, invocation_state)
+            except BaseException:
+                del agent.messages[length:]  # the four messages are recorded whole or not at all
+                raise
         return result

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from typing import TYPE_CHECKING, Any, cast
 
 from orchestra._concurrency import map_concurrently
 from orchestra.agent.result import (
@@ -18,6 +19,7 @@ from orchestra.agent.result import (
     ToolResultEvent,
 )
 from orchestra.errors import AgentError, ContextWindowOverflowError, MaxCyclesError
+from orchestra.history import EMPTY_REPLY, is_blank_text
 from orchestra.hooks import (
     AfterInvocation,
     AfterModelCall,
@@ -34,7 +36,7 @@ from orchestra.tools import ToolContext, ToolResultDict, TurnControl, tool_resul
 if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
 
-__all__ = ["PendingTools", "prompt_messages", "run_invocation", "run_tool"]
+__all__ = ["Checkpoint", "PendingTools", "prompt_messages", "run_invocation", "run_tool"]
 
 
 class PendingTools:
@@ -65,9 +67,67 @@ class PendingTools:
             {k: Interrupt.model_validate(v) for k, v in data["interrupts"].items()},
         )
 
+    def copy(self) -> PendingTools:
+        """An independent copy (the loop changes ``completed`` and the interrupts' responses in place)."""
+        return PendingTools.from_dict(self.to_dict())
+
+
+class Checkpoint:
+    """What an invocation started from, so that a turn that does not finish leaves no trace.
+
+    Every way an invocation can fail (a model error, ``MaxCyclesError``, a cancellation or timeout, an
+    abandoned stream) rolls the history back to this point: the history then holds only whole turns,
+    which every provider accepts (see ``orchestra.history``). Taking it costs O(1); a full copy of the
+    history is made only if the conversation manager is about to reshape it (a context overflow).
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._length = len(agent.messages)
+        self._pending = agent._pending_tools.copy() if agent._pending_tools else None
+        self._messages: list[MessageDict] | None = None
+        self._manager_state: dict[str, Any] | None = None
+        self._closed = False
+
+    def before_reshape(self) -> None:
+        """Called before the conversation manager rewrites earlier messages."""
+        if self._messages is None:
+            self._messages = self._agent.messages[: self._length]
+            self._manager_state = self._agent.conversation_manager.get_state()
+
+    def close(self) -> None:
+        """The invocation finished: nothing to roll back any more."""
+        self._closed = True
+
+    def roll_back(self) -> bool:
+        """Put the history and the interrupt state back as they were (once); whether anything was done."""
+        if self._closed:
+            return False
+        self._closed = True
+        agent = self._agent
+        if self._messages is not None:
+            agent.messages[:] = self._messages
+            if self._manager_state is not None:
+                agent.conversation_manager.restore_state(self._manager_state)
+        else:
+            del agent.messages[self._length :]
+        agent._pending_tools = self._pending
+        return True
+
 
 def prompt_messages(prompt: Any) -> list[MessageDict]:
     """The messages a prompt adds: a string, a list of content blocks, or a list of messages."""
+    messages = _prompt_messages(prompt)
+    for message in messages:
+        if any(is_blank_text(block) for block in message["content"]) or not message["content"]:
+            raise ValueError(
+                "a prompt must not be blank (no provider accepts an empty text block); pass None to "
+                "continue from the current history"
+            )
+    return messages
+
+
+def _prompt_messages(prompt: Any) -> list[MessageDict]:
     if prompt is None:
         return []
     if isinstance(prompt, str):
@@ -149,9 +209,14 @@ async def _run_tools(
 
 
 async def run_invocation(
-    agent: Agent, prompt: Any, invocation_state: dict[str, Any]
-) -> AsyncIterator[AgentStreamEvent]:
-    """One invocation of ``agent``: the body of ``Agent.stream_async``."""
+    agent: Agent, prompt: Any, invocation_state: dict[str, Any], checkpoint: Checkpoint
+) -> AsyncGenerator[AgentStreamEvent, None]:
+    """One invocation of ``agent``: the body of ``Agent.stream_async``.
+
+    If it does not finish (an exception, a cancellation, the caller closing the stream), ``checkpoint``
+    rolls the history back to where it started; ``AfterInvocation`` then sees the rolled-back history
+    (hooks run for exceptions, not for cancellations, where nothing may be awaited).
+    """
     started = time.perf_counter()
     metrics = AgentMetrics()
     hooks = agent.hooks
@@ -191,32 +256,37 @@ async def run_invocation(
                 tool_uses: list[dict[str, Any]] = []
                 usage = Usage()
                 try:
-                    async for event in _stream_model(agent):
-                        if isinstance(event, TextDelta):
-                            text.append(event.text)
-                            yield TextChunkEvent(event.text)
-                        elif isinstance(event, ToolUseEvent):
-                            tool_use = {
-                                "toolUseId": event.tool_use_id,
-                                "name": event.name,
-                                "input": event.input,
-                            }
-                            tool_uses.append(tool_use)
-                            yield ToolCallEvent(tool_use)
-                        elif isinstance(event, UsageEvent):
-                            usage = event.usage
-                        elif isinstance(event, StreamStop):
-                            stop_reason = event.reason
+                    async with aclosing(_stream_model(agent, checkpoint)) as model_events:
+                        async for event in model_events:
+                            if isinstance(event, TextDelta):
+                                text.append(event.text)
+                                yield TextChunkEvent(event.text)
+                            elif isinstance(event, ToolUseEvent):
+                                tool_use = {
+                                    "toolUseId": event.tool_use_id,
+                                    "name": event.name,
+                                    "input": event.input,
+                                }
+                                tool_uses.append(tool_use)
+                                yield ToolCallEvent(tool_use)
+                            elif isinstance(event, UsageEvent):
+                                usage = event.usage
+                            elif isinstance(event, StreamStop):
+                                stop_reason = event.reason
                 except Exception as exc:
                     await hooks.invoke(AfterModelCall(agent, invocation_state, exception=exc))
                     raise
                 metrics.usage = metrics.usage + usage
-                content: list[dict[str, Any]] = [{"text": "".join(text)}] if text or not tool_uses else []
+                reply = "".join(text)
+                content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
                 content.extend({"toolUse": t} for t in tool_uses)
                 message = {"role": "assistant", "content": content}
                 await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
-                await agent._append_message(message, invocation_state)
-                yield MessageEvent(message)
+                # No provider accepts an empty assistant message: an empty reply is stored as a marker,
+                # while the result keeps what the model said (nothing).
+                stored = message if content else {"role": "assistant", "content": [{"text": EMPTY_REPLY}]}
+                await agent._append_message(stored, invocation_state)
+                yield MessageEvent(stored)
                 if not tool_uses:
                     break
                 pending = PendingTools(tool_uses, {}, {})
@@ -235,7 +305,11 @@ async def run_invocation(
             yield MessageEvent(tool_message)
             if turn.ended:
                 # A tool ended the turn (a handoff): close it with an assistant message, no model call.
-                message = {"role": "assistant", "content": [{"text": " ".join(turn.messages)}]}
+                closing = " ".join(turn.messages)
+                message = {
+                    "role": "assistant",
+                    "content": [{"text": closing if closing.strip() else EMPTY_REPLY}],
+                }
                 await agent._append_message(message, invocation_state)
                 yield MessageEvent(message)
                 stop_reason = "end_turn"
@@ -249,25 +323,38 @@ async def run_invocation(
             else []
         )
         result = AgentResult(message, stop_reason, invocation_state, metrics, open_interrupts)
-    except Exception as exc:
-        await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
+        checkpoint.close()
+    except BaseException as exc:
+        checkpoint.roll_back()
+        if isinstance(exc, Exception):
+            await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
         raise
     await hooks.invoke(AfterInvocation(agent, invocation_state, result=result))
     yield ResultEvent(result)
 
 
-async def _stream_model(agent: Agent) -> AsyncIterator[Any]:
+async def _stream_model(agent: Agent, checkpoint: Checkpoint) -> AsyncGenerator[Any, None]:
     """Stream one model turn; on a context-window overflow let the conversation manager reduce and retry."""
     while True:
         started = False
         try:
-            async for event in agent.model.stream(
+            events = agent.model.stream(
                 agent.messages, tool_specs=agent.tool_registry.specs(), system_prompt=agent.system_prompt
-            ):
-                started = True
-                yield event
+            )
+            # Close the provider's stream in this task when we stop early (a task group inside it must
+            # be left by the task that entered it).
+            async with closing_stream(events):
+                async for event in events:
+                    started = True
+                    yield event
             return
         except ContextWindowOverflowError as exc:
             if started:
                 raise
+            checkpoint.before_reshape()
             await agent.conversation_manager.reduce_context(agent, exc)
+
+
+def closing_stream(events: AsyncIterator[Any]) -> AbstractAsyncContextManager[Any]:
+    """``aclosing`` for async generators; a no-op for iterators that cannot be closed."""
+    return aclosing(cast(AsyncGenerator[Any, None], events)) if hasattr(events, "aclose") else nullcontext()

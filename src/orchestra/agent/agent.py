@@ -8,24 +8,26 @@ from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from contextlib import aclosing, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent._direct import ToolCaller
-from orchestra.agent._loop import PendingTools, run_invocation
+from orchestra.agent._loop import Checkpoint, PendingTools, run_invocation
 from orchestra.agent.result import AgentResult, AgentStreamEvent, ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
 from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError
+from orchestra.history import repair_history
 from orchestra.hooks import AgentInitialized, HookProvider, HookRegistry, MessageAdded, MessageRedacted
 from orchestra.messages import MessageDict, validate_message, validate_messages
 from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import MODEL_ENV_VAR
 from orchestra.tools import ToolRegistry
 
-__all__ = ["Agent", "AgentData", "deferred_initialization"]
+__all__ = ["Agent", "AgentData", "AgentStream", "deferred_initialization"]
 
 _defer_initialization: ContextVar[bool] = ContextVar("orchestra_defer_agent_initialization", default=False)
 
@@ -113,7 +115,8 @@ class Agent:
         for provider in hooks or []:
             self.hooks.add_hook(provider)
         self._pending_tools: PendingTools | None = None
-        self._invoking = threading.Lock()
+        self._owner_lock = threading.Lock()
+        self._owner: _Exclusive | None = None
         self._own_session_id = secrets.token_hex(4)
         self.log = get_logger("orchestra.agent", agent=self.name)
         self.session_manager = session_manager
@@ -205,18 +208,15 @@ class Agent:
         assert result is not None, "an invocation always ends with a ResultEvent"
         return result
 
-    async def stream_async(
+    def stream_async(
         self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None
-    ) -> AsyncGenerator[AgentStreamEvent, None]:
-        """Invoke the agent, yielding text chunks, tool calls and results, messages, and the result last."""
-        if invocation_state is None:
-            invocation_state = {}
-        with self.exclusive("invoke"):
-            log = self.log.bind(invocation_id=secrets.token_hex(4))
-            log.debug("invocation.start")
-            async for event in run_invocation(self, prompt, invocation_state):
-                yield event
-            log.debug("invocation.end")
+    ) -> AgentStream:
+        """Invoke the agent, yielding text chunks, tool calls and results, messages, and the result last.
+
+        Stopping early (``aclose()``, ``aclosing``, or dropping the stream after a ``break``) ends the
+        invocation: the history is rolled back to where it started and the agent is free at once.
+        """
+        return AgentStream(self, prompt, {} if invocation_state is None else invocation_state)
 
     def exclusive(self, what: str) -> _Exclusive:
         """Hold the agent for one operation; a second, overlapping one raises ``ConcurrencyError``."""
@@ -263,25 +263,98 @@ class Agent:
 
     def load_agent_data(self, data: AgentData) -> None:
         """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
-        self.messages = list(data.messages)
+        pending = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
+        # A process killed in the middle of a turn may have saved part of it: keep the whole turns.
+        self.messages = list(repair_history(list(data.messages), interrupted=pending is not None))
         self.state.replace(data.state)
         self.conversation_manager.restore_state(data.conversation_manager_state)
         self.system_prompt = data.system_prompt
-        self._pending_tools = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
+        self._pending_tools = pending
 
 
 class _Exclusive:
+    """One operation's hold on an agent; releasing it twice, or after it was taken over, does nothing."""
+
     def __init__(self, agent: Agent, what: str) -> None:
         self._agent = agent
         self._what = what
 
     def __enter__(self) -> None:
-        if not self._agent._invoking.acquire(blocking=False):
-            raise ConcurrencyError(
-                f"agent {self._agent.name!r} is already running an invocation; an agent runs one "
-                f"invocation at a time (this {self._what} overlapped it). Create one agent per "
-                "concurrent conversation, or await the first invocation."
-            )
+        agent = self._agent
+        with agent._owner_lock:
+            if agent._owner is not None:
+                raise ConcurrencyError(
+                    f"agent {agent.name!r} is already running an invocation; an agent runs one "
+                    f"invocation at a time (this {self._what} overlapped it). Create one agent per "
+                    "concurrent conversation, or await the first invocation."
+                )
+            agent._owner = self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._agent._invoking.release()
+        self.release()
+
+    def release(self) -> None:
+        agent = self._agent
+        with agent._owner_lock:
+            if agent._owner is self:
+                agent._owner = None
+
+
+class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
+    """The events of one invocation (what ``Agent.stream_async`` returns).
+
+    A stream dropped before its end (``async for ...: break`` without ``aclosing``) is abandoned: the
+    moment it is garbage (at once in CPython), the history is rolled back and the agent released, so the
+    next call never meets a ``ConcurrencyError`` from a stream nobody reads.
+    """
+
+    def __init__(self, agent: Agent, prompt: Any, invocation_state: dict[str, Any]) -> None:
+        self._agent = agent
+        self._hold = agent.exclusive("invoke")
+        self._checkpoint: Checkpoint | None = None
+        self._finished = False
+        self._events = self._run(prompt, invocation_state)
+
+    async def _run(
+        self, prompt: Any, invocation_state: dict[str, Any]
+    ) -> AsyncGenerator[AgentStreamEvent, None]:
+        agent = self._agent
+        with self._hold:
+            log = agent.log.bind(invocation_id=secrets.token_hex(4))
+            log.debug("invocation.start")
+            self._checkpoint = Checkpoint(agent)
+            async with aclosing(run_invocation(agent, prompt, invocation_state, self._checkpoint)) as events:
+                async for event in events:
+                    yield event
+            log.debug("invocation.end")
+
+    async def __anext__(self) -> AgentStreamEvent:
+        try:
+            return await self._events.__anext__()
+        except BaseException:
+            self._finished = True
+            raise
+
+    async def asend(self, value: None) -> AgentStreamEvent:
+        return await self.__anext__()
+
+    async def athrow(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: TracebackType | None = None,
+    ) -> AgentStreamEvent:
+        self._finished = True
+        exc = typ if isinstance(typ, BaseException) else typ()
+        return await self._events.athrow(exc)
+
+    async def aclose(self) -> None:
+        self._finished = True
+        await self._events.aclose()
+
+    def __del__(self) -> None:
+        if not self._finished and self._checkpoint is not None:
+            # Abandoned mid-invocation. The generator itself is closed later, by the event loop's
+            # finalizer; by then the checkpoint and the hold are spent and it changes nothing.
+            self._checkpoint.roll_back()
+            self._hold.release()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestra._logging import get_logger
 from orchestra.conversation._base import is_clean_start
 from orchestra.errors import ContextWindowOverflowError
 
@@ -11,6 +12,8 @@ if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
 
 __all__ = ["SlidingWindowConversationManager"]
+
+log = get_logger("orchestra.conversation")
 
 TRUNCATED_RESULT = "The tool result was too large to keep in the conversation and was removed."
 
@@ -23,8 +26,12 @@ class SlidingWindowConversationManager:
         should_truncate_results: on a context-window overflow, first replace the largest tool result with
             a short note before dropping whole messages.
 
-    The window only ever starts at a user message that is not a tool result, so a tool call is never
-    separated from its result.
+    The window only ever starts at a user message that is not a tool result (the start of a turn), so a
+    tool call is never separated from its result. After an invocation the window is cut at the oldest
+    turn start that leaves at most ``window_size`` messages; when the newest turn alone is longer, the
+    history is cut at that turn's start and a warning is logged: a turn that succeeded is never failed
+    after the fact. On a context-window overflow the cut must fit, or ``ContextWindowOverflowError``
+    is raised (the invocation is then rolled back).
     """
 
     def __init__(self, window_size: int = 40, should_truncate_results: bool = True) -> None:
@@ -35,8 +42,23 @@ class SlidingWindowConversationManager:
         self.removed_message_count = 0
 
     async def apply_management(self, agent: Agent) -> None:
-        if len(agent.messages) > self.window_size:
-            self._trim(agent, len(agent.messages) - self.window_size)
+        messages = agent.messages
+        excess = len(messages) - self.window_size
+        if excess <= 0:
+            return
+        cut = next((i for i in range(excess, len(messages)) if is_clean_start(messages, i)), None)
+        if cut is None:
+            cut = next((i for i in range(excess - 1, 0, -1) if is_clean_start(messages, i)), 0)
+            log.warning(
+                "conversation.window_exceeded",
+                agent=agent.name,
+                window_size=self.window_size,
+                kept=len(messages) - cut,
+                hint="the newest turn alone is longer than the window; raise window_size",
+            )
+        if cut:
+            del messages[:cut]
+            self.removed_message_count += cut
 
     async def reduce_context(self, agent: Agent, error: Exception | None = None) -> None:
         if error is not None and self.should_truncate_results and self._truncate_largest_result(agent):

@@ -56,9 +56,13 @@ class SummarizingConversationManager:
                 f"{len(messages)} messages, {self.preserve_recent_messages} of which are preserved"
             ) from error
         model = self.summarization_model or agent.model
+        # The part to summarize ends with a user message; the request adds the instruction to it, so
+        # roles keep alternating (Converse refuses two user messages in a row).
+        last = messages[split - 1]
+        ask = {"role": "user", "content": [*last["content"], {"text": SUMMARY_PROMPT}]}
         summary = await complete_text(
             model,
-            [*messages[:split], user_message(SUMMARY_PROMPT)],
+            [*messages[: split - 1], ask],
             tool_specs=agent.tool_registry.specs(),
             system_prompt=agent.system_prompt,
         )

@@ -107,9 +107,17 @@ class BedrockModel:
     def name(self) -> str:
         return f"bedrock:{self.model_id}"
 
-    def _request(
-        self, messages: Sequence[MessageDict], tool_specs: Sequence[ToolSpec], system_prompt: str | None
+    def request_body(
+        self,
+        messages: Sequence[MessageDict],
+        tool_specs: Sequence[ToolSpec] = (),
+        system_prompt: str | None = None,
     ) -> dict[str, Any]:
+        """The Converse request for one model turn (``converse`` and ``converse_stream`` take the same)."""
+        if not tool_specs and any(_holds_tool_blocks(m) for m in messages):
+            # Converse refuses tool blocks without a toolConfig; an agent without tools (or a summary
+            # request) still sees what the tools did, as text.
+            messages = [_tool_blocks_as_text(m) if _holds_tool_blocks(m) else m for m in messages]
         request: dict[str, Any] = {"modelId": self.model_id, "messages": list(messages)}
         if system_prompt:
             request["system"] = [{"text": system_prompt}]
@@ -159,7 +167,7 @@ class BedrockModel:
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
     ) -> AsyncIterator[ModelEvent]:
-        request = self._request(messages, tool_specs, system_prompt)
+        request = self.request_body(messages, tool_specs, system_prompt)
         if not self.streaming:
             try:
                 response = await anyio.to_thread.run_sync(lambda: self.client.converse(**request))
@@ -201,6 +209,7 @@ class BedrockModel:
 async def _from_stream(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
     """Converse stream events as orchestra model events (exceptions are passed through)."""
     tool: dict[str, Any] | None = None
+    tool_uses: list[ToolUseEvent] = []
     stop: StopReason = "end_turn"
     usage = Usage()
     async for event in events:
@@ -219,7 +228,7 @@ async def _from_stream(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
                 tool["input"] += delta["toolUse"].get("input", "")
         elif "contentBlockStop" in event:
             if tool is not None:
-                yield ToolUseEvent(tool["id"], tool["name"], _parse_input(tool["input"]))
+                tool_uses.append(ToolUseEvent(tool["id"], tool["name"], _parse_input(tool["input"])))
                 tool = None
         elif "messageStop" in event:
             stop = _STOP_REASONS.get(event["messageStop"].get("stopReason", "end_turn"), "end_turn")
@@ -230,8 +239,35 @@ async def _from_stream(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
                 output_tokens=raw.get("outputTokens", 0),
                 total_tokens=raw.get("totalTokens", 0),
             )
+    # Tool calls are held until the stop reason is known: one cut off by the token limit (an open
+    # block, or input that does not parse) is dropped, never run.
+    for use in tool_uses:
+        if not (stop == "max_tokens" and isinstance(use.input, dict) and "_unparsed_input" in use.input):
+            yield use
     yield UsageEvent(usage)
     yield StreamStop(stop)
+
+
+def _holds_tool_blocks(message: MessageDict) -> bool:
+    return any("toolUse" in block or "toolResult" in block for block in message["content"])
+
+
+def _tool_blocks_as_text(message: MessageDict) -> MessageDict:
+    content: list[dict[str, Any]] = []
+    for block in message["content"]:
+        if "toolUse" in block:
+            use = block["toolUse"]
+            content.append({"text": f"[called tool {use['name']} with {json.dumps(use.get('input'))}]"})
+        elif "toolResult" in block:
+            result = block["toolResult"]
+            parts = [
+                part["text"] if "text" in part else json.dumps(part["json"]) if "json" in part else "[binary]"
+                for part in result["content"]
+            ]
+            content.append({"text": f"[tool result ({result['status']}): {' '.join(parts) or '-'}]"})
+        else:
+            content.append(block)
+    return {**message, "content": content}
 
 
 def _parse_input(text: str) -> Any:

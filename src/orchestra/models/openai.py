@@ -3,11 +3,14 @@ llama.cpp's server, LM Studio, LiteLLM), over httpx with server-sent-event strea
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -128,9 +131,10 @@ class OpenAIModel:
         api_key: the bearer token; defaults to ``OPENAI_API_KEY`` (servers that need none ignore it).
         max_retries: attempts after a 429 or 5xx answer, waiting ``Retry-After`` or backing off.
         timeout: seconds to wait for the server.
-        http_client: an ``httpx.AsyncClient`` to reuse connections with (you close it); by default each
-            request gets its own client, because a client belongs to one event loop and agents may run on
-            several (sync calls start their own).
+        http_client: an ``httpx.AsyncClient`` to use (you close it). By default the model keeps one
+            client (one connection pool) per event loop, because a client belongs to the loop it was
+            first used on and agents may run on several (each sync call starts its own); the pool is
+            closed when its loop shuts down.
         **params: request parameters passed through (``temperature``, ``max_tokens``, ...).
     """
 
@@ -152,6 +156,8 @@ class OpenAIModel:
         self.timeout = timeout
         self.params = params
         self.http_client = http_client
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+        self._pools_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -160,10 +166,14 @@ class OpenAIModel:
     def _error(self, status: int, body: str) -> ModelError:
         try:
             detail = json.loads(body).get("error", {})
-            message = detail.get("message", body) if isinstance(detail, dict) else str(detail)
-            code = str(detail.get("code", "")) if isinstance(detail, dict) else ""
         except (json.JSONDecodeError, AttributeError):
-            message, code = body, ""
+            detail = body
+        return self._error_of(status, detail)
+
+    def _error_of(self, status: int | None, detail: Any) -> ModelError:
+        """A provider error (the ``error`` member of a body or of a stream event) as a ``ModelError``."""
+        message = detail.get("message", str(detail)) if isinstance(detail, dict) else str(detail)
+        code = str(detail.get("code") or "") if isinstance(detail, dict) else ""
         lowered = f"{code} {message}".lower()
         if status in (401, 403):
             return ModelAuthenticationError(
@@ -178,15 +188,17 @@ class OpenAIModel:
             return ModelError(
                 f"{self.name}: the server at {self.base_url} does not know the model ({message})"
             )
+        if status is None:
+            return ModelError(f"{self.name}: the server sent an error in the middle of the reply: {message}")
         return ModelError(f"{self.name}: the server answered {status}: {message}")
 
-    async def stream(
+    def request_body(
         self,
         messages: Sequence[MessageDict],
-        *,
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
-    ) -> AsyncIterator[ModelEvent]:
+    ) -> dict[str, Any]:
+        """The Chat Completions request body for one model turn."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": to_chat_messages(messages, system_prompt),
@@ -196,14 +208,37 @@ class OpenAIModel:
         }
         if tool_specs:
             body["tools"] = to_chat_tools(tool_specs)
+        return body
+
+    async def stream(
+        self,
+        messages: Sequence[MessageDict],
+        *,
+        tool_specs: Sequence[ToolSpec] = (),
+        system_prompt: str | None = None,
+    ) -> AsyncIterator[ModelEvent]:
+        body = self.request_body(messages, tool_specs, system_prompt)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = f"{self.base_url}/chat/completions"
         async with contextlib.AsyncExitStack() as stack:
-            client = self.http_client
+            client = self.http_client or await self._pooled_client()
             if client is None:
                 client = await stack.enter_async_context(httpx.AsyncClient(timeout=self.timeout))
             async for event in self._request(client, url, body, headers):
                 yield event
+
+    async def _pooled_client(self) -> httpx.AsyncClient | None:
+        """This event loop's client (None outside asyncio: then each call gets its own)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        with self._pools_lock:
+            pool = self._pools.get(loop)
+            if pool is None:
+                pool = self._pools[loop] = _Pool(httpx.AsyncClient(timeout=self.timeout))
+        await pool.register()
+        return pool.client
 
     async def _request(
         self, client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
@@ -241,6 +276,8 @@ class OpenAIModel:
             if data == "[DONE]":
                 break
             chunk = json.loads(data)
+            if chunk.get("error"):
+                raise self._error_of(None, chunk["error"])
             if chunk.get("usage"):
                 raw = chunk["usage"]
                 usage = Usage(
@@ -262,17 +299,44 @@ class OpenAIModel:
                     entry["arguments"] += function.get("arguments") or ""
                 if choice.get("finish_reason"):
                     stop = _STOP_REASONS.get(choice["finish_reason"], "end_turn")
+        complete = 0
         for index in sorted(calls):
             call = calls[index]
             try:
                 arguments = json.loads(call["arguments"] or "{}")
             except json.JSONDecodeError:
+                if stop == "max_tokens":
+                    continue  # cut off by the token limit: half a call is never run
                 arguments = {"_unparsed_arguments": call["arguments"]}
+            complete += 1
             yield ToolUseEvent(call["id"] or f"call_{index}", call["name"], arguments)
-        if calls:
+        if complete:
             stop = "tool_use"
         yield UsageEvent(usage or Usage())
         yield StreamStop(stop)
+
+
+class _Pool:
+    """One event loop's client, closed when that loop shuts down.
+
+    ``register`` starts an async generator on the loop; the loop closes its live async generators when
+    it shuts down (``asyncio.run``, ``anyio.run`` and pytest-asyncio all do), which closes the client.
+    """
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self._closer: AsyncGenerator[None, None] | None = None
+
+    async def register(self) -> None:
+        if self._closer is None:
+            self._closer = self._close_at_shutdown()
+            await self._closer.asend(None)
+
+    async def _close_at_shutdown(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await self.client.aclose()
 
 
 def _retry_after(header: str | None, attempt: int) -> float:

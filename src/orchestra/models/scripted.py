@@ -30,13 +30,23 @@ Reply: TypeAlias = str | ToolCall | Sequence[str | ToolCall]
 """One model turn: final text, one tool call, or a list of text parts and (parallel) tool calls."""
 
 
+KEEP_MESSAGES = 200
+"""How many of a request's newest messages the deterministic models record (see ``ModelRequest``)."""
+
+
 @dataclass(frozen=True)
 class ModelRequest:
-    """What a deterministic model was asked: the messages (a shallow copy), tools and system prompt."""
+    """What a deterministic model was asked: the messages, tools and system prompt.
+
+    ``messages`` is a shallow copy of the request's newest messages: all of them for conversations up to
+    the model's ``keep_messages`` (200 by default), the newest ``keep_messages`` beyond that, so that a
+    long conversation costs the same per call as a short one; ``message_count`` is the full count.
+    """
 
     messages: list[MessageDict]
     tool_specs: list[ToolSpec]
     system_prompt: str | None
+    message_count: int = 0
 
     @property
     def last_text(self) -> str:
@@ -75,9 +85,10 @@ async def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int)
 class _RecordingModel:
     """Shared parts of the deterministic models: request log, tool-use ids, latency, token estimate."""
 
-    def __init__(self, name: str, latency: float) -> None:
+    def __init__(self, name: str, latency: float, keep_messages: int) -> None:
         self._name = name
         self.latency = latency
+        self.keep_messages = keep_messages
         self.requests: list[ModelRequest] = []
         counter = itertools.count(1)
         self._next_id = lambda: f"tooluse_{next(counter)}"
@@ -89,7 +100,8 @@ class _RecordingModel:
     def _record(
         self, messages: Sequence[MessageDict], tool_specs: Sequence[ToolSpec], system_prompt: str | None
     ) -> int:
-        request = ModelRequest(list(messages), list(tool_specs), system_prompt)
+        kept = list(messages[-self.keep_messages :]) if self.keep_messages else []
+        request = ModelRequest(kept, list(tool_specs), system_prompt, len(messages))
         self.requests.append(request)
         # Deterministic, cheap estimate: only the newest message and the system prompt are counted, so the
         # cost of a call does not grow with the history.
@@ -112,6 +124,7 @@ class ScriptedModel(_RecordingModel):
         follow_history: pick the reply by how many assistant messages the conversation already holds,
             instead of by call count. A restored agent (a resumed run, a new process) then continues its
             script where it stopped, as a real model would continue the conversation.
+        keep_messages: how many of each request's newest messages ``requests`` records.
 
     Every request is recorded in ``requests``. Running out of replies raises ``ScriptExhaustedError``.
     """
@@ -123,8 +136,9 @@ class ScriptedModel(_RecordingModel):
         latency: float = 0.0,
         name: str = "scripted",
         follow_history: bool = False,
+        keep_messages: int = KEEP_MESSAGES,
     ) -> None:
-        super().__init__(name, latency)
+        super().__init__(name, latency, keep_messages)
         self.replies: list[Reply] = list(replies)
         self.follow_history = follow_history
         self._position = 0
@@ -166,10 +180,20 @@ class FunctionModel(_RecordingModel):
         fn: ``fn(messages, tool_specs)`` returning what a ``ScriptedModel`` reply may be (sync or async).
         latency: seconds to wait before each reply.
         name: how the model is named in errors; defaults to the function's name.
+        keep_messages: how many of each request's newest messages ``requests`` records.
+
+    ``fn`` gets the agent's history itself (read it, do not change it).
     """
 
-    def __init__(self, fn: ReplyFunction, *, latency: float = 0.0, name: str | None = None) -> None:
-        super().__init__(name or f"function:{getattr(fn, '__name__', 'fn')}", latency)
+    def __init__(
+        self,
+        fn: ReplyFunction,
+        *,
+        latency: float = 0.0,
+        name: str | None = None,
+        keep_messages: int = KEEP_MESSAGES,
+    ) -> None:
+        super().__init__(name or f"function:{getattr(fn, '__name__', 'fn')}", latency, keep_messages)
         self.fn = fn
 
     async def stream(
@@ -181,7 +205,7 @@ class FunctionModel(_RecordingModel):
     ) -> AsyncIterator[ModelEvent]:
         input_tokens = self._record(messages, tool_specs, system_prompt)
         await self._delay()
-        reply = self.fn(list(messages), list(tool_specs))
+        reply = self.fn(messages, list(tool_specs))  # type: ignore[arg-type]
         if inspect.isawaitable(reply):
             reply = await reply
         async for event in _reply_events(reply, self._next_id, input_tokens):

@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestra.errors import ConfigurationError
 from orchestra.models import ToolSpec
-from orchestra.tools._tool import AgentTool, as_tool
+from orchestra.tools._tool import AgentTool, as_tool, check_tool_name
 
 __all__ = ["ToolRegistry"]
 
@@ -24,6 +24,7 @@ class ToolRegistry:
     def add(self, item: Any) -> AgentTool:
         """Register a tool (or a plain function, wrapped with ``@tool``)."""
         agent_tool = as_tool(item)
+        check_tool_name(agent_tool.name)
         if agent_tool.name in self._tools and self._tools[agent_tool.name] is not agent_tool:
             raise ConfigurationError(f"two tools are named {agent_tool.name!r}; tool names must be unique")
         self._tools[agent_tool.name] = agent_tool

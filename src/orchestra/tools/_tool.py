@@ -5,9 +5,10 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 import anyio.to_thread
 import pydantic
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra._context import current_orchestrator
 from orchestra.errors import ConfigurationError
+from orchestra.history import EMPTY_TOOL_OUTPUT, TOOL_NAME_PATTERN
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.models import ToolSpec
 
@@ -36,6 +38,34 @@ ToolResultDict = dict[str, Any]
 """``{"toolUseId": ..., "status": "success" | "error", "content": [{"text": ...} | {"json": ...}]}``"""
 
 CONTEXT_PARAMETER = "tool_context"
+
+
+def check_tool_name(name: str) -> str:
+    """``name`` if both providers accept it as a tool name; a ``ConfigurationError`` showing a valid one."""
+    if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+        valid = re.sub(r"[^a-zA-Z0-9_-]", "_", str(name))[:64] or "my_tool"
+        raise ConfigurationError(
+            f"tool name {name!r} is not accepted by model providers: use 1-64 letters, digits, '_' or "
+            f"'-' (for example {valid!r})"
+        )
+    return name
+
+
+def _resolve_annotation(
+    annotation: Any, fn: Callable[..., Any], localns: dict[str, Any] | None, tool_name: str, param: str
+) -> Any:
+    """A parameter's annotation as a type, evaluated in the scope that defined the function."""
+    if not isinstance(annotation, str):
+        return annotation
+    globalns = getattr(inspect.unwrap(fn), "__globals__", {})
+    try:
+        return eval(annotation, globalns, localns or {})  # the user's own annotation, in its own scope
+    except Exception as exc:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: cannot build an input schema for parameter {param!r}: its annotation "
+            f"{annotation!r} does not resolve ({type(exc).__name__}: {exc}). Import the name at run time "
+            "(not only under TYPE_CHECKING), or annotate the parameter with a type that exists there"
+        ) from None
 
 
 @dataclass
@@ -112,13 +142,14 @@ def tool_result(tool_use_id: str, value: Any, status: str = "success") -> ToolRe
     if isinstance(value, dict) and "status" in value and "content" in value:
         return {"toolUseId": tool_use_id, "status": value["status"], "content": list(value["content"])}
     if isinstance(value, str):
-        content: list[dict[str, Any]] = [{"text": value}]
+        # Providers refuse blank text blocks, so an empty answer is said in words.
+        content: list[dict[str, Any]] = [{"text": value if value.strip() else EMPTY_TOOL_OUTPUT}]
     elif isinstance(value, BaseModel):
         content = [{"json": value.model_dump(mode="json")}]
     elif isinstance(value, dict | list):
         content = [{"json": json.loads(json.dumps(value, default=str))}]
     elif value is None:
-        content = [{"text": ""}]
+        content = [{"text": EMPTY_TOOL_OUTPUT}]
     else:
         content = [{"text": str(value)}]
     return {"toolUseId": tool_use_id, "status": status, "content": content}
@@ -167,9 +198,10 @@ class FunctionTool:
         name: str | None = None,
         description: str | None = None,
         context: bool = False,
+        localns: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
-        self._name = name or fn.__name__
+        self._name = check_tool_name(name or fn.__name__)
         self.takes_context = context
         signature = inspect.signature(fn)
         if context and CONTEXT_PARAMETER not in signature.parameters:
@@ -179,14 +211,18 @@ class FunctionTool:
             )
         summary, arg_docs = _parse_docstring(fn.__doc__)
         self._description = description or summary or self._name
-        hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
         for param in signature.parameters.values():
+            # The context parameter's annotation is never needed (it is often imported for typing only).
             if context and param.name == CONTEXT_PARAMETER:
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
-            annotation = hints.get(param.name, Any)
+            annotation = (
+                Any
+                if param.annotation is param.empty
+                else _resolve_annotation(param.annotation, fn, localns, self._name, param.name)
+            )
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (
                 annotation,
@@ -286,11 +322,13 @@ def tool(
         description: the tool's description; defaults to the docstring.
         context: pass a :class:`ToolContext` to the function's ``tool_context`` parameter.
     """
+    # Annotations may name classes local to the function that defines the tool: keep that scope.
+    localns = dict(sys._getframe(1).f_locals)
     if fn is not None:
-        return FunctionTool(fn, name=name, description=description, context=context)
+        return FunctionTool(fn, name=name, description=description, context=context, localns=localns)
 
     def decorate(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, context=context)
+        return FunctionTool(f, name=name, description=description, context=context, localns=localns)
 
     return decorate
 
