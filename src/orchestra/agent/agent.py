@@ -309,24 +309,10 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
     """
 
     def __init__(self, agent: Agent, prompt: Any, invocation_state: dict[str, Any]) -> None:
-        self._agent = agent
-        self._hold = agent.exclusive("invoke")
-        self._checkpoint: Checkpoint | None = None
+        self._state = _StreamState(agent.exclusive("invoke"))
         self._finished = False
-        self._events = self._run(prompt, invocation_state)
-
-    async def _run(
-        self, prompt: Any, invocation_state: dict[str, Any]
-    ) -> AsyncGenerator[AgentStreamEvent, None]:
-        agent = self._agent
-        with self._hold:
-            log = agent.log.bind(invocation_id=secrets.token_hex(4))
-            log.debug("invocation.start")
-            self._checkpoint = Checkpoint(agent)
-            async with aclosing(run_invocation(agent, prompt, invocation_state, self._checkpoint)) as events:
-                async for event in events:
-                    yield event
-            log.debug("invocation.end")
+        # The generator must not refer to this object, or a dropped stream would live on in a cycle.
+        self._events = _invocation_events(agent, prompt, invocation_state, self._state)
 
     async def __anext__(self) -> AgentStreamEvent:
         try:
@@ -353,8 +339,28 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
         await self._events.aclose()
 
     def __del__(self) -> None:
-        if not self._finished and self._checkpoint is not None:
+        checkpoint = self._state.checkpoint
+        if not self._finished and checkpoint is not None:
             # Abandoned mid-invocation. The generator itself is closed later, by the event loop's
             # finalizer; by then the checkpoint and the hold are spent and it changes nothing.
-            self._checkpoint.roll_back()
-            self._hold.release()
+            checkpoint.roll_back()
+            self._state.hold.release()
+
+
+@dataclass
+class _StreamState:
+    hold: _Exclusive
+    checkpoint: Checkpoint | None = None
+
+
+async def _invocation_events(
+    agent: Agent, prompt: Any, invocation_state: dict[str, Any], state: _StreamState
+) -> AsyncGenerator[AgentStreamEvent, None]:
+    with state.hold:
+        log = agent.log.bind(invocation_id=secrets.token_hex(4))
+        log.debug("invocation.start")
+        state.checkpoint = Checkpoint(agent)
+        async with aclosing(run_invocation(agent, prompt, invocation_state, state.checkpoint)) as events:
+            async for event in events:
+                yield event
+        log.debug("invocation.end")

@@ -269,12 +269,15 @@ class OpenAIModel:
         calls: dict[int, dict[str, Any]] = {}
         stop: StopReason = "end_turn"
         usage: Usage | None = None
+        done = False
         async for line in response.aiter_lines():
-            if not line.startswith("data:"):
+            # After [DONE], read on to the end of the body so the connection goes back to the pool.
+            if done or not line.startswith("data:"):
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
-                break
+                done = True
+                continue
             chunk = json.loads(data)
             if chunk.get("error"):
                 raise self._error_of(None, chunk["error"])
