@@ -26,10 +26,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestra.messages import user_message  # noqa: E402
-from orchestra.models import complete_text  # noqa: E402
-from orchestra.models.openai import OpenAIModel  # noqa: E402
-from tests.models.servers import ChatCompletionsServer  # noqa: E402
+from orchestra.messages import user_message
+from orchestra.models import complete_text
+from orchestra.models.openai import OpenAIModel
+from tests.models.servers import ChatCompletionsServer
 
 MESSAGES = [user_message("hello")]
 
