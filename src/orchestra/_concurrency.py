@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import anyio
 
-__all__ = ["map_concurrently"]
+__all__ = ["map_concurrently", "unwrap_group"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -38,3 +38,27 @@ async def map_concurrently(fn: Callable[[T], Awaitable[R]], items: Sequence[T], 
     if errors:
         raise errors[0]
     return results  # type: ignore[return-value]  # every slot was filled: no error occurred
+
+
+def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error a caller should see for an exception group from a task group.
+
+    One error (cancellations aside) is returned as itself; several become ``MultipleNodeErrors``.
+    """
+    from orchestra.errors import MultipleNodeErrors
+
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(reversed(current.exceptions))
+        else:
+            leaves.append(current)
+    cancelled = anyio.get_cancelled_exc_class()
+    errors = [e for e in leaves if not isinstance(e, cancelled)]
+    if not errors:
+        return leaves[0]
+    if len(errors) == 1:
+        return errors[0]
+    return MultipleNodeErrors(errors)

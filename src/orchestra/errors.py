@@ -23,6 +23,7 @@ Each class also inherits the nearest builtin, so callers can catch either::
     │   ├── SessionConflictError               a second live writer of one session scope
     │   └── SnapshotError                      a stored snapshot is corrupt, truncated or unknown
     └── RunError (RuntimeError)                a multi-agent run could not be carried out
+        └── MultipleNodeErrors                 several nodes failed at once; ``.errors`` holds each
 
 Control-flow signals (a tool interrupting for a human, a handoff) are not errors and do not live here.
 """
@@ -40,6 +41,7 @@ __all__ = [
     "ModelError",
     "ModelNotConfiguredError",
     "ModelThrottledError",
+    "MultipleNodeErrors",
     "OrchestraError",
     "OrchestraSpecError",
     "RunError",
@@ -147,3 +149,15 @@ class SnapshotError(SessionError):
 
 class RunError(OrchestraError, RuntimeError):
     """A multi-agent run could not be carried out (for example a resume against a changed graph)."""
+
+
+class MultipleNodeErrors(RunError):
+    """Several errors surfaced at once (nodes running in parallel); each is in ``errors``.
+
+    One error alone is always raised as itself: this class is only for genuinely several.
+    """
+
+    def __init__(self, errors: list[BaseException]) -> None:
+        self.errors = errors
+        lines = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+        super().__init__(f"{len(errors)} errors at once: {lines}")

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from orchestra._concurrency import unwrap_group
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
@@ -82,6 +83,8 @@ class MultiAgentBase:
             self._attach_session_manager(session_manager)
         self.log = get_logger("orchestra.multiagent", orchestrator=self.id)
         self._invoking = threading.Lock()
+        self._run_options = _Options()
+        self._sync_nodes = anyio.Lock()  # sync function nodes run one at a time (see Node._run_function)
         # the run document
         self._fields: dict[str, Any] = {}
         self._logs: dict[str, list[Any]] = {"execution_order": []}
@@ -132,6 +135,7 @@ class MultiAgentBase:
             "interrupts": [],
             "execution_time_ms": 0.0,
             "run_id": None,
+            "answers": {},
         }
 
     @property
@@ -331,9 +335,29 @@ class MultiAgentBase:
     # -- invocation -----------------------------------------------------------------------------------
 
     def _open_interrupt_ids(self) -> set[str]:
-        return (
-            {i["id"] for i in self.run.get("interrupts", [])} if self.status == Status.INTERRUPTED else set()
-        )
+        """The interrupts this run waits on (asked, whether answered yet or not)."""
+        if self.status != Status.INTERRUPTED:
+            return set()
+        return {i["id"] for i in self.run.get("interrupts", [])} | set(self.run.get("answers") or {})
+
+    def _collect_answers(self, new: Mapping[str, Any]) -> dict[str, Any]:
+        """Record answers to open interrupts (in any order, over any number of invocations).
+
+        The run record keeps the questions still open (``interrupts``) and the answers given so far
+        (``answers``); returns every answer once no question is open.
+        """
+        answers = dict(self.run.get("answers") or {})
+        asked = {i["id"] for i in self.run["interrupts"]} | set(answers)
+        unknown = sorted(set(new) - asked)
+        if unknown:
+            raise RunError(
+                f"{self.kind} {self.id!r} has no open interrupt {unknown[0]!r}; its open interrupts: "
+                f"{', '.join(sorted(asked)) or 'none'}"
+            )
+        answers.update(new)
+        still_open = [i for i in self.run["interrupts"] if i["id"] not in answers]
+        self._update_run(interrupts=still_open, answers=answers)
+        return answers
 
     def __call__(
         self,
@@ -386,7 +410,9 @@ class MultiAgentBase:
     ) -> AsyncGenerator[MultiAgentStreamEvent, None]:
         """Run (or resume), yielding node start/stream/stop events, handoffs, and the result last.
 
-        Consume the stream to the end (or close it): the run is cancelled when the stream is closed early.
+        Consume the stream to the end, or close it (``aclosing``, ``aclose()``): a stream closed early
+        stops the run, which is saved as interrupted and resumes from there. Always close a stream you
+        leave early; one merely dropped after a ``break`` runs on until it is garbage collected.
         """
         state = {} if invocation_state is None else invocation_state
         options = _Options(force_resume, resume_unfinished)
@@ -403,11 +429,23 @@ class MultiAgentBase:
                         return
                     await send.send(MultiAgentResultEvent(result))
 
-            async with anyio.create_task_group() as group:
-                group.start_soon(produce)
-                async with receive:
-                    async for event in receive:
-                        yield event
+            closed = False
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(produce)
+                    async with receive:
+                        try:
+                            async for event in receive:
+                                yield event
+                        except GeneratorExit:
+                            # Closed early (aclose, aclosing): stop the run, which saves it as
+                            # interrupted (resumable), and leave the task group normally.
+                            closed = True
+                            group.cancel_scope.cancel()
+            except BaseExceptionGroup as group_error:
+                raise unwrap_group(group_error) from None
+            if closed:
+                raise GeneratorExit
             if failure:
                 raise failure[0]
 
@@ -418,17 +456,25 @@ class MultiAgentBase:
         self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: _Options
     ) -> MultiAgentResult:
         await self.hooks.invoke(BeforeMultiAgentInvocation(self, invocation_state))
+        self._run_options = options  # nested orchestrators run with the same options (force_resume)
         responses: dict[str, Any] = {}
         resumed = self.status in _UNFINISHED
-        if is_interrupt_responses(task):
+        if resumed and self.session_manager is None and task is not None and not is_interrupt_responses(task):
+            # Nothing is persisted, so nothing needs protecting: a new task starts a fresh run. Resuming
+            # in memory is an explicit call without a task.
+            resumed = False
+        if is_interrupt_responses(task) or (task is None and self.status == Status.INTERRUPTED):
             if self.status != Status.INTERRUPTED:
                 raise RunError(
                     f"{self.kind} {self.id!r} got interrupt responses but its run is not interrupted"
                 )
-            responses = interrupt_responses(task)
-            unknown = set(responses) - self._open_interrupt_ids()
-            if unknown:
-                raise RunError(f"{self.kind} {self.id!r} has no open interrupt {sorted(unknown)[0]!r}")
+            responses = self._collect_answers(interrupt_responses(task) if task is not None else {})
+            if self.run["interrupts"]:
+                # Questions are still open: the run stays interrupted, the answers so far are kept.
+                result = self._build_result()
+                result.invocation_state = invocation_state
+                await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
+                return result
         elif resumed and task is not None and task != self._fields.get("task"):
             if options.resume_unfinished:
                 task = None
@@ -444,7 +490,9 @@ class MultiAgentBase:
                     "changed); resuming could skip or repeat the wrong nodes. Pass force_resume=True "
                     "(orchestra resume --force) to resume anyway, or delete the session to start over"
                 )
-            self._update_run(status=Status.EXECUTING.value, reason=None, error=None, interrupts=[])
+            self._update_run(
+                status=Status.EXECUTING.value, reason=None, error=None, interrupts=[], answers={}
+            )
         else:
             if task is None:
                 raise RunError(f"{self.kind} {self.id!r} has no run to resume: give it a task")
@@ -452,7 +500,11 @@ class MultiAgentBase:
         self.log.debug("run.start", resumed=resumed)
         started = time.perf_counter()
         try:
-            result = await self._run(invocation_state, emit, responses)
+            try:
+                result = await self._run(invocation_state, emit, responses)
+            except BaseExceptionGroup as group:
+                # Documented errors surface as themselves, never wrapped by a task group.
+                raise unwrap_group(group) from None
         except anyio.get_cancelled_exc_class():
             # Cancelled from outside (Ctrl-C, SIGTERM, a task timeout): save the run as interrupted so it
             # can be resumed; the nodes that were running run again from their state before they started.

@@ -267,7 +267,7 @@ class Graph(MultiAgentBase):
             "kind": "graph",
             "id": self.id,
             "nodes": {n: {"kind": node.kind, "join": node.join} for n, node in self.nodes.items()},
-            "edges": [[e.src, e.dst, e.condition is not None] for e in self.edges],
+            "edges": [[e.src, e.dst, condition_id(e.condition)] for e in self.edges],
             "entry_points": list(self.entry_points),
             "limits": {
                 "max_node_executions": self.max_node_executions,
@@ -298,8 +298,8 @@ class Graph(MultiAgentBase):
             n: spec["join"] for n, spec in structure["nodes"].items() if spec.get("join", "all") != "all"
         }
         edges = [
-            (src, dst, _remote_condition) if conditional else (src, dst)
-            for src, dst, conditional in structure["edges"]
+            (src, dst, _RemoteCondition(str(condition))) if condition else (src, dst)
+            for src, dst, condition in structure["edges"]
         ]
         return cls(
             nodes, edges, structure["entry_points"], joins=joins, id=structure["id"], **structure["limits"]
@@ -308,7 +308,8 @@ class Graph(MultiAgentBase):
     def _topology(self) -> dict[str, Any]:
         return {
             **super()._topology(),
-            "edges": sorted([e.src, e.dst, e.condition is not None] for e in self.edges),
+            "joins": {n: node.join for n, node in sorted(self.nodes.items())},
+            "edges": sorted([e.src, e.dst, condition_id(e.condition) or ""] for e in self.edges),
             "entry_points": sorted(self.entry_points),
         }
 
@@ -417,6 +418,10 @@ class Graph(MultiAgentBase):
 
         The decisions here do no I/O: a Temporal workflow calls it with the edges an activity evaluated.
         """
+        # A node none of whose out-edges fired is a terminal of this run: its output is the run's output.
+        self._update_node(
+            node_id, terminal=not any(fired.get(edge.dst, False) for edge in self._out[node_id])
+        )
         for edge in self._out[node_id]:
             target = self._node_record(edge.dst)
             self._waiting.add(edge.dst)
@@ -512,16 +517,37 @@ class Graph(MultiAgentBase):
                 run.fail(f"execution_timeout ({self.execution_timeout:g}s) exceeded")
         return run.finish()
 
+    def _terminal_output(self, order: list[str]) -> Any:
+        """The output of the terminal nodes: one terminal's output, or ``{node id: output}`` for several.
+
+        A terminal is a node that completed and whose out-edges did not fire (or that has none); several
+        are listed in the order they completed.
+        """
+        last_completion = {node_id: i for i, node_id in enumerate(order)}
+        terminals = sorted(
+            (
+                node_id
+                for node_id, record in self._node_records()
+                if record.get("terminal", not self._out[node_id])
+                and node_id in self._results
+                and self._results[node_id].status == Status.COMPLETED
+            ),
+            key=lambda node_id: last_completion.get(node_id, -1),
+        )
+        if len(terminals) == 1:
+            return self._results[terminals[0]].output
+        return {node_id: self._results[node_id].output for node_id in terminals} or None
+
     def _build_result(self) -> GraphResult:
         run = self.run
         order = list(self._logs["execution_order"])
         completed = [n for n, r in self._results.items() if r.status == Status.COMPLETED]
-        last = next((self._results[n] for n in reversed(order) if n in completed), None)
+        status = Status(run["status"])
         return GraphResult(
-            status=Status(run["status"]),
+            status=status,
             results=dict(self._results),
             execution_order=order,
-            output=last.output if last else None,
+            output=self._terminal_output(order) if status == Status.COMPLETED else None,
             reason=run["reason"],
             error=run["error"],
             interrupts=[Interrupt.model_validate(i) for i in run["interrupts"]],
@@ -540,8 +566,27 @@ def _never_runs(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("a stand-in node of a scheduling skeleton was asked to run")
 
 
-def _remote_condition(state: GraphState) -> bool:
-    raise RuntimeError("conditions of a scheduling skeleton are evaluated where the node ran")
+class _RemoteCondition:
+    """A skeleton's stand-in for a condition: it keeps the condition's id, for the topology hash."""
+
+    def __init__(self, condition_id: str) -> None:
+        self.condition_id = condition_id
+
+    def __call__(self, state: GraphState) -> bool:
+        raise RuntimeError("conditions of a scheduling skeleton are evaluated where the node ran")
+
+
+def condition_id(condition: Condition | None) -> str | None:
+    """What identifies a condition in the topology hash: its ``condition_id`` (YAML conditions: their
+    spec) or, for a Python callable, its qualified name."""
+    if condition is None:
+        return None
+    named = getattr(condition, "condition_id", None)
+    if named is not None:
+        return str(named)
+    module = getattr(condition, "__module__", None) or type(condition).__module__
+    qualname = getattr(condition, "__qualname__", None) or type(condition).__qualname__
+    return f"{module}:{qualname}"
 
 
 class _ConditionError(Exception):

@@ -21,7 +21,7 @@ from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
 
 if TYPE_CHECKING:
-    from orchestra.multiagent.base import MultiAgentBase
+    from orchestra.multiagent.base import MultiAgentBase, _Options
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
 
@@ -174,9 +174,9 @@ class Node:
             if self.kind == "agent":
                 result = await self._run_agent(node_input, emit, responses)
             elif self.kind == "orchestrator":
-                result = await self._run_orchestrator(node_input, emit, responses)
+                result = await self._run_orchestrator(node_input, emit, responses, orchestrator._run_options)
             else:
-                result = await self._run_function(node_input, responses)
+                result = await self._run_function(node_input, responses, orchestrator._sync_nodes)
         except InterruptException as signal:
             result = NodeResult(
                 node_id=self.node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt]
@@ -220,16 +220,22 @@ class Node:
         )
 
     async def _run_orchestrator(
-        self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any]
+        self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any], options: _Options
     ) -> NodeResult:
         nested: MultiAgentBase = self.executor
-        answers = [{"interruptResponse": {"interruptId": i, "response": r}} for i, r in responses.items()]
-        task = answers if answers and nested._open_interrupt_ids() & responses.keys() else node_input.prompt
+        mine = nested._open_interrupt_ids()
+        answers = [
+            {"interruptResponse": {"interruptId": i, "response": r}}
+            for i, r in responses.items()
+            if i in mine
+        ]
+        task = answers or node_input.prompt
         state = node_input.invocation_state
+        run: dict[str, Any] = {"invocation_state": state, "force_resume": options.force_resume}
         if emit is None:
-            outcome: MultiAgentResult = await nested.invoke_async(task, invocation_state=state)
+            outcome: MultiAgentResult = await nested.invoke_async(task, **run)
         else:
-            outcome = await self._forward(nested.stream_async(task, invocation_state=state), emit)
+            outcome = await self._forward(nested.stream_async(task, **run), emit)
         return NodeResult(
             node_id=self.node_id,
             status=outcome.status,
@@ -250,14 +256,21 @@ class Node:
         assert result is not None, "a stream always ends with its result"
         return result
 
-    async def _run_function(self, node_input: NodeInput, responses: dict[str, Any]) -> NodeResult:
+    async def _run_function(
+        self, node_input: NodeInput, responses: dict[str, Any], sync_nodes: anyio.Lock
+    ) -> NodeResult:
         node_input._responses = responses
         fn = self.executor
         args = (node_input,) if self._takes_input else ()
         if self._is_async:
             value = await fn(*args)
         else:
-            value = await anyio.to_thread.run_sync(lambda: fn(*args))
+            # Sync functions run in a worker thread, one at a time per orchestrator, so their reads and
+            # writes of the shared state never interleave. A timeout or cancellation stops waiting for
+            # the thread at once (the node fails then); the thread itself cannot be killed and finishes
+            # in the background.
+            async with sync_nodes:
+                value = await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=True)
             if inspect.isawaitable(value):
                 value = await value
         try:

@@ -359,11 +359,12 @@ class Swarm(MultiAgentBase):
             record = self._fields.get(f"node/{node_id}")
             if record and record.get("result"):
                 results[node_id] = NodeResult.model_validate(record["result"])
+        status = Status(run["status"])
         return SwarmResult(
-            status=Status(run["status"]),
+            status=status,
             results=results,
             execution_order=list(self._logs.get("execution_order", [])),
-            output=run.get("output"),
+            output=run.get("output") if status == Status.COMPLETED else None,  # none for an unfinished run
             reason=run["reason"],
             error=run["error"],
             interrupts=[Interrupt.model_validate(i) for i in run["interrupts"]],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,11 @@ class SpecCondition:
 
     def __repr__(self) -> str:
         return f"SpecCondition({self.spec.model_dump(by_alias=True, exclude_none=True)})"
+
+    @property
+    def condition_id(self) -> str:
+        """The condition's spec as JSON: what the topology hash covers."""
+        return "when:" + json.dumps(self.spec.model_dump(by_alias=True, exclude_none=True), sort_keys=True)
 
     def _build(self, spec: ConditionSpec) -> Callable[[GraphState, dict[str, Any]], bool]:
         source = self.source
