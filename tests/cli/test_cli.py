@@ -1,6 +1,7 @@
 """The orchestra command: every command, its output and its exit code (in-process, through typer)."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -216,7 +217,10 @@ def test_sessions_history_and_restore(workdir):
 
     history = invoke("sessions", "history", "hist")
     assert history.exit_code == 0
-    assert snapshot_id[:8] in history.stdout
+    assert snapshot_id in history.stdout  # the full id, ready to paste
+    as_json = json.loads(invoke("sessions", "history", "hist", "--json").stdout)
+    assert [s["snapshot_id"] for s in as_json] == [snapshot_id]
+    assert as_json[0]["app_data"] == {"label": "one turn"}
     restored = invoke("sessions", "restore", "hist", snapshot_id)
     assert restored.exit_code == 0, restored.output
     again = Agent(
@@ -270,3 +274,50 @@ def test_serve_refuses_a_bad_config(tmp_path):
     result = invoke("serve", config)
     assert result.exit_code == 1
     assert "no api_keys" in result.stderr
+
+
+def test_the_printed_resume_command_repeats_the_model(workdir):
+    path = spec(workdir, "failing.yaml", FAILING)
+    result = invoke("run", path, "--session-id", "m1", "--model", "echo", "--storage", "file:./elsewhere")
+    assert result.exit_code == 1
+    hint = next(line for line in result.stderr.splitlines() if "orchestra resume" in line)
+    assert "--model echo" in hint
+    assert "--storage file:./elsewhere" in hint
+    assert result.stdout.strip() == ""  # a failed run prints no output, only its status
+
+
+def test_empty_input_from_stdin_is_a_usage_error(workdir):
+    result = invoke("run", EXAMPLES / "fan_out.yaml", "--input", "-", input="  \n")
+    assert result.exit_code == 2
+    assert "read nothing from stdin" in result.stderr
+
+
+def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(workdir, monkeypatch):
+    import subprocess
+    import sys
+
+    path = spec(workdir, "agent.yaml", AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env["AWS_CONFIG_FILE"] = str(workdir / "no-config")
+    command = [
+        sys.executable,
+        "-c",
+        "from orchestra.cli import main; main()",
+        "run",
+        str(path),
+        "--model",
+        "bedrock:m",
+        "--input",
+        "hi",
+    ]
+    plain = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir, timeout=120)
+    assert plain.returncode == 1
+    lines = plain.stderr.strip().splitlines()
+    assert len(lines) == 2, plain.stderr
+    assert lines[0].startswith("error: NoRegionError")
+    assert "--debug" in lines[1]
+    debug = subprocess.run(
+        [*command, "--debug"], capture_output=True, text=True, env=env, cwd=workdir, timeout=120
+    )
+    assert "Traceback" in debug.stderr

@@ -24,10 +24,20 @@ from typing import Annotated, Any
 import anyio
 import structlog
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from orchestra.cli._output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SIGNAL,
+    EXIT_USAGE,
+    err,
+    fail,
+    out,
+    resume_command,
+)
 from orchestra.cli._render import NodeTable, diagram
 from orchestra.errors import OrchestraError, OrchestraSpecError
 from orchestra.multiagent import MultiAgentBase, Status
@@ -39,23 +49,16 @@ from orchestra.storage import DEFAULT_STORAGE_URI, storage_from_uri
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "app", "main"]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 3
-EXIT_SIGNAL: dict[int, int] = {int(signal.SIGINT): 130, int(signal.SIGTERM): 143}
-
 app = typer.Typer(
     name="orchestra",
     help="Run multi-agent pipelines that never lose their progress.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
+    pretty_exceptions_enable=False,  # main() turns unexpected errors into one line (--debug for more)
 )
 sessions_app = typer.Typer(help="Look after stored sessions (any storage URI).", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
-
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 StorageOption = Annotated[
     str | None,
@@ -140,11 +143,6 @@ def _root(
     _configure_logging(ctx, log_format, verbose)
 
 
-def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
-
-
 def _load_spec(file: Path) -> Any:
     try:
         return parse_file(file)
@@ -156,15 +154,15 @@ def _load_spec(file: Path) -> Any:
 
 def _read_input(value: str | None, default: str | None) -> Any:
     if value == "-":
-        return sys.stdin.read()
+        text = sys.stdin.read()
+        if not text.strip():
+            raise fail(
+                "--input - read nothing from stdin: pipe the task in, or pass --input TEXT", EXIT_USAGE
+            )
+        return text
     if value is not None:
         return value
     return default
-
-
-def _resume_command(file: Path, session_id: str, storage: str | None) -> str:
-    command = f"orchestra resume {file} --session-id {session_id}"
-    return command + (f" --storage {storage}" if storage else "")
 
 
 def _result_json(result: Any, session_id: str) -> dict[str, Any]:
@@ -192,18 +190,24 @@ async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table:
         if show_table
         else contextlib.nullcontext() as live
     ):
-        async for event in orchestrator.stream_async(task):
-            table.update(event)
-            if live is not None:
-                live.update(table.render())
-            if isinstance(event, MultiAgentResultEvent):
-                result = event.result
+        async with contextlib.aclosing(orchestrator.stream_async(task)) as events:
+            async for event in events:
+                table.update(event)
+                if live is not None:
+                    live.update(table.render())
+                if isinstance(event, MultiAgentResultEvent):
+                    result = event.result
+    if show_table:
+        err.print()  # the output line starts on a line of its own, after the table
     assert result is not None
     return result
 
 
-def _execute(file: Path, target: Any, task: Any, session_id: str, storage: str | None, as_json: bool) -> None:
+def _execute(
+    file: Path, target: Any, task: Any, session_id: str, storage: str | None, model: str | None, as_json: bool
+) -> None:
     """Run ``target`` under signal handling and report; exits with the documented codes."""
+    again = resume_command(file, session_id, storage=storage, model=model)
     received: list[int] = []
 
     async def main() -> Any:
@@ -229,28 +233,28 @@ def _execute(file: Path, target: Any, task: Any, session_id: str, storage: str |
 
     result = anyio.run(main)
     if isinstance(result, OrchestraError):
-        raise _fail(str(result))
+        raise fail(str(result))
     if received:
         signum = received[0]
         name = signal.Signals(signum).name
         err.print(f"[yellow]{name}: the run was saved as interrupted.[/] Resume it with:")
-        err.print(f"  {_resume_command(file, session_id, storage)}", highlight=False, markup=False)
+        err.print(f"  {again}", highlight=False, markup=False)
         raise typer.Exit(EXIT_SIGNAL.get(signum, EXIT_FAILED))
     if result is None:  # cancelled without a signal we know
         raise typer.Exit(EXIT_FAILED)
+    status = result.status if isinstance(result, MultiAgentResult) else Status.COMPLETED
     if as_json:
         out.print_json(json.dumps(_result_json(result, session_id)))
-    else:
+    elif status == Status.COMPLETED:  # an unfinished run has no output: its status is said below
         out.print(
             output_text(result.output) if isinstance(result, MultiAgentResult) else str(result),
             markup=False,
             highlight=False,
         )
-    status = result.status if isinstance(result, MultiAgentResult) else Status.COMPLETED
     if status == Status.FAILED:
         err.print(f"[red]failed:[/] {result.reason}", highlight=False)
         err.print(
-            f"Fix the cause, then resume: {_resume_command(file, session_id, storage)}",
+            f"Fix the cause, then resume: {again}",
             highlight=False,
             markup=False,
         )
@@ -264,7 +268,7 @@ def _execute(file: Path, target: Any, task: Any, session_id: str, storage: str |
                 markup=False,
             )
         err.print(
-            f"Answer with: {_resume_command(file, session_id, storage)} --respond <id>=<json>",
+            f"Answer with: {again} --respond <id>=<json>",
             highlight=False,
             markup=False,
         )
@@ -293,7 +297,7 @@ def run(
     loaded = _load_spec(file)
     task = _read_input(input, loaded.spec.input)
     if task is None:
-        raise _fail(f"{file} has no input: pass --input TEXT (or '-' to read stdin)", 2)
+        raise fail(f"{file} has no input: pass --input TEXT (or '-' to read stdin)", 2)
     session_id = session_id or f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     if on is not None:
         from orchestra.cli._temporal import run_on_temporal
@@ -303,10 +307,10 @@ def run(
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
     except (OrchestraError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if not as_json:
         err.print(f"session: {session_id}", highlight=False)
-    _execute(file, target, task, session_id, storage, as_json)
+    _execute(file, target, task, session_id, storage, model, as_json)
 
 
 def _parse_responses(responses: list[str]) -> list[dict[str, Any]]:
@@ -357,9 +361,9 @@ def resume(
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
     except (OrchestraError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if not isinstance(target, MultiAgentBase):
-        raise _fail(f"{file} is a single agent: there is no run to resume (use orchestra run --session-id)")
+        raise fail(f"{file} is a single agent: there is no run to resume (use orchestra run --session-id)")
     task: Any = _parse_responses(respond) or None
     if force:
         original = target.invoke_async
@@ -369,7 +373,7 @@ def resume(
 
         target.invoke_async = forced  # type: ignore[method-assign]
         target.stream_async = _forced_stream(target)  # type: ignore[method-assign]
-    _execute(file, target, task, session_id, storage, as_json)
+    _execute(file, target, task, session_id, storage, model, as_json)
 
 
 def _forced_stream(target: MultiAgentBase) -> Any:
@@ -407,7 +411,7 @@ def graph(
     loaded = _load_spec(file)
     target = build(loaded)
     if not isinstance(target, MultiAgentBase):
-        raise _fail(f"{file} is a single agent: there is no graph to draw")
+        raise fail(f"{file} is a single agent: there is no graph to draw")
     out.print(diagram(target, fmt), end="", markup=False, highlight=False)
 
 
@@ -445,7 +449,7 @@ def serve(
     try:
         load_config(config)
     except OrchestraError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     os.environ[CONFIG_ENV_VAR] = str(config.resolve())
     err.print(f"serving {config} on http://{host}:{port} ({workers} worker(s))", highlight=False)
     uvicorn.run(
@@ -496,7 +500,7 @@ def _storage(uri: str | None) -> Any:
     try:
         return storage_from_uri(uri or DEFAULT_STORAGE_URI)
     except OrchestraError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 def _scope(value: str | None, default_kind: str = "agent") -> tuple[Any, str]:
@@ -514,7 +518,7 @@ def _session_call(coro_fn: Any, *args: Any) -> Any:
     try:
         return anyio.run(coro_fn, *args)
     except (OrchestraError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 @sessions_app.command("list")
@@ -584,16 +588,37 @@ def sessions_history(
         str | None, typer.Option("--scope", help="agent/<id> or multiAgent/<id> (default agent/default).")
     ] = None,
     storage: StorageOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """List a scope's immutable snapshots, oldest first.
+    """List a scope's immutable snapshots, oldest first (full ids, ready to paste into restore).
 
     Example: [bold]orchestra sessions history user-123 --scope agent/default[/]
     """
     kind, scope_id = _scope(scope)
     snapshots = _session_call(admin.scope_history, _storage(storage), session_id, kind, scope_id)
-    table = Table("snapshot id", "created", "journal record", "app data")
+    if as_json:
+        out.print_json(
+            json.dumps(
+                [
+                    {
+                        "snapshot_id": s.snapshot_id,
+                        "created_at": s.created_at,
+                        "journal_seq": s.journal_seq,
+                        "app_data": s.app_data,
+                    }
+                    for s in snapshots
+                ],
+                default=str,
+            )
+        )
+        return
+    table = Table("created", "journal record", "app data", "snapshot id")
+    table.columns[3].no_wrap = True
+    table.columns[3].min_width = 36
     for snap in snapshots:
-        table.add_row(snap.snapshot_id, snap.created_at, str(snap.journal_seq), json.dumps(snap.app_data))
+        table.add_row(
+            str(snap.created_at), str(snap.journal_seq), json.dumps(snap.app_data), snap.snapshot_id
+        )
     out.print(table)
 
 
@@ -691,5 +716,15 @@ def sessions_prune(
 
 
 def main() -> None:
-    """The console entry point."""
-    app()
+    """The console entry point: an unexpected error is one line and a hint (``--debug`` shows more)."""
+    debug = "--debug" in sys.argv[1:]
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app()
+    except Exception as exc:
+        if debug:
+            raise
+        fail(f"{type(exc).__name__}: {exc}")
+        err.print("Run the same command with --debug to see the traceback.", highlight=False)
+        sys.exit(EXIT_FAILED)

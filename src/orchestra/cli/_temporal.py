@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from rich.live import Live
 
-from orchestra.cli._app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, _fail, err, out
+from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, err, fail, out, resume_command
 from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
@@ -28,7 +28,7 @@ def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
     uri = uri or (loaded.spec.session.storage if loaded.spec.session else "file:./.orchestra")
     kind, parts = parse_storage_uri(uri)
     if kind == "memory":
-        raise _fail(
+        raise fail(
             "a Temporal run needs storage its workers share: use file:/shared/dir or s3://bucket/prefix"
         )
     if kind == "file":
@@ -56,14 +56,14 @@ def run_on_temporal(
     try:
         target = parse_target(on)
     except OrchestraError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     uri = _shared_storage(storage, loaded)
     spec_id = loaded.spec.id
     skeleton = build(loaded)
     if not isinstance(skeleton, MultiAgentBase):
-        raise _fail(f"{file} is a single agent: Temporal runs graphs and swarms")
+        raise fail(f"{file} is a single agent: Temporal runs graphs and swarms")
     table = NodeTable(skeleton)
-    resume_command = f"orchestra resume {file} --session-id {session_id} --on '{on}'"
+    again = resume_command(file, session_id, storage=storage, on=on)
 
     async def follow() -> tuple[str, Any]:
         client = await connect(target)
@@ -72,9 +72,7 @@ def run_on_temporal(
             if responses:
                 await handle.signal(PipelineWorkflow.respond, responses)
             elif not resume:
-                raise _fail(
-                    f"a run of session {session_id} is already going on Temporal; follow it: {resume_command}"
-                )
+                raise fail(f"a run of session {session_id} is already going on Temporal; follow it: {again}")
         else:
             request = RunRequest(
                 spec_id=spec_id,
@@ -120,10 +118,10 @@ def run_on_temporal(
     try:
         kind, data = asyncio.run(follow())
     except OrchestraError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if kind == "signal":
         err.print("Stopped following. The run goes on on Temporal; follow it again with:")
-        err.print(f"  {resume_command}", markup=False, highlight=False)
+        err.print(f"  {again}", markup=False, highlight=False)
         raise typer.Exit(EXIT_SIGNAL.get(received[0] if received else signal.SIGINT, EXIT_FAILED))
     if kind == "interrupted":
         err.print("[magenta]interrupted[/]: waiting for a response to:")
@@ -133,7 +131,7 @@ def run_on_temporal(
                 markup=False,
                 highlight=False,
             )
-        err.print(f"Answer with: {resume_command} --respond <id>=<json>", markup=False, highlight=False)
+        err.print(f"Answer with: {again} --respond <id>=<json>", markup=False, highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     status = data["status"]
     output = asyncio.run(stored_output(uri, session_id, skeleton.scope_id)) if status == "completed" else None
@@ -143,7 +141,7 @@ def run_on_temporal(
         out.print(output if isinstance(output, str) else json.dumps(output), markup=False, highlight=False)
     if status != "completed":
         err.print(f"[red]{status}:[/] {data.get('reason')}", highlight=False)
-        err.print(f"Fix the cause, then resume: {resume_command}", markup=False, highlight=False)
+        err.print(f"Fix the cause, then resume: {again}", markup=False, highlight=False)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -170,6 +168,6 @@ def run_worker(specs: list[LoadedSpec], address: str, namespace: str, task_queue
     try:
         asyncio.run(main())
     except OrchestraError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except RuntimeError as exc:  # cannot connect
-        raise _fail(f"cannot run a worker on {address}: {exc}") from None
+        raise fail(f"cannot run a worker on {address}: {exc}") from None

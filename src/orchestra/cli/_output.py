@@ -1,0 +1,54 @@
+"""What every command shares: the consoles, the exit codes, one-line failures and resume hints."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_SIGNAL",
+    "EXIT_USAGE",
+    "err",
+    "fail",
+    "out",
+    "resume_command",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 3
+EXIT_SIGNAL: dict[int, int] = {int(signal.SIGINT): 130, int(signal.SIGTERM): 143}
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
+    """Print ``error: message`` on stderr; raise the returned ``typer.Exit`` to end with ``code``."""
+    err.print(Text.assemble(("error:", "red"), " ", message), highlight=False)
+    return typer.Exit(code)
+
+
+def resume_command(
+    file: Path,
+    session_id: str,
+    *,
+    storage: str | None = None,
+    model: str | None = None,
+    on: str | None = None,
+) -> str:
+    """The command that resumes a run, repeating every option that changes how it runs."""
+    parts = ["orchestra", "resume", str(file), "--session-id", session_id]
+    for option, value in (("--storage", storage), ("--model", model), ("--on", on)):
+        if value:
+            parts += [option, value]
+    return shlex.join(parts)
