@@ -664,6 +664,52 @@ def sessions_export(
         err.print(f"wrote {output} ({len(data)} bytes)", highlight=False)
 
 
+@sessions_app.command("fork")
+def sessions_fork(
+    session_id: Annotated[str, typer.Argument(help="The session to fork.")],
+    snapshot_id: Annotated[
+        str | None, typer.Argument(help="The immutable snapshot to fork from (default: the latest state).")
+    ] = None,
+    to: Annotated[str, typer.Option("--to", help="The new session's id.")] = "",
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="multiAgent/<id> or agent/<id> (default agent/default).")
+    ] = None,
+    storage: StorageOption = None,
+) -> None:
+    """Copy a run (at a snapshot) into a new session, to continue it differently; the original stays.
+
+    Example: [bold]orchestra sessions fork run-1 01a22a0a-1aa2-7000-b755-51e3343ca1a8 --scope multiAgent/review-loop --to run-1-b[/]
+    """
+    if not to:
+        raise typer.BadParameter("name the new session", param_hint="--to")
+    from orchestra.session.transfer import fork_scope
+
+    kind, scope_id = _scope(scope)
+    copied = _session_call(fork_scope, _storage(storage), session_id, kind, scope_id, to, snapshot_id)
+    out.print(f"forked {', '.join(copied)} of {session_id} into {to}", highlight=False)
+
+
+@sessions_app.command("import")
+def sessions_import(
+    file: Annotated[
+        Path, typer.Argument(help="A file written by 'sessions export'.", exists=True, dir_okay=False)
+    ],
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="Import into this session (default: the exported one).")
+    ] = None,
+    storage: StorageOption = None,
+) -> None:
+    """Store an exported scope in a session; 'orchestra resume' then continues the run from it.
+
+    Example: [bold]orchestra sessions import run.json --session-id run-1-copy[/]
+    """
+    from orchestra.session.transfer import import_scope
+
+    imported = _session_call(import_scope, _storage(storage), file.read_bytes(), session_id)
+    target, kind, scope_id = imported
+    out.print(f"imported {kind}/{scope_id} into session {target}", highlight=False)
+
+
 @sessions_app.command("delete")
 def sessions_delete(
     session_id: Annotated[str, typer.Argument(help="The session.")],

@@ -385,5 +385,7 @@ class Journal:
 
     def export(self, doc: Document | None = None) -> bytes:
         """A self-contained snapshot of ``doc`` (default: the current state), as JSON bytes."""
-        snapshot = self._snapshot(doc or self.current(), None)
+        snapshot = self._snapshot(doc or self.current(), None).model_copy(
+            update={"scope_id": self.layout.scope_id, "session_id": self.layout.session_id}
+        )
         return dumps(snapshot.model_dump(mode="python")).encode()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from orchestra.errors import SessionError
 from orchestra.hooks import HookRegistry
 from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
+from orchestra.multiagent.results import Status
 from orchestra.session._journal import Document, Journal
+from orchestra.session._uuid7 import uuid7
 
 if TYPE_CHECKING:
     from orchestra.multiagent.base import MultiAgentBase
@@ -43,6 +46,15 @@ class OrchestratorPersistence:
             orchestrator.load_document(doc.fields, doc.logs)
         self._journals[orchestrator] = journal
 
+    def journal_of(self, orchestrator: MultiAgentBase) -> Journal:
+        journal = self._journals.get(orchestrator)
+        if journal is None:
+            raise SessionError(
+                f"{orchestrator.kind} {orchestrator.id!r} has not run in session "
+                f"{self.manager.session_id!r} yet: invoke it once (that loads its saved run) first"
+            )
+        return journal
+
     async def save(self, orchestrator: MultiAgentBase) -> None:
         journal = self._journals[orchestrator]
         fields, logs, unset = orchestrator.take_changes()
@@ -52,8 +64,34 @@ class OrchestratorPersistence:
             await journal.save(fields, logs, unset)
 
     async def _after_node(self, event: AfterNodeCall) -> None:
-        if self.manager.multi_agent_save_latest_on == "node":
+        if self.manager.multi_agent_save_latest_on == "node" or self.manager.multi_agent_snapshots == "node":
             await self.save(event.orchestrator)
+        if self.manager.multi_agent_snapshots == "node":
+            await self.snapshot(event.orchestrator, {"after_node": event.node_id})
 
     async def _after_invocation(self, event: AfterMultiAgentInvocation) -> None:
-        await self.save(event.orchestrator)
+        orchestrator = event.orchestrator
+        await self.save(orchestrator)
+        result = event.result
+        if self.manager.multi_agent_snapshots != "none" and result and result.status == Status.INTERRUPTED:
+            interrupts = [i.id for i in result.interrupts]
+            await self.snapshot(orchestrator, {"interrupted": interrupts})
+
+    async def snapshot(self, orchestrator: MultiAgentBase, app_data: dict[str, Any] | None = None) -> str:
+        """Save, then take an immutable snapshot of the run and of its nested runs, under one new id."""
+        snapshot_id = str(uuid7())
+        for scope in _with_nested(orchestrator):
+            journal = self._journals.get(scope)
+            if journal is None or journal.seq == -1:
+                continue
+            await self.save(scope)
+            await journal.checkpoint(snapshot_id, app_data)
+        return snapshot_id
+
+
+def _with_nested(orchestrator: MultiAgentBase) -> list[MultiAgentBase]:
+    found = [orchestrator]
+    for node in orchestrator.nodes.values():
+        if node.kind == "orchestrator":
+            found.extend(_with_nested(node.executor))
+    return found

@@ -9,9 +9,10 @@ A ``Snapshot`` is what ``snapshot_latest.json``, an immutable snapshot and an ex
      "journal": {"seq": 41, "logs": ["messages"]}}
 
 ``journal`` says which journal record the snapshot reflects and which ``data`` keys are append-mostly
-logs. An export has ``journal: null`` and is self-contained. An immutable snapshot written by a running
-session has ``data: {}`` and ``journal.ref: true``: it is "the state after record ``seq``", rebuilt from
-the journal, so it shares the data instead of copying it.
+logs. An export has ``journal: null``, names its ``scope_id`` and ``session_id``, and is
+self-contained. An immutable snapshot written by a running session has ``data: {}`` and
+``journal.ref: true``: it is "the state after record ``seq``", rebuilt from the journal, so it shares
+the data instead of copying it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Snapshot(_Model):
 
     scope: Literal["agent", "multiAgent"]
     schema_version: int = SCHEMA_VERSION
+    scope_id: str | None = None  # set in exports, so that an import knows where the scope belongs
+    session_id: str | None = None
     created_at: str = Field(default_factory=now_iso)
     data: dict[str, Any] = Field(default_factory=dict)
     app_data: dict[str, Any] = Field(default_factory=dict)

@@ -16,12 +16,20 @@ from orchestra.session._uuid7 import uuid7
 
 if TYPE_CHECKING:
     from orchestra.session._multiagent import OrchestratorPersistence
+from orchestra.multiagent.base import MultiAgentBase
 from orchestra.storage import LocalFileStorage, Storage
 
-__all__ = ["MultiAgentSaveLatestOn", "SaveLatestOn", "SnapshotSessionManager", "export_scope"]
+__all__ = [
+    "MultiAgentSaveLatestOn",
+    "MultiAgentSnapshots",
+    "SaveLatestOn",
+    "SnapshotSessionManager",
+    "export_scope",
+]
 
 SaveLatestOn = Literal["message", "invocation", "trigger"]
 MultiAgentSaveLatestOn = Literal["node", "invocation"]
+MultiAgentSnapshots = Literal["interrupt", "node", "none"]
 SnapshotTrigger = Callable[..., bool]
 
 
@@ -70,6 +78,9 @@ class SnapshotSessionManager:
         multi_agent_save_latest_on: for a Graph or Swarm: ``"node"`` (after every node and at the end of
             the invocation) or ``"invocation"`` (only at the end).
         compaction: when the journal is folded into ``snapshot_latest.json``.
+        multi_agent_snapshots: when a Graph or Swarm run gets an immutable snapshot on its own:
+            ``"interrupt"`` (every time it stops for a human; the default), ``"node"`` (after every node
+            too) or ``"none"``. ``save_run_snapshot`` takes one on request.
 
     Every save is conditional: a second live writer of the same session and agent (another process, or a
     second agent object with the same ids) gets ``SessionConflictError`` instead of overwriting turns.
@@ -83,6 +94,7 @@ class SnapshotSessionManager:
         snapshot_trigger: SnapshotTrigger | None = None,
         multi_agent_save_latest_on: MultiAgentSaveLatestOn = "node",
         compaction: Compaction | None = None,
+        multi_agent_snapshots: MultiAgentSnapshots = "interrupt",
     ) -> None:
         self._session_id = validate_id(session_id, "session_id")
         if save_latest_on not in ("message", "invocation", "trigger"):
@@ -98,6 +110,11 @@ class SnapshotSessionManager:
         self.snapshot_trigger = snapshot_trigger
         self.multi_agent_save_latest_on = multi_agent_save_latest_on
         self.compaction = compaction or Compaction()
+        if multi_agent_snapshots not in ("interrupt", "node", "none"):
+            raise ValueError(
+                f"multi_agent_snapshots must be 'interrupt', 'node' or 'none', not {multi_agent_snapshots!r}"
+            )
+        self.multi_agent_snapshots = multi_agent_snapshots
         self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
         self._orchestrators: OrchestratorPersistence | None = None
 
@@ -141,6 +158,11 @@ class SnapshotSessionManager:
         self._agents[agent] = binding
 
     def _binding(self, agent: Agent) -> _AgentBinding:
+        if not isinstance(agent, Agent):
+            raise SessionError(
+                f"{type(agent).__name__} is not an Agent: for a Graph or Swarm use save_run_snapshot, "
+                "list_run_snapshots and restore_run_snapshot"
+            )
         binding = self._agents.get(agent)
         if binding is None:
             raise SessionError(
@@ -184,6 +206,8 @@ class SnapshotSessionManager:
     ) -> str:
         """Save the agent now; with ``is_latest=False`` also take an immutable snapshot and return its id.
 
+        For a Graph or Swarm use ``save_run_snapshot``.
+
         Returns:
             the immutable snapshot's UUIDv7, or ``"latest"``.
         """
@@ -215,6 +239,55 @@ class SnapshotSessionManager:
             validate_id(snapshot_id, "snapshot_id")
             doc, _ = await journal.read_checkpoint(snapshot_id)
         agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
+
+    # -- orchestrator time travel ---------------------------------------------------------------------
+
+    def _persistence(self, orchestrator: MultiAgentBase) -> OrchestratorPersistence:
+        if self._orchestrators is None or not isinstance(orchestrator, MultiAgentBase):
+            raise SessionError(
+                f"{orchestrator!r} is not a Graph or Swarm of session {self._session_id!r}; for an agent use "
+                "save_snapshot / list_snapshot_ids / restore_snapshot"
+            )
+        return self._orchestrators
+
+    async def save_run_snapshot(
+        self, orchestrator: MultiAgentBase, app_data: dict[str, Any] | None = None
+    ) -> str:
+        """Take an immutable snapshot of a Graph or Swarm run (and its nested runs); returns its id."""
+        persistence = self._persistence(orchestrator)
+        persistence.journal_of(orchestrator)
+        return await persistence.snapshot(orchestrator, app_data)
+
+    async def list_run_snapshots(self, orchestrator: MultiAgentBase) -> list[str]:
+        """The run's immutable snapshot ids, oldest first."""
+        journal = self._persistence(orchestrator).journal_of(orchestrator)
+        keys = await self.storage.list(journal.layout.immutable)
+        return [
+            k[len(journal.layout.immutable) :].removeprefix("snapshot_").removesuffix(".json") for k in keys
+        ]
+
+    async def restore_run_snapshot(self, orchestrator: MultiAgentBase, snapshot_id: str) -> None:
+        """Put the run back to a snapshot: it becomes the latest state, and the next invocation resumes
+        from there (the journal keeps what came between)."""
+        journal = self._persistence(orchestrator).journal_of(orchestrator)
+        validate_id(snapshot_id, "snapshot_id")
+        doc, _ = await journal.read_checkpoint(snapshot_id)
+        current = journal.current()
+        removed = [name for name in current.fields if name not in doc.fields]
+        logs = {name: doc.logs.get(name, []) for name in {*current.logs, *doc.logs}}
+        await journal.save(doc.fields, logs, removed)
+        orchestrator.load_document(doc.fields, doc.logs)
+
+    async def fork(
+        self, orchestrator: MultiAgentBase, new_session_id: str, snapshot_id: str | None = None
+    ) -> list[str]:
+        """Copy the run (at a snapshot, or as it is now) into a new session; see ``fork_scope``."""
+        from orchestra.session.transfer import fork_scope
+
+        self._persistence(orchestrator).journal_of(orchestrator)
+        return await fork_scope(
+            self.storage, self._session_id, "multiAgent", orchestrator.scope_id, new_session_id, snapshot_id
+        )
 
     async def delete_session(self) -> int:
         """Remove every key of this session (all agents and orchestrators in it); returns how many."""
