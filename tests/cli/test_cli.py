@@ -321,3 +321,14 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(workdir, 
         [*command, "--debug"], capture_output=True, text=True, env=env, cwd=workdir, timeout=120
     )
     assert "Traceback" in debug.stderr
+
+
+def test_the_resume_table_shows_what_the_saved_run_completed(workdir, monkeypatch):
+    path = spec(workdir, "failing.yaml", FAILING)
+    assert invoke("run", path, "--session-id", "t1").exit_code == 1
+    monkeypatch.setenv("ORCHESTRA_TEST_ALLOW", "1")
+    result = invoke("resume", path, "--session-id", "t1")
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.stderr.splitlines() if line.count("│") > 3}
+    assert "completed" in rows["first"]
+    assert "pending" not in result.stderr

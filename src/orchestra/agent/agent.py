@@ -21,7 +21,14 @@ from orchestra.agent.state import JSONState
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
 from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError
 from orchestra.history import repair_history
-from orchestra.hooks import AgentInitialized, HookProvider, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.hooks import (
+    AgentInitialized,
+    HookProvider,
+    HookRegistry,
+    MessageAdded,
+    MessageRedacted,
+    SessionManager,
+)
 from orchestra.messages import MessageDict, validate_message, validate_messages
 from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import MODEL_ENV_VAR
@@ -83,7 +90,7 @@ class Agent:
         tools: Iterable[Any] | None = None,
         system_prompt: str | None = None,
         conversation_manager: ConversationManager | None = None,
-        session_manager: Any = None,
+        session_manager: SessionManager | None = None,
         name: str | None = None,
         agent_id: str | None = None,
         description: str | None = None,
@@ -121,7 +128,7 @@ class Agent:
         self.log = get_logger("orchestra.agent", agent=self.name)
         self.session_manager = session_manager
         if session_manager is not None:
-            if not isinstance(session_manager, HookProvider) or not hasattr(session_manager, "session_id"):
+            if not isinstance(session_manager, SessionManager):
                 raise ConfigurationError(
                     f"agent {self.name!r}: session_manager must be a session manager (a HookProvider with a "
                     f"session_id), got {type(session_manager).__name__}"

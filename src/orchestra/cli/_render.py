@@ -32,15 +32,32 @@ class NodeTable:
             for node_id in orchestrator.nodes
         }
         self.handoffs = 0
+        self._orchestrator = orchestrator
+        self._synced = False
+
+    def _sync_with_saved_run(self) -> None:
+        """On a resume, show what the saved run already did (loaded once the run started)."""
+        self._synced = False
+        for node_id, row in self.rows.items():
+            record = self._orchestrator._fields.get(f"node/{node_id}")
+            if not record or record.get("result") is None:
+                continue
+            result = record["result"]
+            row["status"] = record["status"] if record["status"] != "executing" else "interrupted"
+            row["runs"] = record.get("executions", 0)
+            row["seconds"] = (result.get("execution_time_ms") or 0.0) / 1000
+            row["output"] = output_text(result.get("output")).replace("\n", " ")[:60]
 
     def update(self, event: Any) -> None:
+        if not self._synced:
+            self._sync_with_saved_run()
         if isinstance(event, NodeStartEvent):
             row = self.rows[event.node_id]
             row.update(status="running", started=time.perf_counter())
         elif isinstance(event, NodeStopEvent):
             row = self.rows[event.node_id]
             row["status"] = event.result.status.value
-            row["runs"] += 1
+            row["runs"] = max(row["runs"] + 1, event.result.execution_count)
             row["seconds"] += event.result.execution_time_ms / 1000
             row["output"] = output_text(event.result.output).replace("\n", " ")[:60]
         elif isinstance(event, HandoffEvent):

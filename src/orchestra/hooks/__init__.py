@@ -1,6 +1,13 @@
 """Hooks: typed events, a registry, and the ``HookProvider`` protocol plugins implement."""
 
-from orchestra.hooks._registry import HookCallback, HookEvent, HookProvider, HookRegistry
+from orchestra.hooks._registry import (
+    HookCallback,
+    HookEvent,
+    HookProvider,
+    HookRegistry,
+    OrchestratorSessionManager,
+    SessionManager,
+)
 from orchestra.hooks.events import (
     AfterInvocation,
     AfterModelCall,
@@ -27,4 +34,6 @@ __all__ = [
     "HookRegistry",
     "MessageAdded",
     "MessageRedacted",
+    "OrchestratorSessionManager",
+    "SessionManager",
 ]

@@ -7,7 +7,14 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["HookCallback", "HookEvent", "HookProvider", "HookRegistry"]
+__all__ = [
+    "HookCallback",
+    "HookEvent",
+    "HookProvider",
+    "HookRegistry",
+    "OrchestratorSessionManager",
+    "SessionManager",
+]
 
 
 class HookEvent:
@@ -30,6 +37,28 @@ class HookProvider(Protocol):
 
     def register_hooks(self, registry: HookRegistry) -> None:
         """Add this provider's callbacks to ``registry``."""
+        ...
+
+
+@runtime_checkable
+class SessionManager(Protocol):
+    """What an agent's ``session_manager`` is: a hook provider with a session id.
+
+    ``SnapshotSessionManager`` and the repository managers implement it (and ``OrchestratorSessionManager``).
+    """
+
+    @property
+    def session_id(self) -> str: ...
+
+    def register_hooks(self, registry: HookRegistry) -> None: ...
+
+
+@runtime_checkable
+class OrchestratorSessionManager(SessionManager, Protocol):
+    """A session manager that can also persist a Graph or Swarm (its ``session_manager``)."""
+
+    def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
+        """Add the callbacks that save and restore an orchestrator's run."""
         ...
 
 

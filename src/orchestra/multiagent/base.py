@@ -35,7 +35,7 @@ from orchestra._sync import run_sync
 from orchestra.agent import AgentData
 from orchestra.agent.state import JSONState
 from orchestra.errors import ConcurrencyError, ConfigurationError, RunError
-from orchestra.hooks import HookProvider, HookRegistry
+from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
 from orchestra.messages import Usage, messages_from_json, messages_to_json
 from orchestra.multiagent.events import (
@@ -66,7 +66,7 @@ class MultiAgentBase:
         nodes: Mapping[str, Node],
         *,
         id: str,
-        session_manager: Any = None,
+        session_manager: OrchestratorSessionManager | None = None,
         hooks: Iterable[HookProvider] | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> None:
@@ -97,14 +97,13 @@ class MultiAgentBase:
         if self.hooks.has_callbacks(MultiAgentInitialized):
             run_sync(self.hooks.invoke, MultiAgentInitialized(self))
 
-    def _attach_session_manager(self, session_manager: Any) -> None:
-        register = getattr(session_manager, "register_multi_agent_hooks", None)
-        if register is None:
+    def _attach_session_manager(self, session_manager: OrchestratorSessionManager) -> None:
+        if not isinstance(session_manager, OrchestratorSessionManager):
             raise ConfigurationError(
                 f"{self.kind} {self.id!r}: {type(session_manager).__name__} cannot persist a Graph or Swarm; "
                 "use SnapshotSessionManager or a repository-based session manager"
             )
-        register(self.hooks)
+        session_manager.register_multi_agent_hooks(self.hooks)
         # Nested orchestrators are persisted by the same session manager, each in a scope of its own,
         # so a resumed run also resumes inside them.
         for node_id, node in self.nodes.items():
@@ -114,7 +113,7 @@ class MultiAgentBase:
                 nested.session_manager = session_manager
                 nested._attach_session_manager(session_manager)
 
-    def set_session_manager(self, session_manager: Any) -> None:
+    def set_session_manager(self, session_manager: OrchestratorSessionManager) -> None:
         """Give this orchestrator a session manager (before its first invocation)."""
         if self.session_manager is not None:
             raise ConfigurationError(f"{self.kind} {self.id!r} already has a session manager")

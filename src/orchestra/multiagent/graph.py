@@ -32,7 +32,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from orchestra.agent import Agent
 from orchestra.agent.state import JSONState
 from orchestra.errors import GraphError
-from orchestra.hooks import HookProvider
+from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent._validation import back_edges, validate_graph
 from orchestra.multiagent.base import MultiAgentBase
@@ -156,7 +156,7 @@ class Graph(MultiAgentBase):
         max_concurrency: int | None = None,
         joins: Mapping[str, Join] | None = None,
         id: str = "graph",
-        session_manager: Any = None,
+        session_manager: OrchestratorSessionManager | None = None,
         hooks: Iterable[HookProvider] | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> None:
@@ -792,7 +792,7 @@ class GraphBuilder:
         self._options["id"] = graph_id
         return self
 
-    def set_session_manager(self, session_manager: Any) -> GraphBuilder:
+    def set_session_manager(self, session_manager: OrchestratorSessionManager) -> GraphBuilder:
         self._options["session_manager"] = session_manager
         return self
 

@@ -22,7 +22,7 @@ import anyio
 
 from orchestra.agent import Agent
 from orchestra.errors import GraphError
-from orchestra.hooks import HookProvider
+from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.events import (
@@ -71,7 +71,7 @@ class Swarm(MultiAgentBase):
         node_timeout: float | None = 300.0,
         repetitive_handoff_detection_window: int = 0,
         repetitive_handoff_min_unique_agents: int = 0,
-        session_manager: Any = None,
+        session_manager: OrchestratorSessionManager | None = None,
         id: str = "swarm",
         hooks: Iterable[HookProvider] | None = None,
         state: Mapping[str, Any] | None = None,
@@ -235,6 +235,10 @@ class Swarm(MultiAgentBase):
             failure = (f"execution_timeout ({self.execution_timeout:g}s) exceeded", None)
         self._conclude(failure, interrupts)
         if self.status == Status.COMPLETED:
+            if output is None and self._logs.get("execution_order"):
+                # Resumed after the last turn was saved but not the run's end: that turn's output.
+                last = self.node_result(self._logs["execution_order"][-1])
+                output = last.output if last is not None else None
             self._update_run(output=output)
         return self._build_result()
 
