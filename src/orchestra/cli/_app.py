@@ -64,6 +64,7 @@ StorageOption = Annotated[
     str | None,
     typer.Option(
         "--storage",
+        metavar="URI",
         help="Storage URI: file:./dir, s3://bucket/prefix or memory (default: the spec's, or file:./.orchestra).",
     ),
 ]
@@ -71,16 +72,19 @@ ModelOption = Annotated[
     str | None,
     typer.Option(
         "--model",
+        metavar="SPEC",
         help="A model for every agent, overriding the file: openai:<m>, bedrock:<id>, ollama:<m>, scripted.",
     ),
 ]
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print the result as JSON instead of a table and text.")
+    bool, typer.Option("--json", metavar="", help="Print the result as JSON instead of a table and text.")
 ]
 OnOption = Annotated[
     str | None,
     typer.Option(
-        "--on", help="Run on Temporal instead of here: temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE."
+        "--on",
+        metavar="URI",
+        help="Run on Temporal instead of here: temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE.",
     ),
 ]
 
@@ -280,10 +284,15 @@ def run(
     file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
     input: Annotated[
         str | None,
-        typer.Option("--input", "-i", help="The task; '-' reads it from stdin (default: the spec's input)."),
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="TEXT",
+            help="The task; '-' reads it from stdin (default: the spec's input).",
+        ),
     ] = None,
     session_id: Annotated[
-        str | None, typer.Option("--session-id", help="Session to run in (default: a new one).")
+        str | None, typer.Option("--session-id", metavar="ID", help="Session to run in (default: a new one).")
     ] = None,
     storage: StorageOption = None,
     model: ModelOption = None,
@@ -330,14 +339,20 @@ def _parse_responses(responses: list[str]) -> list[dict[str, Any]]:
 @app.command()
 def resume(
     file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
-    session_id: Annotated[str, typer.Option("--session-id", help="The session of the run to continue.")],
+    session_id: Annotated[
+        str, typer.Option("--session-id", metavar="ID", help="The session of the run to continue.")
+    ],
     storage: StorageOption = None,
     model: ModelOption = None,
     respond: Annotated[
-        list[str], typer.Option("--respond", help="Answer an interrupt: ID=VALUE (VALUE is JSON or text).")
+        list[str],
+        typer.Option(
+            "--respond", metavar="ID=VALUE", help="Answer an interrupt: ID=VALUE (VALUE is JSON or text)."
+        ),
     ] = [],  # noqa: B006
     force: Annotated[
-        bool, typer.Option("--force", help="Resume even if the graph changed since the run was saved.")
+        bool,
+        typer.Option("--force", metavar="", help="Resume even if the graph changed since the run was saved."),
     ] = False,
     on: OnOption = None,
     as_json: JsonOption = False,
