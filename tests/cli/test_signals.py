@@ -84,3 +84,54 @@ def test_a_signal_saves_the_run_and_resume_finishes_it(tmp_path, signum, code):
     for node in done_before:
         assert runs[node] == 1, f"{node} completed before the signal but ran {runs[node]} times"
     assert all(count <= 2 for count in runs.values())
+
+
+def test_a_second_run_of_a_live_session_is_refused_before_any_work_and_a_killed_one_shows(tmp_path):
+    calls = tmp_path / "calls"
+    spec = tmp_path / "chain.yaml"
+    spec.write_text(CHAIN)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        "ORCHESTRA_TEST_CALLS": str(calls),
+        "ORCHESTRA_TEST_STEP_SECONDS": "1.5",
+        "WORKDIR": str(tmp_path),
+    }
+    first = orchestra("run", spec, "--session-id", "live", env=env)
+    deadline = time.monotonic() + 30
+    while not (calls.exists() and len(calls.read_text().split()) >= 2) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first node is saved, the second is running
+    second = orchestra("resume", spec, "--session-id", "live", env=env)
+    _, second_err = second.communicate(timeout=60)
+    assert second.returncode == 1, second_err.decode()
+    assert b"is being run by process" in second_err
+    assert b"Traceback" not in second_err
+    live = subprocess.run(
+        [sys.executable, "-c", "from orchestra.cli import main; main()", "sessions", "show", "live"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert "executing (process" in live.stdout, live.stdout
+
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=30)
+    shown = subprocess.run(
+        [sys.executable, "-c", "from orchestra.cli import main; main()", "sessions", "show", "live"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert "interrupted? (no live writer since" in shown.stdout, shown.stdout
+    assert "executing" not in shown.stdout
+    env["ORCHESTRA_TEST_STEP_SECONDS"] = "0"
+    resumed = orchestra("resume", spec, "--session-id", "live", env=env)
+    resumed.communicate(timeout=60)
+    assert resumed.returncode == 0
+    runs = Counter(calls.read_text().split())
+    assert set(runs) == {"s1", "s2", "s3", "s4", "s5", "s6"}
+    assert max(runs.values()) <= 2  # only the node running at the kill ran again

@@ -39,11 +39,12 @@ from orchestra.cli._output import (
     resume_command,
 )
 from orchestra.cli._render import NodeTable, diagram
-from orchestra.errors import OrchestraError, OrchestraSpecError
+from orchestra.errors import OrchestraError, OrchestraSpecError, SessionConflictError
 from orchestra.multiagent import MultiAgentBase, Status
 from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin, export_scope
+from orchestra.session.writer_lock import WriterLock
 from orchestra.spec import build, json_schema, parse_file
 from orchestra.storage import DEFAULT_STORAGE_URI, storage_from_uri
 
@@ -235,7 +236,12 @@ def _execute(
             group.cancel_scope.cancel()
             return outcome
 
-    result = anyio.run(main)
+    session_manager = getattr(target, "session_manager", None)
+    try:
+        with WriterLock(getattr(session_manager, "storage", None), session_id):
+            result = anyio.run(main)
+    except SessionConflictError as exc:  # another live run of this session: refused before any work
+        raise fail(str(exc)) from None
     if isinstance(result, OrchestraError):
         raise fail(str(result))
     if received:
@@ -574,7 +580,9 @@ def sessions_show(
 
     Example: [bold]orchestra sessions show run-20261130-101500-ab12[/]
     """
-    info = _session_call(admin.describe_session, _storage(storage), session_id)
+    store = _storage(storage)
+    info = _session_call(admin.describe_session, store, session_id)
+    _mark_dead_runs(info, WriterLock.inspect(store, session_id))
     if as_json:
         out.print_json(
             json.dumps(
@@ -594,6 +602,23 @@ def sessions_show(
             for node_id, status in nodes.items():
                 table.add_row(node_id, str(status))
             out.print(table)
+
+
+def _mark_dead_runs(info: admin.SessionInfo, writer: Any) -> None:
+    """A run saved as executing whose writer died (the local-file lock can tell) is shown as such."""
+    if writer is None:
+        return
+    for scope in info.scopes:
+        if scope.summary.get("status") != Status.EXECUTING.value:
+            continue
+        if writer.alive:
+            scope.summary["status"] = f"executing (process {writer.pid} on {writer.host})"
+            continue
+        scope.summary["status"] = f"interrupted? (no live writer since {writer.started_at})"
+        nodes = scope.summary.get("nodes") or {}
+        for node_id, status in nodes.items():
+            if status == Status.EXECUTING.value:
+                nodes[node_id] = "interrupted"
 
 
 @sessions_app.command("history")
