@@ -16,7 +16,8 @@ __all__ = ["get_logger"]
 logging.getLogger("orchestra").addHandler(logging.NullHandler())
 
 _PROCESSORS: list[Any] = [
-    structlog.stdlib.filter_by_level,
+    structlog.stdlib.filter_by_level,  # first: a line whose level is off costs one check
+    structlog.contextvars.merge_contextvars,  # the run, session and node ids bound by orchestrators
     structlog.stdlib.render_to_log_kwargs,
 ]
 

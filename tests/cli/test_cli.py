@@ -332,3 +332,16 @@ def test_the_resume_table_shows_what_the_saved_run_completed(workdir, monkeypatc
     rows = {line.split("│")[1].strip(): line for line in result.stderr.splitlines() if line.count("│") > 3}
     assert "completed" in rows["first"]
     assert "pending" not in result.stderr
+
+
+def test_verbose_logs_carry_the_run_session_and_node_ids(workdir):
+    path = spec(workdir, "chain.yaml", CHAIN)
+    result = invoke("--log-format", "json", "-v", "run", path, "--session-id", "logged")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    starts = [line for line in lines if line["event"] == "node.start"]
+    assert [line["node_id"] for line in starts] == ["s1", "s2", "s3", "s4", "s5", "s6"]
+    assert {line["session_id"] for line in starts} == {"logged"}
+    assert {line["orchestrator"] for line in starts} == {"chain"}
+    assert len({line["run_id"] for line in starts}) == 1
+    assert any(line["event"] == "run.end" and line["status"] == "completed" for line in lines)

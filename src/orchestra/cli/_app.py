@@ -114,7 +114,11 @@ def _configure_logging(ctx: typer.Context, log_format: str, verbosity: int) -> N
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=renderer,
-            foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.processors.TimeStamper(fmt="iso")],
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.ExtraAdder(),  # the key-values orchestra's loggers pass as extras
+                structlog.processors.TimeStamper(fmt="iso"),
+            ],
         )
     )
     logger = logging.getLogger("orchestra")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import structlog
 
 from orchestra._concurrency import unwrap_group
 from orchestra._ids import validate_id
@@ -496,7 +497,17 @@ class MultiAgentBase:
             if task is None:
                 raise RunError(f"{self.kind} {self.id!r} has no run to resume: give it a task")
             self._start_fresh_document(task)
-        self.log.debug("run.start", resumed=resumed)
+        context = {"orchestrator": self.id, "run_id": self.run.get("run_id")}
+        if self.session_manager is not None:
+            context["session_id"] = self.session_manager.session_id
+        # Every log line of the run (its nodes and agents included) carries these ids.
+        with structlog.contextvars.bound_contextvars(**context):
+            return await self._run_logged(invocation_state, emit, responses, resumed)
+
+    async def _run_logged(
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any], resumed: bool
+    ) -> MultiAgentResult:
+        self.log.info("run.start", kind=self.kind, resumed=resumed)
         started = time.perf_counter()
         try:
             try:
@@ -509,6 +520,7 @@ class MultiAgentBase:
             # can be resumed; the nodes that were running run again from their state before they started.
             with anyio.CancelScope(shield=True):
                 await self._stop_interrupted(invocation_state, started)
+            self.log.info("run.end", status=Status.INTERRUPTED.value, reason="cancelled")
             raise
         elapsed = (time.perf_counter() - started) * 1000
         self._update_run(execution_time_ms=self.run["execution_time_ms"] + elapsed)
@@ -516,7 +528,7 @@ class MultiAgentBase:
         result.resumed = resumed
         result.invocation_state = invocation_state
         await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
-        self.log.debug("run.end", status=result.status.value)
+        self.log.info("run.end", status=result.status.value, reason=result.reason)
         return result
 
     async def _stop_interrupted(self, invocation_state: dict[str, Any], started: float) -> None:

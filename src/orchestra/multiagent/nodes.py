@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
+import structlog
 
 from orchestra._context import current_orchestrator
+from orchestra._logging import get_logger
 from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.errors import GraphError
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from orchestra.multiagent.base import MultiAgentBase, _Options
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
+
+_log = get_logger("orchestra.multiagent")
 
 NodeKind = Literal["agent", "function", "orchestrator"]
 Join = Literal["all", "any"]
@@ -166,6 +170,19 @@ class Node:
         responses: dict[str, Any],
     ) -> NodeResult:
         """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
+        with structlog.contextvars.bound_contextvars(node_id=self.node_id):
+            _log.info("node.start", execution=node_input.execution_count)
+            result = await self._execute(node_input, orchestrator, emit, responses)
+            _log.info("node.end", status=result.status.value, error=result.error)
+        return result
+
+    async def _execute(
+        self,
+        node_input: NodeInput,
+        orchestrator: MultiAgentBase,
+        emit: Emit | None,
+        responses: dict[str, Any],
+    ) -> NodeResult:
         started = time.perf_counter()
         token = current_orchestrator.set(orchestrator)
         # A node that fails or is cancelled re-runs from the state it had before it started.
