@@ -6,7 +6,7 @@ import re
 
 __all__ = ["validate_id"]
 
-_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # matched in full: "$" would let a trailing newline through
 
 
 def validate_id(value: str, what: str) -> str:
@@ -15,7 +15,7 @@ def validate_id(value: str, what: str) -> str:
     Raises:
         ValueError: the id is not acceptable; the message names it.
     """
-    if not isinstance(value, str) or not _ID.match(value) or value.startswith("."):
+    if not isinstance(value, str) or not _ID.fullmatch(value) or value.startswith("."):
         raise ValueError(
             f"invalid {what} {value!r}: use 1-128 letters, digits, '.', '_' or '-', not starting with '.'"
         )

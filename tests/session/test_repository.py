@@ -167,3 +167,15 @@ async def test_messages_are_read_concurrently():
     messages = await repo.list_messages("s", "a")
     assert [m.message_id for m in messages] == list(range(40))
     assert storage.peak > 1
+
+
+def test_agent_json_keeps_its_created_at(tmp_path):
+    manager = FileSessionManager("s1", storage_dir=str(tmp_path))
+    agent = Agent(model=ScriptedModel(["a", "b"]), session_manager=manager)
+    path = tmp_path / "session_s1/agents/agent_default/agent.json"
+    agent("one")
+    created = json.loads(path.read_text())["created_at"]
+    agent("two")
+    stored = json.loads(path.read_text())
+    assert stored["created_at"] == created
+    assert stored["updated_at"] >= created

@@ -254,7 +254,7 @@ class Agent:
         )
         index = len(self.messages) - 1
         self.messages[index] = message
-        await self.hooks.invoke(MessageRedacted(self, index, message))
+        await self.hooks.invoke(MessageRedacted(self, index, message, previous=old))
 
     # -- what sessions and orchestrators persist -------------------------------------------------------
 

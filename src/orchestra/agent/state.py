@@ -64,10 +64,14 @@ class JSONState:
             self.version += 1
 
     def replace(self, data: Mapping[str, Any]) -> None:
-        """Replace the whole state (used when restoring from a session)."""
+        """Replace the whole state (used when restoring from a session).
+
+        Always counts as a change, even to ``{}``, so the next save writes the replaced state.
+        """
         self._data = {}
         for key, value in data.items():
             self.set(key, value)
+        self.version += 1
 
     def to_dict(self) -> dict[str, Any]:
         """A copy of the whole state."""

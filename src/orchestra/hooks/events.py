@@ -72,6 +72,8 @@ class MessageRedacted(HookEvent):
     agent: Agent
     index: int
     message: MessageDict
+    previous: MessageDict | None = None
+    """The message before redaction: session managers erase every stored copy of it."""
 
 
 @dataclass

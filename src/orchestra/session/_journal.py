@@ -366,6 +366,49 @@ class Journal:
         self._since_records = 0
         await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
 
+    async def redact(self, original: Any, redacted: Any) -> int:
+        """Replace every stored copy of a log item (journal records, ``snapshot_latest.json``) by
+        ``redacted``, so that a redacted message stays nowhere in storage. Returns the files rewritten.
+
+        Records are rewritten in place (compare-and-swap on their version); a snapshot rewritten by a
+        concurrent compaction is read again and redacted again.
+        """
+        before = json.loads(dumps(original))
+        after = json.loads(dumps(redacted))
+
+        def scrub(items: list[Any]) -> bool:
+            found = False
+            for index, item in enumerate(items):
+                if item == before:
+                    items[index] = after
+                    found = True
+            return found
+
+        rewritten = 0
+        for key in [*await self.storage.list(self.layout.journal), self.layout.latest]:
+            for _ in range(3):
+                found = await self.storage.read(key)
+                if found is None:
+                    break
+                data, version = found
+                document = json.loads(data)
+                if key == self.layout.latest:
+                    logs = [v for v in (document.get("data") or {}).values() if isinstance(v, list)]
+                else:
+                    logs = [op.get("add", []) for op in (document.get("logs") or {}).values()]
+                hits = [scrub(items) for items in logs]  # every log, no short-circuit
+                if not any(hits):
+                    break
+                try:
+                    version = await self._write(key, dumps(document).encode(), version)
+                except StorageConflictError:
+                    continue  # compacted meanwhile: read the new snapshot and scrub it too
+                if key == self.layout.latest:
+                    self._latest_version = version
+                rewritten += 1
+                break
+        return rewritten
+
     async def checkpoint(self, snapshot_id: str, app_data: dict[str, Any] | None = None) -> None:
         """Write an immutable snapshot: a reference to "the state after the current record"."""
         info = JournalInfo(seq=self.seq, logs=sorted(self._log_refs), ref=True)

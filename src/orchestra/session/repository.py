@@ -159,6 +159,9 @@ class StorageSessionRepository:
         return await self._read(f"{self._agent(session_id, agent_id)}agent.json", SessionAgent)
 
     async def update_agent(self, session_id: str, session_agent: SessionAgent) -> None:
+        existing = await self.read_agent(session_id, session_agent.agent_id)
+        if existing is not None:
+            session_agent.created_at = existing.created_at  # an update never changes when it was created
         session_agent.updated_at = now_iso()
         key = f"{self._agent(session_id, session_agent.agent_id)}agent.json"
         await self.storage.write(key, session_agent.model_dump_json().encode())

@@ -191,6 +191,9 @@ class SnapshotSessionManager:
 
     async def _on_message_redacted(self, event: MessageRedacted) -> None:
         await self._save(event.agent)
+        if event.previous is not None:
+            # The save wrote the redacted version; earlier records and snapshots still hold the original.
+            await self._binding(event.agent).journal.redact(event.previous, event.message)
 
     async def _on_after_invocation(self, event: AfterInvocation) -> None:
         agent = event.agent
