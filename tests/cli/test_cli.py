@@ -345,3 +345,18 @@ def test_verbose_logs_carry_the_run_session_and_node_ids(workdir):
     assert {line["orchestrator"] for line in starts} == {"chain"}
     assert len({line["run_id"] for line in starts}) == 1
     assert any(line["event"] == "run.end" and line["status"] == "completed" for line in lines)
+
+
+def test_a_session_with_a_live_run_is_neither_deleted_nor_pruned(workdir):
+    from orchestra.session.writer_lock import WriterLock
+    from orchestra.storage import LocalFileStorage
+
+    assert invoke("run", spec(workdir, "chain.yaml", CHAIN), "--session-id", "busy").exit_code == 0
+    time.sleep(1.1)
+    with WriterLock(LocalFileStorage(workdir / ".orchestra"), "busy"):  # as a live run holds it
+        refused = invoke("sessions", "delete", "busy", "--yes")
+        assert refused.exit_code == 1
+        assert "is being run by process" in refused.stderr
+        pruned = invoke("sessions", "prune", "--older-than", "1s")
+        assert pruned.stdout.strip() == "deleted 0 session(s)"
+    assert invoke("sessions", "delete", "busy", "--yes").exit_code == 0

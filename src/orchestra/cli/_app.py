@@ -764,11 +764,18 @@ def sessions_delete(
 
     Example: [bold]orchestra sessions delete user-123 --yes[/]
     """
+    store = _storage(storage)
+    writer = WriterLock.inspect(store, session_id)
+    if writer is not None and writer.alive:
+        raise fail(
+            f"session {session_id} is being run by process {writer.pid} on {writer.host}: deleting it now "
+            "would leave a session its run cannot save to. Stop the run first"
+        )
     if not yes and not typer.confirm(f"Delete session {session_id}?"):
         raise typer.Exit(EXIT_FAILED)
     from orchestra.session._layout import session_prefix
 
-    count = _session_call(_storage(storage).delete_prefix, session_prefix(session_id))
+    count = _session_call(store.delete_prefix, session_prefix(session_id))
     out.print(f"deleted {count} keys of session {session_id}", highlight=False)
 
 

@@ -185,11 +185,14 @@ async def restore_scope(
 
 async def prune_sessions(storage: Storage, older_than: timedelta, *, dry_run: bool = False) -> list[str]:
     """Delete the sessions not saved for ``older_than``; returns their ids."""
+    from orchestra.session.writer_lock import WriterLock
+
     cutoff = datetime.now(UTC) - older_than
     doomed = [
         info.session_id
         for info in await list_sessions(storage)
-        if info.updated_at is None or info.updated_at < cutoff
+        if (info.updated_at is None or info.updated_at < cutoff)
+        and not getattr(WriterLock.inspect(storage, info.session_id), "alive", False)  # a live run stays
     ]
     if not dry_run:
         for session_id in doomed:
