@@ -17,10 +17,12 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from orchestra._ids import validate_id
 from orchestra.errors import OrchestraError
 
 __all__ = [
@@ -113,7 +115,28 @@ def _raise_for(response: httpx.Response) -> None:
     raise cls(response.status_code, code, message, float(retry) if retry else None)
 
 
+def _segment(value: str, what: str) -> str:
+    """An id as exactly one URL path segment.
+
+    Ids the server would refuse are refused here, before any request (an id like
+    ``"../../other-agent/sessions/x"`` must never reach another resource), and the id is quoted anyway.
+
+    Raises:
+        ValueError: the id is not 1-128 letters, digits, ``.``, ``_`` or ``-`` (not starting with ``.``).
+    """
+    return quote(validate_id(value, what), safe="")
+
+
+def _filters(agent_id: str | None, session_id: str | None) -> dict[str, str | None]:
+    for value, what in ((agent_id, "agent_id"), (session_id, "session_id")):
+        if value is not None:
+            validate_id(value, what)
+    return {"agent_id": agent_id, "session_id": session_id}
+
+
 def _body(input: Any, session_id: str | None, history: list[dict[str, str]] | None) -> dict[str, Any]:
+    if session_id is not None:
+        validate_id(session_id, "session_id")
     body: dict[str, Any] = {"input": input}
     if session_id is not None:
         body["session_id"] = session_id
@@ -177,7 +200,7 @@ class Client:
     ) -> InvokeResult:
         """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither."""
         response = self._http.post(
-            f"/api/v1/agents/{agent_id}/invoke", json=_body(input, session_id, history)
+            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke", json=_body(input, session_id, history)
         )
         _raise_for(response)
         return InvokeResult.model_validate(response.json())
@@ -190,7 +213,7 @@ class Client:
         history: list[dict[str, str]] | None = None,
     ) -> Iterator[StreamEvent]:
         """Invoke with ``?stream=true`` and yield the events as they come."""
-        url = f"/api/v1/agents/{agent_id}/invoke"
+        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
         with self._http.stream(
             "POST", url, params={"stream": "true"}, json=_body(input, session_id, history)
         ) as response:
@@ -207,19 +230,27 @@ class Client:
         return list(self._get("/api/v1/agents")["agents"])
 
     def sessions(self, agent_id: str) -> list[dict[str, Any]]:
-        return list(self._get(f"/api/v1/agents/{agent_id}/sessions")["sessions"])
+        return list(self._get(f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions")["sessions"])
 
     def session(self, agent_id: str, session_id: str) -> dict[str, Any]:
-        return dict(self._get(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+        return dict(
+            self._get(
+                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
+            )
+        )
 
     def delete_session(self, agent_id: str, session_id: str) -> None:
-        _raise_for(self._http.delete(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+        _raise_for(
+            self._http.delete(
+                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
+            )
+        )
 
     def runs(self, agent_id: str | None = None, session_id: str | None = None) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/runs", agent_id=agent_id, session_id=session_id)["runs"])
+        return list(self._get("/api/v1/runs", **_filters(agent_id, session_id))["runs"])
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return dict(self._get(f"/api/v1/runs/{run_id}"))
+        return dict(self._get(f"/api/v1/runs/{_segment(run_id, 'run_id')}"))
 
 
 class AsyncClient:
@@ -252,7 +283,7 @@ class AsyncClient:
         history: list[dict[str, str]] | None = None,
     ) -> InvokeResult:
         response = await self._http.post(
-            f"/api/v1/agents/{agent_id}/invoke", json=_body(input, session_id, history)
+            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke", json=_body(input, session_id, history)
         )
         _raise_for(response)
         return InvokeResult.model_validate(response.json())
@@ -264,7 +295,7 @@ class AsyncClient:
         session_id: str | None = None,
         history: list[dict[str, str]] | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        url = f"/api/v1/agents/{agent_id}/invoke"
+        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
         body = _body(input, session_id, history)
         async with self._http.stream("POST", url, params={"stream": "true"}, json=body) as response:
             if response.status_code >= 400:
@@ -280,16 +311,26 @@ class AsyncClient:
         return list((await self._get("/api/v1/agents"))["agents"])
 
     async def sessions(self, agent_id: str) -> list[dict[str, Any]]:
-        return list((await self._get(f"/api/v1/agents/{agent_id}/sessions"))["sessions"])
+        return list(
+            (await self._get(f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions"))["sessions"]
+        )
 
     async def session(self, agent_id: str, session_id: str) -> dict[str, Any]:
-        return dict(await self._get(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+        return dict(
+            await self._get(
+                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
+            )
+        )
 
     async def delete_session(self, agent_id: str, session_id: str) -> None:
-        _raise_for(await self._http.delete(f"/api/v1/agents/{agent_id}/sessions/{session_id}"))
+        _raise_for(
+            await self._http.delete(
+                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
+            )
+        )
 
     async def runs(self, agent_id: str | None = None, session_id: str | None = None) -> list[dict[str, Any]]:
-        return list((await self._get("/api/v1/runs", agent_id=agent_id, session_id=session_id))["runs"])
+        return list((await self._get("/api/v1/runs", **_filters(agent_id, session_id)))["runs"])
 
     async def run(self, run_id: str) -> dict[str, Any]:
-        return dict(await self._get(f"/api/v1/runs/{run_id}"))
+        return dict(await self._get(f"/api/v1/runs/{_segment(run_id, 'run_id')}"))

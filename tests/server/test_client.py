@@ -77,3 +77,22 @@ async def test_async_client(server):
         assert len(await client.runs()) == 2
         with pytest.raises(NotFoundError):
             await client.session("chat", "missing")
+
+
+@pytest.mark.parametrize(
+    ("call", "args"),
+    [
+        ("delete_session", ("chat", "../../chat2/sessions/victim")),
+        ("session", ("chat", "../../../runs")),
+        ("sessions", ("../runs",)),
+        ("invoke", ("chat/../helper", {"message": "hi"})),
+        ("run", ("..",)),
+        ("runs", (None, "a\\b")),
+    ],
+)
+def test_the_client_refuses_ids_that_would_leave_their_path_segment(server, call, args):
+    with Client(server.url, KEYS["acme"]) as client:
+        client.invoke("chat", {"message": "hi"}, session_id="victim")
+        with pytest.raises(ValueError, match="invalid"):
+            getattr(client, call)(*args)
+        assert [s["session_id"] for s in client.sessions("chat")] == ["victim"]  # nothing was touched
