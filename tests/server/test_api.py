@@ -204,3 +204,22 @@ def test_streaming_as_server_sent_events(server):
     assert events[:2] == ["tool_call", "tool_result"]
     assert "text" in events
     assert events[-1] == "result"
+
+
+@pytest.mark.parametrize("session_id", [".", "..", ".lock", "abc\n", "x" * 129, "a/b", "a\\b", "a\x00b"])
+def test_ids_the_storage_refuses_are_answered_422_before_any_work(server, session_id):
+    response = invoke(server, "chat", {"input": "hi", "session_id": session_id})
+    assert response.status_code == 422, response.text
+    assert "session_id" in response.json()["error"]["message"]
+    listing = httpx.get(
+        f"{server.url}/api/v1/runs", params={"session_id": session_id}, headers=auth("acme"), timeout=30
+    )
+    assert listing.status_code == 422, listing.text
+    assert listing.json()["error"]["code"] == "invalid_session_id"
+
+
+@pytest.mark.parametrize("run_id", ["x" * 300, ".hidden", "a%0Ab", "%00"])
+def test_bad_run_ids_are_4xx_json_never_500(server, run_id):
+    response = httpx.get(f"{server.url}/api/v1/runs/{run_id}", headers=auth("acme"), timeout=30)
+    assert 400 <= response.status_code < 500, response.text
+    assert "error" in response.json()

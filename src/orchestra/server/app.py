@@ -15,10 +15,11 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.errors import OrchestraError, SessionConflictError
 from orchestra.server.auth import KeyRing
@@ -32,6 +33,16 @@ from orchestra.spec.models import ID_PATTERN
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env"]
 
 CONFIG_ENV_VAR = "ORCHESTRA_SERVER_CONFIG"
+
+
+def checked_id(value: str | None, field: str) -> str | None:
+    """An id from a path or a query, by the storage's own rules: 422 naming the field, before any work."""
+    if value is None:
+        return None
+    try:
+        return validate_id(value, field)
+    except ValueError as exc:
+        raise ApiError(422, f"invalid_{field}", str(exc)) from None
 
 
 class ApiError(Exception):
@@ -65,6 +76,13 @@ class InvokeRequest(BaseModel):
     session_id: str | None = Field(
         default=None, pattern=ID_PATTERN, description="Session mode: the server keeps the history."
     )
+
+    @field_validator("session_id")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        # The storage's own rule (no leading dot, matched in full), checked before any work.
+        return None if value is None else validate_id(value, "session_id")
+
     history: list[HistoryTurn] | None = Field(
         default=None, description="Stateless mode: the conversation so far."
     )
@@ -268,6 +286,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def session(agent_id: str, session_id: str, ws: Workspace) -> dict[str, Any]:
         """A session's messages (a pipeline's: its run status and every agent node's messages)."""
         target = hosted(agent_id, ws)
+        checked_id(session_id, "session_id")
         storage = runtime.agent_storage(ws, target.id)
         try:
             info = await admin.describe_session(storage, session_id)
@@ -311,6 +330,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         """Runs, newest first, optionally of one agent and one session."""
+        checked_id(session_id, "session_id")
         if agent_id is not None:
             ids = [hosted(agent_id, ws).id]
         else:
@@ -331,6 +351,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 
 async def _run_or_404(runtime: Runtime, ws: str, run_id: str) -> RunRecord:
+    checked_id(run_id, "run_id")
     try:
         record = await runtime.runs(ws).get(run_id)
     except (OrchestraError, ValueError):
