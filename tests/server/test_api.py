@@ -50,6 +50,11 @@ def test_stateless_mode_uses_the_history_and_persists_nothing(server):
     assert reply.json()["output"] == "echo: and now? (turn 2)"
     assert reply.json()["session_id"] is None
     assert httpx.get(f"{server.url}/api/v1/agents/chat/sessions", headers=auth()).json()["sessions"] == []
+    run = httpx.get(f"{server.url}/api/v1/runs/{reply.json()['run_id']}", headers=auth()).json()
+    assert run["caller_history"] == 2
+    stored = str(run["messages"])
+    assert "hello" not in stored  # the caller's history is not kept...
+    assert "and now?" in stored  # ...only what this invocation added
 
 
 def test_no_memory_calls_are_independent(server):

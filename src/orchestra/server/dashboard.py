@@ -283,5 +283,11 @@ def _run_body(record: RunRecord, tab: str) -> str:
             ]
             content = "<div id='conversation'>" + ("".join(sections) or "<p>No messages.</p>") + "</div>"
         else:
-            content = "<div id='conversation'>" + _conversation(record.messages) + "</div>"
+            note = (
+                f"<p class='note'>The caller sent {record.caller_history} earlier message(s) as history; "
+                "stateless mode keeps none of them. Below is what this invocation added.</p>"
+                if record.caller_history
+                else ""
+            )
+            content = "<div id='conversation'>" + note + _conversation(record.messages) + "</div>"
     return header + content

@@ -35,6 +35,11 @@ class RunRecord(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     resumed: bool = False
     messages: list[dict[str, Any]] = Field(default_factory=list, description="An agent's conversation.")
+    caller_history: int = Field(
+        default=0,
+        description="Stateless mode: how many messages the caller sent as history (never stored; "
+        "messages holds only what this invocation added).",
+    )
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict, description="A pipeline's nodes.")
     edges: list[list[str]] = Field(default_factory=list, description="A pipeline's edges: [src, dst, label].")
 

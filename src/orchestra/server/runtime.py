@@ -149,6 +149,7 @@ class Runtime:
             session_id=invocation.session_id,
             started_at=datetime.now(UTC).isoformat(),
             input=invocation.task,
+            caller_history=len(invocation.history or []) if invocation.mode == "stateless" else 0,
         )
 
     def _finish(
@@ -171,7 +172,8 @@ class Runtime:
             record.usage = _usage(outcome.usage)
             record.resumed = outcome.resumed
         if isinstance(target, Agent):
-            record.messages = list(target.messages)
+            # Stateless mode persists nothing of the caller's history: only what this turn added.
+            record.messages = list(target.messages[record.caller_history :])
         else:
             record.nodes = _nodes_of(target, outcome if isinstance(outcome, MultiAgentResult) else None)
             record.edges = _edges_of(target)
