@@ -195,6 +195,8 @@ class Journal:
     async def load(self) -> Document | None:
         """Read the scope's current state (None if it was never created) and track it for later saves."""
         latest = await self._read_latest()
+        if latest is not None:
+            await self._check_manifest()
         if latest is None:
             doc, base_seq = Document(), -1
             self._latest_version, self._latest_bytes = None, 0
@@ -212,6 +214,12 @@ class Journal:
             return None
         self._track(doc)
         return doc
+
+    async def _check_manifest(self) -> None:
+        """The manifest's schema version is checked like every other file's (a newer one is refused)."""
+        found = await self.storage.read(self.layout.manifest)
+        if found is not None:
+            decode_model(SnapshotManifest, found[0], self.layout.manifest)
 
     async def load_at(self, seq: int) -> Document:
         """The state after record ``seq`` (does not change what this journal tracks)."""

@@ -76,6 +76,7 @@ class SnapshotManifest(_Model):
 
     schema_version: int = SCHEMA_VERSION
     updated_at: str = Field(default_factory=now_iso)
+    created_at: str | None = None  # written by earlier versions (the frozen corpus has it)
 
 
 class LogOp(_Model):
@@ -112,7 +113,13 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
         ) from None
     if isinstance(raw, dict):
         version = raw.get("schema_version", SCHEMA_VERSION)
-        if isinstance(version, int) and version > SCHEMA_VERSION:
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise SnapshotError(
+                f"{key}: schema_version {version!r} is not an orchestra schema version (an integer); the "
+                "file was written by another system (a Strands Agents snapshot?) or edited by hand. Nothing "
+                "was loaded: see 'Coming from Strands' in docs/sessions.md"
+            )
+        if version > SCHEMA_VERSION:
             raise SnapshotError(
                 f"{key}: schema_version {version} was written by a newer orchestra (this one reads up to "
                 f"{SCHEMA_VERSION}); upgrade orchestra to load it"

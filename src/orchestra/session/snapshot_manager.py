@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from orchestra._ids import validate_id
 from orchestra.agent.agent import Agent, AgentData
-from orchestra.errors import SessionError
+from orchestra.errors import SessionError, SnapshotError
 from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
 from orchestra.session._journal import Compaction, Document, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
@@ -44,6 +44,26 @@ def agent_document(data: AgentData) -> Document:
         },
         logs={"messages": data.messages},
     )
+
+
+_AGENT_FIELDS = {"state", "conversation_manager_state", "system_prompt", "interrupt_state"}
+_INTERRUPT_KEYS = {"tool_uses", "completed", "interrupts"}
+
+
+def _check_agent_document(doc: Document, where: str) -> None:
+    """Refuse what is not an orchestra agent document, naming the field, instead of loading it half."""
+    unknown = sorted(set(doc.fields) - _AGENT_FIELDS) + sorted(set(doc.logs) - {"messages"})
+    interrupt_state = doc.fields.get("interrupt_state")
+    if interrupt_state is not None and (
+        not isinstance(interrupt_state, dict) or not set(interrupt_state) >= _INTERRUPT_KEYS
+    ):
+        unknown.append("interrupt_state")
+    if unknown:
+        raise SnapshotError(
+            f"{where}: field(s) {', '.join(unknown)} are not an orchestra agent snapshot's (a Strands Agents "
+            "session, or a newer orchestra?). Nothing was loaded; to bring a Strands session over, see "
+            "'Coming from Strands' in docs/sessions.md"
+        )
 
 
 def agent_data_of(doc: Document, default_system_prompt: str | None = None) -> AgentData:
@@ -153,6 +173,7 @@ class SnapshotSessionManager:
         if doc is None:
             await journal.create(agent_document(agent.agent_data()))
         else:
+            _check_agent_document(doc, journal.layout.describe())
             agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
         binding.state_version = agent.state.version
         self._agents[agent] = binding
