@@ -819,6 +819,9 @@ def main() -> None:
         sys.argv.remove("--debug")
     try:
         app()
+    except KeyboardInterrupt:  # Ctrl-C before a run started (while loading, importing, connecting)
+        err.print("interrupted before the run started; nothing was saved", highlight=False)
+        sys.exit(EXIT_SIGNAL[int(signal.SIGINT)])
     except Exception as exc:
         if debug:
             raise
