@@ -119,7 +119,22 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
 
 
 class ChatCompletionsServer(_Server):
-    """``POST /v1/chat/completions`` with ``stream: true``."""
+    """``POST /v1/chat/completions`` with ``stream: true``.
+
+    On exit, every request it got is checked with the ``openai`` package's own request types and the
+    Chat Completions conversation rules (``tests.models.provider_rules``): a test fails if OpenAIModel
+    sent anything the real API would refuse.
+    """
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        if exc[0] is not None:
+            return
+        from tests.models.provider_rules import openai_problems
+
+        for request in self.requests:
+            problems = openai_problems(request.body)
+            assert not problems, f"OpenAI would refuse request {request.body}: {problems}"
 
     @staticmethod
     def text(*pieces: str, prompt_tokens: int = 10) -> Reply:
