@@ -310,22 +310,51 @@ class _Exclusive:
 class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
     """The events of one invocation (what ``Agent.stream_async`` returns).
 
-    A stream dropped before its end (``async for ...: break`` without ``aclosing``) is abandoned: the
-    moment it is garbage (at once in CPython), the history is rolled back and the agent released, so the
-    next call never meets a ``ConcurrencyError`` from a stream nobody reads.
+    The first event takes the agent's hold (an overlapping invocation raises ``ConcurrencyError``); the
+    end of the stream, an error, ``aclose()`` or ``aclosing`` releases it. A stream dropped before its
+    end (``async for ...: break`` without ``aclosing``) is abandoned: the moment it is garbage (at once
+    in CPython), the history is rolled back and the agent released, so the next call never meets a
+    ``ConcurrencyError`` from a stream nobody reads.
     """
 
     def __init__(self, agent: Agent, prompt: Any, invocation_state: dict[str, Any]) -> None:
-        self._state = _StreamState(agent.exclusive("invoke"))
+        self._agent = agent
+        self._prompt = prompt
+        self._invocation_state = invocation_state
+        self._hold = agent.exclusive("invoke")
+        self._checkpoint: Checkpoint | None = None
+        # run_invocation's generator refers to the agent and the checkpoint, never to this object, so a
+        # dropped stream is garbage at once instead of living on in a reference cycle.
+        self._events: AsyncGenerator[AgentStreamEvent, None] | None = None
         self._finished = False
-        # The generator must not refer to this object, or a dropped stream would live on in a cycle.
-        self._events = _invocation_events(agent, prompt, invocation_state, self._state)
+        self._log: Any = None
+
+    def _start(self) -> AsyncGenerator[AgentStreamEvent, None]:
+        if self._finished:
+            raise StopAsyncIteration
+        self._hold.__enter__()
+        agent = self._agent
+        self._log = agent.log.bind(invocation_id=secrets.token_hex(4))
+        self._log.debug("invocation.start")
+        self._checkpoint = Checkpoint(agent)
+        self._events = run_invocation(agent, self._prompt, self._invocation_state, self._checkpoint)
+        return self._events
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._hold.release()
 
     async def __anext__(self) -> AgentStreamEvent:
+        events = self._events if self._events is not None else self._start()
         try:
-            return await self._events.__anext__()
+            return await events.__anext__()
+        except StopAsyncIteration:
+            self._log.debug("invocation.end")
+            self._finish()
+            raise
         except BaseException:
-            self._finished = True
+            self._finish()
             raise
 
     async def asend(self, value: None) -> AgentStreamEvent:
@@ -337,37 +366,27 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
         val: object = None,
         tb: TracebackType | None = None,
     ) -> AgentStreamEvent:
-        self._finished = True
         exc = typ if isinstance(typ, BaseException) else typ()
-        return await self._events.athrow(exc)
+        if self._events is None:
+            self._finished = True
+            raise exc
+        try:
+            return await self._events.athrow(exc)
+        finally:
+            self._finish()
 
     async def aclose(self) -> None:
-        self._finished = True
-        await self._events.aclose()
+        if self._events is None:
+            self._finished = True
+            return
+        try:
+            await self._events.aclose()  # rolls the history back if the invocation had not finished
+        finally:
+            self._finish()
 
     def __del__(self) -> None:
-        checkpoint = self._state.checkpoint
-        if not self._finished and checkpoint is not None:
+        if not self._finished and self._checkpoint is not None:
             # Abandoned mid-invocation. The generator itself is closed later, by the event loop's
             # finalizer; by then the checkpoint and the hold are spent and it changes nothing.
-            checkpoint.roll_back()
-            self._state.hold.release()
-
-
-@dataclass
-class _StreamState:
-    hold: _Exclusive
-    checkpoint: Checkpoint | None = None
-
-
-async def _invocation_events(
-    agent: Agent, prompt: Any, invocation_state: dict[str, Any], state: _StreamState
-) -> AsyncGenerator[AgentStreamEvent, None]:
-    with state.hold:
-        log = agent.log.bind(invocation_id=secrets.token_hex(4))
-        log.debug("invocation.start")
-        state.checkpoint = Checkpoint(agent)
-        async with aclosing(run_invocation(agent, prompt, invocation_state, state.checkpoint)) as events:
-            async for event in events:
-                yield event
-        log.debug("invocation.end")
+            self._checkpoint.roll_back()
+            self._finish()
