@@ -52,4 +52,6 @@ def echo_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]])
     """Answers with the newest user text and how many user turns the conversation holds."""
     users = [m for m in messages if m["role"] == "user" and any("text" in b for b in m["content"])]
     last = next(b["text"] for b in messages[-1]["content"] if "text" in b)
+    if last == "EXPLODE":
+        raise RuntimeError("the custom model's backend exploded")  # a custom model that raises
     return f"echo: {last} (turn {len(users)})"

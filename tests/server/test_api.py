@@ -228,3 +228,28 @@ def test_bad_run_ids_are_4xx_json_never_500(server, run_id):
     response = httpx.get(f"{server.url}/api/v1/runs/{run_id}", headers=auth("acme"), timeout=30)
     assert 400 <= response.status_code < 500, response.text
     assert "error" in response.json()
+
+
+def test_a_custom_model_that_raises_is_a_recorded_502(server):
+    response = invoke(server, "chat", {"input": "EXPLODE", "session_id": "boom"})
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "run_failed"
+    run_id = error["message"].rsplit("run ", 1)[1].rstrip(")")
+    run = httpx.get(f"{server.url}/api/v1/runs/{run_id}", headers=auth(), timeout=30).json()
+    assert run["status"] == "failed"
+    assert "exploded" in run["error"]
+
+
+def test_text_that_cannot_be_stored_is_422_before_the_model_is_called(server):
+    body = '{"input": "hi \\ud800 there", "session_id": "surrogate"}'
+    response = httpx.post(
+        f"{server.url}/api/v1/agents/chat/invoke",
+        content=body,
+        headers={**auth(), "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_text"
+    runs = httpx.get(f"{server.url}/api/v1/runs", params={"agent_id": "chat"}, headers=auth(), timeout=30)
+    assert runs.json()["runs"] == []  # nothing ran, nothing was recorded

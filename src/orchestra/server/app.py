@@ -35,6 +35,16 @@ __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_
 CONFIG_ENV_VAR = "ORCHESTRA_SERVER_CONFIG"
 
 
+def _check_storable(text: str, field: str) -> None:
+    """Text that cannot be stored (a lone surrogate is not UTF-8) is refused before the model is called."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(
+            422, "invalid_text", f"{field} holds a character that is not valid Unicode text at {exc.start}"
+        ) from None
+
+
 def checked_id(value: str | None, field: str) -> str | None:
     """An id from a path or a query, by the storage's own rules: 422 naming the field, before any work."""
     if value is None:
@@ -235,6 +245,9 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "(send fewer, or use session mode)",
             )
         task = input_text(body.input)
+        _check_storable(task, "input")
+        for index, turn in enumerate(body.history or []):
+            _check_storable(turn.content, f"history[{index}].content")
         if len(task) > config.limits.max_input_chars:
             raise ApiError(422, "input_too_long", f"input is over {config.limits.max_input_chars} characters")
         history = [t.model_dump() for t in body.history] if body.history is not None else None
@@ -247,7 +260,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         if isinstance(outcome, OrchestraError):
             raise ApiError(502, "run_failed", f"{outcome} (run {record.run_id})")
         if isinstance(outcome, Exception):
-            raise outcome
+            # A custom model or tool raised: the run failed (and is recorded), the server did not.
+            raise ApiError(
+                502,
+                "run_failed",
+                f"the run failed: {type(outcome).__name__} (details in run {record.run_id})",
+            )
         return InvokeResponse(
             output=record.output,
             session_id=record.session_id,
