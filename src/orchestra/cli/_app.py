@@ -462,6 +462,15 @@ def serve(
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Server processes (they share the storage).")
     ] = 1,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            metavar="IPS",
+            help="Behind a TLS proxy: the proxy addresses whose X-Forwarded-Proto/For are trusted (so the "
+            "dashboard cookie is Secure), comma-separated, or '*'.",
+        ),
+    ] = None,
 ) -> None:
     """Host agents and pipelines over HTTP, with a dashboard at /.
 
@@ -484,6 +493,8 @@ def serve(
         port=port,
         workers=workers,
         log_level="warning",
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
 
 

@@ -1,29 +1,35 @@
 """The dashboard: server-rendered HTML pages behind a login form that takes an API key.
 
-``/login`` sets an HttpOnly, SameSite=Strict cookie holding the key (checked like the API's bearer
-token); ``/`` lists the workspace's agents and runs (filter by agent and session); ``/runs/<id>`` shows a
+``/login`` (a form with a CSRF token, checked against the request's ``Origin``) sets an HttpOnly,
+SameSite=Strict cookie holding a signed, expiring session token (never the key); ``/logout`` is a POST; ``/`` lists the workspace's agents and runs (filter by agent and session); ``/runs/<id>`` shows a
 run with a Conversation tab (every message, tool calls and results included) and, for pipelines, a
 Nodes tab with the node graph coloured by status.
 """
 
 from __future__ import annotations
 
+import hmac
 import html
 import json
+import secrets
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from orchestra.server.auth import KeyRing
+from orchestra._ids import validate_id
+from orchestra._logging import get_logger
+from orchestra.server.auth import KeyRing, SessionTokens
 from orchestra.server.config import ServerConfig
 from orchestra.server.runs import RunRecord
 from orchestra.server.runtime import Runtime
 
 __all__ = ["mount_dashboard"]
 
-KEY_COOKIE = "orchestra_key"
+SESSION_COOKIE = "orchestra_session"
+CSRF_COOKIE = "orchestra_csrf"
+log = get_logger("orchestra.server")
 STATUS_COLOURS = {
     "completed": "#2e7d32",
     "failed": "#c62828",
@@ -32,6 +38,7 @@ STATUS_COLOURS = {
     "pending": "#757575",
 }
 STYLE = """
+form.inline { display: inline; } form.inline button { font: inherit; padding: 0 .3rem; }
 body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 1100px; }
 a { color: #1565c0; } table { border-collapse: collapse; width: 100%; margin: 1rem 0; }
 th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #ddd; vertical-align: top; }
@@ -44,10 +51,11 @@ th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #ddd;
 """
 
 
-def _page(title: str, body: str) -> HTMLResponse:
+def _page(title: str, body: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · orchestra</title>"
-        f"<style>{STYLE}</style></head><body>{body}</body></html>"
+        f"<style>{STYLE}</style></head><body>{body}</body></html>",
+        status_code=status_code,
     )
 
 
@@ -143,22 +151,45 @@ def _graph_svg(nodes: dict[str, dict[str, Any]], edges: list[list[str]]) -> str:
     return "".join(parts)
 
 
+def same_origin(request: Request) -> bool:
+    """Whether a form post comes from this site, by ``Origin`` (else ``Referer``) when the browser says.
+
+    Browsers send ``Origin: null`` under our ``Referrer-Policy: no-referrer``; the CSRF token decides then.
+    """
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source or source == "null":
+        return True
+    parsed = urlsplit(source)
+    return parsed.netloc == request.headers.get("host", "") and parsed.scheme in ("http", "https")
+
+
+def cross_site() -> Response:
+    log.warning("dashboard.cross_site_post_refused")
+    return _page("Refused", "<p class='error'>A form from another site cannot log you in or out.</p>", 403)
+
+
 def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
     """Add the dashboard's pages to ``app``."""
 
+    tokens = SessionTokens(keys)
+
     def workspace(request: Request) -> str | None:
-        return keys.workspace_of(request.cookies.get(KEY_COOKIE))
+        return tokens.workspace_of(request.cookies.get(SESSION_COOKIE))
 
     def login_form(error: str = "") -> HTMLResponse:
+        # A CSRF token, double-submitted: the form carries it and so does a SameSite=Strict cookie, which
+        # a form on another site cannot make the browser send.
+        csrf = secrets.token_urlsafe(18)
         message = f"<p class='error'>{html.escape(error)}</p>" if error else ""
         page = _page(
             "Log in",
             "<h1>orchestra</h1>" + message + "<form method='post' action='/login'>"
+            f"<input type='hidden' name='csrf' value='{csrf}'>"
             "<label>API key <input type='password' name='key' id='key' autocomplete='off' required></label> "
             "<button type='submit' id='login'>Log in</button></form>",
+            401 if error else 200,
         )
-        if error:
-            page.status_code = 401
+        page.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/login")
         return page
 
     @app.get("/login", include_in_schema=False)
@@ -168,18 +199,45 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+        sent = (form.get("csrf") or [""])[0]
+        expected = request.cookies.get(CSRF_COOKIE, "")
+        if not same_origin(request) or not expected or not hmac.compare_digest(sent, expected):
+            return cross_site()
         key = (form.get("key") or [""])[0].strip()
-        if keys.workspace_of(key) is None:
+        ws = keys.workspace_of(key)
+        if ws is None:
+            log.warning("dashboard.login_refused", client=request.client.host if request.client else None)
             return login_form("That key is not valid.")
         response = RedirectResponse("/", status_code=303)
+        # Secure when the browser talks https: to us, or to the TLS proxy in front of us (uvicorn sees
+        # https through X-Forwarded-Proto from the addresses given to --forwarded-allow-ips).
         secure = request.url.scheme == "https"
-        response.set_cookie(KEY_COOKIE, key, httponly=True, samesite="strict", secure=secure)
+        response.set_cookie(
+            SESSION_COOKIE,
+            tokens.issue(ws, key),
+            max_age=tokens.lifetime_seconds,
+            httponly=True,
+            samesite="strict",
+            secure=secure,
+        )
+        response.delete_cookie(CSRF_COOKIE, path="/login")
         return response
 
-    @app.get("/logout", include_in_schema=False)
-    async def logout() -> Response:
+    def logout_form(request: Request) -> str:
+        token = tokens.logout_token(request.cookies.get(SESSION_COOKIE, ""))
+        return (
+            "<form class='inline' method='post' action='/logout'>"
+            f"<input type='hidden' name='csrf' value='{token}'><button id='logout'>log out</button></form>"
+        )
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+        expected = tokens.logout_token(request.cookies.get(SESSION_COOKIE, ""))
+        if not same_origin(request) or not hmac.compare_digest((form.get("csrf") or [""])[0], expected):
+            return cross_site()
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(KEY_COOKIE)
+        response.delete_cookie(SESSION_COOKIE)
         return response
 
     @app.get("/", include_in_schema=False)
@@ -187,6 +245,11 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
         ws = workspace(request)
         if ws is None:
             return RedirectResponse("/login", status_code=303)
+        if session_id:
+            try:
+                validate_id(session_id, "session id")
+            except ValueError as exc:
+                return _page("Bad filter", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
         hosted = [h for h in config.agents if h.workspace == ws]
         ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
         records = await runtime.runs(ws).list(ids, session_id or None, 200)
@@ -208,9 +271,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
             for h in hosted
         )
         body = (
-            "<h1>orchestra</h1><p>Workspace <b>"
-            + html.escape(ws)
-            + "</b> · <a href='/logout'>log out</a></p>"
+            "<h1>orchestra</h1><p>Workspace <b>" + html.escape(ws) + "</b> · " + logout_form(request) + "</p>"
             "<h2>Agents</h2><table><tr><th>agent</th><th>kind</th><th>description</th></tr>"
             + agent_rows
             + "</table>"
