@@ -149,3 +149,46 @@ def test_cli_export_import_and_fork_round_trip(tmp_path: Any, monkeypatch: pytes
     again = runner.invoke(app, ["sessions", "import", "run.json", "--session-id", "two"])
     assert again.exit_code == 1
     assert "already has" in again.stderr
+
+
+async def test_keep_snapshots_bounds_the_immutable_history() -> None:
+    from orchestra import Agent
+    from orchestra.testing import ScriptedModel
+
+    storage = InMemoryStorage()
+    manager = SnapshotSessionManager("kept", storage=storage, keep_snapshots=2)
+    agent = await Agent.create(model=ScriptedModel([f"r{i}" for i in range(5)]), session_manager=manager)
+    taken = []
+    for i in range(5):
+        await agent.invoke_async(f"turn {i}")
+        taken.append(await manager.save_snapshot(agent, is_latest=False))
+    assert await manager.list_snapshot_ids(agent) == taken[-2:]
+    await manager.restore_snapshot(agent, taken[-2])
+    assert len(agent.messages) == 8
+
+
+def test_cli_prune_snapshots(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    from orchestra.storage import LocalFileStorage
+
+    async def make() -> Graph:
+        graph = chain(LocalFileStorage(tmp_path / ".orchestra"), "pruned", [], multi_agent_snapshots="node")
+        await graph.invoke_async("go")
+        return graph
+
+    import anyio
+
+    anyio.run(make)
+    runner = CliRunner()
+    history = json.loads(
+        runner.invoke(app, ["sessions", "history", "pruned", "--scope", "multiAgent/chain", "--json"]).stdout
+    )
+    assert len(history) == 3
+    pruned = runner.invoke(app, ["sessions", "prune-snapshots", "pruned", "--keep-snapshots", "1"])
+    assert pruned.exit_code == 0, pruned.output
+    assert "deleted 2 immutable snapshot(s)" in pruned.stdout
+    left = json.loads(
+        runner.invoke(app, ["sessions", "history", "pruned", "--scope", "multiAgent/chain", "--json"]).stdout
+    )
+    assert [s["snapshot_id"] for s in left] == [history[-1]["snapshot_id"]]
+    assert runner.invoke(app, ["sessions", "prune-snapshots", "pruned"]).exit_code == 2

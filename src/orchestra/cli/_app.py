@@ -719,6 +719,40 @@ def sessions_export(
         err.print(f"wrote {output} ({len(data)} bytes)", highlight=False)
 
 
+@sessions_app.command("prune-snapshots")
+def sessions_prune_snapshots(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    keep: Annotated[
+        int | None, typer.Option("--keep-snapshots", metavar="N", min=0, help="Keep the newest N per scope.")
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", metavar="AGE", help="Delete those older than 30m, 12h, 7d, 2w."),
+    ] = None,
+    storage: StorageOption = None,
+) -> None:
+    """Delete a session's immutable snapshots (every scope): all but the newest N, or those older than AGE.
+
+    Example: [bold]orchestra sessions prune-snapshots user-123 --keep-snapshots 3[/]
+    """
+    if keep is None and older_than is None:
+        raise typer.BadParameter(
+            "give --keep-snapshots N, --older-than AGE, or both", param_hint="--keep-snapshots"
+        )
+    age = _duration(older_than) if older_than is not None else None
+    store = _storage(storage)
+    info = _session_call(admin.describe_session, store, session_id)
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
+
+    total = 0
+    for scope in info.scopes:
+        journal = Journal(store, ScopeLayout(session_id, scope.kind, scope.scope_id))
+        deleted = _session_call(lambda j=journal: j.prune_checkpoints(keep=keep, older_than=age))
+        total += len(deleted)
+    out.print(f"deleted {total} immutable snapshot(s) of session {session_id}", highlight=False)
+
+
 @sessions_app.command("fork")
 def sessions_fork(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],

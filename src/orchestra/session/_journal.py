@@ -21,6 +21,7 @@ import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestra._concurrency import map_concurrently
@@ -373,6 +374,26 @@ class Journal:
         self._since_bytes = 0
         self._since_records = 0
         await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
+
+    async def prune_checkpoints(
+        self, keep: int | None = None, older_than: timedelta | None = None
+    ) -> list[str]:
+        """Delete immutable snapshots: all but the newest ``keep``, and those older than ``older_than``.
+
+        Returns the ids deleted. Ids are UUIDv7, so listing order is creation order.
+        """
+        keys = sorted(await self.storage.list(self.layout.immutable))
+        doomed = set(keys[: max(0, len(keys) - keep)]) if keep is not None else set()
+        if older_than is not None:
+            cutoff = (datetime.now(UTC) - older_than).isoformat()
+            for key in keys:
+                found = await self.storage.read(key)
+                if found is not None and decode_model(Snapshot, found[0], key).created_at < cutoff:
+                    doomed.add(key)
+        for key in sorted(doomed):
+            await self.storage.delete(key)
+        prefix = f"{self.layout.immutable}snapshot_"
+        return [key[len(prefix) :].removesuffix(".json") for key in sorted(doomed)]
 
     async def redact(self, original: Any, redacted: Any) -> int:
         """Replace every stored copy of a log item (journal records, ``snapshot_latest.json``) by

@@ -86,6 +86,8 @@ class OrchestratorPersistence:
                 continue
             await self.save(scope)
             await journal.checkpoint(snapshot_id, app_data)
+            if self.manager.keep_snapshots is not None:
+                await journal.prune_checkpoints(keep=self.manager.keep_snapshots)
         return snapshot_id
 
 

@@ -98,6 +98,8 @@ class SnapshotSessionManager:
         multi_agent_save_latest_on: for a Graph or Swarm: ``"node"`` (after every node and at the end of
             the invocation) or ``"invocation"`` (only at the end).
         compaction: when the journal is folded into ``snapshot_latest.json``.
+        keep_snapshots: keep only the newest N immutable snapshots of each scope (older ones are deleted
+            whenever a new one is taken); None keeps them all.
         multi_agent_snapshots: when a Graph or Swarm run gets an immutable snapshot on its own:
             ``"interrupt"`` (every time it stops for a human; the default), ``"node"`` (after every node
             too) or ``"none"``. ``save_run_snapshot`` takes one on request.
@@ -115,6 +117,7 @@ class SnapshotSessionManager:
         multi_agent_save_latest_on: MultiAgentSaveLatestOn = "node",
         compaction: Compaction | None = None,
         multi_agent_snapshots: MultiAgentSnapshots = "interrupt",
+        keep_snapshots: int | None = None,
     ) -> None:
         self._session_id = validate_id(session_id, "session_id")
         if save_latest_on not in ("message", "invocation", "trigger"):
@@ -135,6 +138,9 @@ class SnapshotSessionManager:
                 f"multi_agent_snapshots must be 'interrupt', 'node' or 'none', not {multi_agent_snapshots!r}"
             )
         self.multi_agent_snapshots = multi_agent_snapshots
+        if keep_snapshots is not None and keep_snapshots < 0:
+            raise ValueError(f"keep_snapshots must be 0 or more, not {keep_snapshots}")
+        self.keep_snapshots = keep_snapshots
         self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
         self._orchestrators: OrchestratorPersistence | None = None
 
@@ -239,7 +245,10 @@ class SnapshotSessionManager:
         if is_latest:
             return "latest"
         snapshot_id = str(uuid7())
-        await self._binding(agent).journal.checkpoint(snapshot_id, app_data)
+        journal = self._binding(agent).journal
+        await journal.checkpoint(snapshot_id, app_data)
+        if self.keep_snapshots is not None:
+            await journal.prune_checkpoints(keep=self.keep_snapshots)
         return snapshot_id
 
     async def list_snapshot_ids(
