@@ -54,4 +54,20 @@ def echo_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]])
     last = next(b["text"] for b in messages[-1]["content"] if "text" in b)
     if last == "EXPLODE":
         raise RuntimeError("the custom model's backend exploded")  # a custom model that raises
+    if last == "RACE":
+        _save_a_rival_turn()  # another process saves this session while this turn runs
     return f"echo: {last} (turn {len(users)})"
+
+
+def _save_a_rival_turn() -> None:
+    """As a second server process would: append a turn to the racing session (see test_concurrency)."""
+    import os
+
+    from orchestra import Agent
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import LocalFileStorage, PrefixedStorage
+
+    root = os.environ["ORCHESTRA_TEST_RACE_STORE"]
+    storage = PrefixedStorage(LocalFileStorage(root), "ws/acme/agents/chat")
+    rival = Agent(model="echo", session_manager=SnapshotSessionManager("race", storage=storage))
+    rival("the rival's turn")

@@ -145,6 +145,15 @@ def _body(input: Any, session_id: str | None, history: list[dict[str, str]] | No
     return body
 
 
+def _checked(event: StreamEvent) -> StreamEvent:
+    """A streamed turn that lost its session to another writer raises ``ConflictError``, as invoke does."""
+    if event.event == "error" and isinstance(event.data, dict):
+        error = event.data.get("error") or {}
+        if error.get("code") == "session_conflict":
+            raise ConflictError(409, "session_conflict", str(error.get("message")), error.get("retry_after"))
+    return event
+
+
 class _SSEParser:
     """Server-sent events, one line at a time."""
 
@@ -224,7 +233,7 @@ class Client:
             for line in response.iter_lines():
                 event = parser.feed(line)
                 if event is not None:
-                    yield event
+                    yield _checked(event)
 
     def agents(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/agents")["agents"])
@@ -305,7 +314,7 @@ class AsyncClient:
             async for line in response.aiter_lines():
                 event = parser.feed(line)
                 if event is not None:
-                    yield event
+                    yield _checked(event)
 
     async def agents(self) -> list[dict[str, Any]]:
         return list((await self._get("/api/v1/agents"))["agents"])

@@ -96,3 +96,29 @@ def test_the_client_refuses_ids_that_would_leave_their_path_segment(server, call
         with pytest.raises(ValueError, match="invalid"):
             getattr(client, call)(*args)
         assert [s["session_id"] for s in client.sessions("chat")] == ["victim"]  # nothing was touched
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_streamed_turn_that_loses_its_session_raises_conflict_error(server, tmp_path, monkeypatch, mode):
+    import anyio
+
+    monkeypatch.setenv("ORCHESTRA_TEST_RACE_STORE", str(tmp_path / "store"))
+    with Client(server.url, KEYS["acme"]) as client:
+        client.invoke("chat", {"message": "hello"}, session_id="race")
+        if mode == "sync":
+            with pytest.raises(ConflictError) as caught:
+                list(client.stream("chat", "RACE", session_id="race"))
+        else:
+
+            async def consume() -> None:
+                async with AsyncClient(server.url, KEYS["acme"]) as aclient:
+                    async for _ in aclient.stream("chat", "RACE", session_id="race"):
+                        pass
+
+            with pytest.raises(ConflictError) as caught:
+                anyio.run(consume)
+        assert caught.value.retry_after == 1
+        messages = client.session("chat", "race")["messages"]
+        texts = [block["text"] for m in messages for block in m["content"]]
+        assert "the rival's turn" in texts  # the winner's turn is kept...
+        assert "RACE" not in texts  # ...the loser's is not

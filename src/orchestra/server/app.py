@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
+from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, SessionConflictError
 from orchestra.server.auth import KeyRing
 from orchestra.server.config import HostedSpec, ServerConfig, load_config
@@ -106,6 +107,8 @@ class InvokeResponse(BaseModel):
     status: str
     resumed: bool = False
 
+
+log = get_logger("orchestra.server")
 
 SECURITY_HEADERS = [
     # No script anywhere; the pages' only inline part is their <style>.
@@ -421,8 +424,17 @@ def _plain(value: dict[str, Any]) -> dict[str, Any]:
 async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterator[bytes]:
     async for name, data in runtime.stream(ws, invocation):
         if isinstance(data, RunRecord):
-            if name == "error":
-                payload: Any = {"error": {"code": "run_failed", "message": data.error}, "run_id": data.run_id}
+            if name == "conflict":
+                name = "error"
+                payload: Any = {
+                    "error": {"code": "session_conflict", "message": data.error, "retry_after": 1},
+                    "run_id": data.run_id,
+                }
+                log.warning(
+                    "session_conflict", session_id=data.session_id, agent_id=data.agent_id, stream=True
+                )
+            elif name == "error":
+                payload = {"error": {"code": "run_failed", "message": data.error}, "run_id": data.run_id}
             else:
                 payload = {
                     "output": data.output,

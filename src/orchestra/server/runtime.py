@@ -235,7 +235,10 @@ class Runtime:
                 await self.runs(workspace).save(record)
             else:
                 record.status, record.error = "failed", f"{type(outcome).__name__}: {outcome}"
-            yield ("error", record) if isinstance(outcome, Exception) else ("result", record)
+            if isinstance(outcome, SessionConflictError):
+                yield ("conflict", record)  # another process saved this session first: retry the turn
+            else:
+                yield ("error", record) if isinstance(outcome, Exception) else ("result", record)
 
     def _session_turn(self, workspace: str, invocation: Invocation) -> Any:
         if invocation.session_id is None:
