@@ -220,7 +220,7 @@ def test_ids_the_storage_refuses_are_answered_422_before_any_work(server, sessio
         f"{server.url}/api/v1/runs", params={"session_id": session_id}, headers=auth("acme"), timeout=30
     )
     assert listing.status_code == 422, listing.text
-    assert listing.json()["error"]["code"] == "invalid_session_id"
+    assert "session_id" in listing.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("run_id", ["x" * 300, ".hidden", "a%0Ab", "%00"])

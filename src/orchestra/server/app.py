@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,7 +32,6 @@ from orchestra.server.runs import RunRecord
 from orchestra.server.runtime import Invocation, Runtime, input_text
 from orchestra.session import admin
 from orchestra.session._layout import session_prefix
-from orchestra.spec.models import ID_PATTERN
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env"]
 
@@ -67,6 +69,11 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+STORABLE_ID = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+"""The storage's id rule as a JSON Schema pattern (the same as ``validate_id``), so the API document
+and the server agree on which ids are valid."""
+
+
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
@@ -85,7 +92,7 @@ class InvokeRequest(BaseModel):
 
     input: Any = Field(description='What to do: a string, or an object such as {"message": "..."}.')
     session_id: str | None = Field(
-        default=None, pattern=ID_PATTERN, description="Session mode: the server keeps the history."
+        default=None, pattern=STORABLE_ID, description="Session mode: the server keeps the history."
     )
 
     @field_validator("session_id")
@@ -188,7 +195,14 @@ class _BodyLimit:
         await self.app(scope, limited, guarded_send)
 
 
-async def workspace(request: Request) -> str:
+_BEARER = HTTPBearer(
+    auto_error=False, description="An API key of a workspace: `Authorization: Bearer <key>`."
+)
+
+
+async def workspace(
+    request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)] = None
+) -> str:
     """The caller's workspace, from ``Authorization: Bearer <key>`` (401 without a valid key)."""
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
@@ -205,6 +219,40 @@ async def workspace(request: Request) -> str:
 
 
 Workspace = Annotated[str, Depends(workspace)]
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="A stable, machine-readable code, e.g. `session_conflict`.")
+    message: str = Field(description="What was wrong and what to do.")
+    retry_after: float | None = None
+    request_id: str | None = Field(default=None, description="For 500s: the id the server's log names.")
+
+
+class ErrorBody(BaseModel):
+    """Every error: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The documented error responses of a route (all share ``ErrorBody``)."""
+    described = {
+        400: "The body is not valid JSON.",
+        401: "No valid API key.",
+        404: "No such agent, session or run in this workspace.",
+        405: "Method not allowed (the Allow header lists the allowed ones).",
+        409: "Another invocation of this session won: retry after Retry-After seconds.",
+        413: "The body is over the configured limit.",
+        422: "The request is invalid (a field is named).",
+        500: "The server failed; the body carries the request id its log names.",
+        502: "The run failed (the model or a tool); the run is recorded.",
+    }
+    return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
+
+
+ID_PATH = Path(
+    pattern=STORABLE_ID, description="1-128 letters, digits, '.', '_' or '-', not starting with '.'."
+)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
@@ -245,11 +293,26 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route on the path only; list every route's.
+            methods = {
+                method
+                for route in app.routes
+                if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                for method in route.methods or ()
+            }
+            headers["Allow"] = ", ".join(sorted(methods))
+        return _error(exc.status_code, code, str(exc.detail), headers)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        return _error(500, "internal", f"the server failed: {type(exc).__name__}: {exc}")
+        # The body never carries internals (exception texts may name storage keys): the log does.
+        request_id = secrets.token_hex(8)
+        log.error("internal_error", request_id=request_id, path=request.url.path, exc_info=exc)
+        message = f"the server failed (request {request_id}); its log has the details"
+        body = {"error": {"code": "internal", "message": message, "request_id": request_id}}
+        return JSONResponse(body, status_code=500)
 
     def hosted(agent_id: str, ws: str) -> HostedSpec:
         found = hosted_by_id.get(agent_id)
@@ -261,7 +324,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             )
         return found
 
-    @app.post("/api/v1/agents/{agent_id}/invoke", response_model=InvokeResponse)
+    @app.post(
+        "/api/v1/agents/{agent_id}/invoke",
+        response_model=InvokeResponse,
+        responses={
+            **_errors(400, 401, 404, 409, 413, 422, 500, 502),
+            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
+        },
+    )
     async def invoke(
         agent_id: str, body: InvokeRequest, ws: Workspace, stream: Annotated[bool, Query()] = False
     ) -> Any:
@@ -311,7 +381,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             resumed=record.resumed,
         )
 
-    @app.get("/api/v1/agents")
+    @app.get("/api/v1/agents", responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:
         """The agents and pipelines this workspace may invoke."""
         listed = []
@@ -323,7 +393,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 )
         return {"agents": listed}
 
-    @app.get("/api/v1/agents/{agent_id}/sessions")
+    @app.get("/api/v1/agents/{agent_id}/sessions", responses=_errors(401, 404, 422, 500))
     async def sessions(agent_id: str, ws: Workspace) -> dict[str, Any]:
         """The sessions of an agent, most recently saved first."""
         target = hosted(agent_id, ws)
@@ -336,8 +406,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             ]
         }
 
-    @app.get("/api/v1/agents/{agent_id}/sessions/{session_id}")
-    async def session(agent_id: str, session_id: str, ws: Workspace) -> dict[str, Any]:
+    @app.get("/api/v1/agents/{agent_id}/sessions/{session_id}", responses=_errors(401, 404, 422, 500))
+    async def session(agent_id: str, session_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """A session's messages (a pipeline's: its run status and every agent node's messages)."""
         target = hosted(agent_id, ws)
         checked_id(session_id, "session_id")
@@ -363,8 +433,12 @@ def create_app(config: ServerConfig) -> FastAPI:
                 }
         return _plain(out)
 
-    @app.delete("/api/v1/agents/{agent_id}/sessions/{session_id}", status_code=204)
-    async def delete_session(agent_id: str, session_id: str, ws: Workspace) -> Response:
+    @app.delete(
+        "/api/v1/agents/{agent_id}/sessions/{session_id}",
+        status_code=204,
+        responses=_errors(401, 404, 422, 500),
+    )
+    async def delete_session(agent_id: str, session_id: Annotated[str, ID_PATH], ws: Workspace) -> Response:
         """Forget a session."""
         target = hosted(agent_id, ws)
         try:
@@ -376,11 +450,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise ApiError(404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}")
         return Response(status_code=204)
 
-    @app.get("/api/v1/runs")
+    @app.get("/api/v1/runs", responses=_errors(401, 404, 422, 500))
     async def runs(
         ws: Workspace,
         agent_id: str | None = None,
-        session_id: str | None = None,
+        session_id: Annotated[str | None, Query(pattern=STORABLE_ID)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         """Runs, newest first, optionally of one agent and one session."""
@@ -392,8 +466,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         records = await runtime.runs(ws).list(ids, session_id, limit)
         return {"runs": [r.summary() for r in records]}
 
-    @app.get("/api/v1/runs/{run_id}")
-    async def run(run_id: str, ws: Workspace) -> dict[str, Any]:
+    @app.get("/api/v1/runs/{run_id}", responses=_errors(401, 404, 422, 500))
+    async def run(run_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """A run: its conversation (tool calls included), per-node status for pipelines, timings, usage."""
         record = await _run_or_404(runtime, ws, run_id)
         return _plain(record.model_dump(mode="python"))
