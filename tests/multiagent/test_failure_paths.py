@@ -387,3 +387,21 @@ def test_parallel_sync_function_nodes_never_lose_shared_state_updates() -> None:
     result = graph("task")
     assert result.status == Status.COMPLETED
     assert graph.state.get("n") == 8000
+
+
+def test_a_run_saved_with_the_older_topology_hash_still_resumes() -> None:
+    attempts: list[int] = []
+
+    def flaky(node_input: NodeInput) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ValueError("first time fails")
+        return "ok"
+
+    graph = Graph({"first": lambda i: "first", "flaky": flaky}, edges=[("first", "flaky")])
+    assert graph("task").status == Status.FAILED
+    graph.run["topology"] = graph._legacy_topology_hash()  # as a version before this one saved it
+    assert graph().status == Status.COMPLETED
+    graph.run.update(status="failed", topology="0123456789abcdef")
+    with pytest.raises(RunError, match="force_resume"):
+        graph()

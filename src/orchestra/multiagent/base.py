@@ -324,13 +324,23 @@ class MultiAgentBase:
 
     # -- topology -------------------------------------------------------------------------------------
 
-    def _topology(self) -> dict[str, Any]:
+    def _topology(self, legacy: bool = False) -> dict[str, Any]:
         return {"kind": self.kind, "nodes": {n: node.kind for n, node in sorted(self.nodes.items())}}
 
     def topology_hash(self) -> str:
         """A hash of the nodes and edges: a run saved with another topology is not resumed silently."""
         text = json.dumps(self._topology(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _legacy_topology_hash(self) -> str:
+        """The hash versions before 0.2 saved (no join modes, conditions only as present or not)."""
+        text = json.dumps(self._topology(legacy=True), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def same_topology(self, saved: str | None) -> bool:
+        """Whether a saved run's topology hash is this orchestrator's (a run saved by an earlier version
+        with the older, coarser hash is accepted when that hash matches)."""
+        return saved in (self.topology_hash(), self._legacy_topology_hash())
 
     # -- invocation -----------------------------------------------------------------------------------
 
@@ -484,7 +494,7 @@ class MultiAgentBase:
                     "it by invoking with no task (orchestra resume), or delete the session to start over"
                 )
         if resumed:
-            if self.run.get("topology") != self.topology_hash() and not options.force_resume:
+            if not self.same_topology(self.run.get("topology")) and not options.force_resume:
                 raise RunError(
                     f"{self.kind} {self.id!r}: the saved run was made by a different graph (its nodes or edges "
                     "changed); resuming could skip or repeat the wrong nodes. Pass force_resume=True "

@@ -305,7 +305,13 @@ class Graph(MultiAgentBase):
             nodes, edges, structure["entry_points"], joins=joins, id=structure["id"], **structure["limits"]
         )
 
-    def _topology(self) -> dict[str, Any]:
+    def _topology(self, legacy: bool = False) -> dict[str, Any]:
+        if legacy:
+            return {
+                **super()._topology(legacy),
+                "edges": sorted([e.src, e.dst, e.condition is not None] for e in self.edges),
+                "entry_points": sorted(self.entry_points),
+            }
         return {
             **super()._topology(),
             "joins": {n: node.join for n, node in sorted(self.nodes.items())},

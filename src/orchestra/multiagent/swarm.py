@@ -151,8 +151,8 @@ class Swarm(MultiAgentBase):
         )
         return FunctionTool(handoff_to_agent, name=HANDOFF_TOOL, context=True)
 
-    def _topology(self) -> dict[str, Any]:
-        return {**super()._topology(), "entry_point": self.entry_point}
+    def _topology(self, legacy: bool = False) -> dict[str, Any]:
+        return {**super()._topology(legacy), "entry_point": self.entry_point}
 
     def structure(self) -> dict[str, Any]:
         """The swarm's agents and limits as JSON: enough to schedule it elsewhere (see ``from_structure``)."""

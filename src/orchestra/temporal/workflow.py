@@ -99,7 +99,7 @@ class PipelineWorkflow:
             skeleton.load_document(saved["fields"], saved["logs"])
         responses = dict(request.responses)
         if skeleton.status.value in _UNFINISHED:
-            if skeleton.run.get("topology") != skeleton.topology_hash() and not request.force:
+            if not skeleton.same_topology(skeleton.run.get("topology")) and not request.force:
                 return {
                     "status": "failed",
                     "reason": "the saved run was made by a different graph; resume with --force",
