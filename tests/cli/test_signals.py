@@ -94,7 +94,7 @@ def test_a_second_run_of_a_live_session_is_refused_before_any_work_and_a_killed_
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
         "ORCHESTRA_TEST_CALLS": str(calls),
-        "ORCHESTRA_TEST_STEP_SECONDS": "1.5",
+        "ORCHESTRA_TEST_STEP_SECONDS": "2.5",  # 15 s in all: room for slow process starts
         "WORKDIR": str(tmp_path),
     }
     first = orchestra("run", spec, "--session-id", "live", env=env)
