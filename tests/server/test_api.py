@@ -253,3 +253,13 @@ def test_text_that_cannot_be_stored_is_422_before_the_model_is_called(server):
     assert response.json()["error"]["code"] == "invalid_text"
     runs = httpx.get(f"{server.url}/api/v1/runs", params={"agent_id": "chat"}, headers=auth(), timeout=30)
     assert runs.json()["runs"] == []  # nothing ran, nothing was recorded
+
+
+def test_the_session_lock_table_keeps_only_sessions_being_served(server):
+    import gc
+
+    for index in range(20):
+        assert invoke(server, "chat", {"input": "hi", "session_id": f"s-{index}"}).status_code == 200
+    invoke(server, "chat", {"input": "hi", "session_id": ".."})  # refused before any lock is taken
+    gc.collect()
+    assert len(server.app.state.runtime._locks) == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -96,7 +97,11 @@ class Runtime:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.root: Storage = storage_from_uri(config.storage)
-        self._locks: dict[tuple[str, str, str], anyio.Lock] = {}
+        # Weak values: a session's lock lives while a turn holds it or waits on it, then goes away, so
+        # the table holds the sessions being served now, not every session ever seen.
+        self._locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""
