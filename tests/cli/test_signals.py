@@ -31,6 +31,17 @@ def orchestra(*args, env):
     )
 
 
+def show_session(session_id, env):
+    return subprocess.run(
+        [sys.executable, "-c", "from orchestra.cli import main; main()", "sessions", "show", session_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=env["WORKDIR"],
+        timeout=60,
+    )
+
+
 def completed_nodes(workdir, session):
     storage = LocalFileStorage(workdir / ".orchestra")
     doc = anyio.run(Journal(storage, ScopeLayout(session, "multiAgent", "chain")).load)
@@ -106,26 +117,12 @@ def test_a_second_run_of_a_live_session_is_refused_before_any_work_and_a_killed_
     assert second.returncode == 1, second_err.decode()
     assert b"is being run by process" in second_err
     assert b"Traceback" not in second_err
-    live = subprocess.run(
-        [sys.executable, "-c", "from orchestra.cli import main; main()", "sessions", "show", "live"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    live = show_session("live", env)
     assert "executing (process" in live.stdout, live.stdout
 
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=30)
-    shown = subprocess.run(
-        [sys.executable, "-c", "from orchestra.cli import main; main()", "sessions", "show", "live"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    shown = show_session("live", env)
     assert "interrupted? (no live writer since" in shown.stdout, shown.stdout
     assert "executing" not in shown.stdout
     env["ORCHESTRA_TEST_STEP_SECONDS"] = "0"

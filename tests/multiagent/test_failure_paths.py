@@ -341,7 +341,8 @@ def test_without_a_session_manager_every_task_starts_a_fresh_run() -> None:
     assert seen == ["one", "bad", "two"]
 
 
-def test_without_a_session_manager_a_call_without_task_resumes_in_memory() -> None:
+def failed_once_graph() -> Graph:
+    """A graph (no session manager) whose second node failed in its first run and succeeds after."""
     attempts: list[int] = []
 
     def flaky(node_input: NodeInput) -> str:
@@ -352,6 +353,11 @@ def test_without_a_session_manager_a_call_without_task_resumes_in_memory() -> No
 
     graph = Graph({"first": lambda i: "first", "flaky": flaky}, edges=[("first", "flaky")])
     assert graph("task").status == Status.FAILED
+    return graph
+
+
+def test_without_a_session_manager_a_call_without_task_resumes_in_memory() -> None:
+    graph = failed_once_graph()
     resumed = graph()
     assert resumed.status == Status.COMPLETED
     assert resumed.resumed
@@ -390,16 +396,7 @@ def test_parallel_sync_function_nodes_never_lose_shared_state_updates() -> None:
 
 
 def test_a_run_saved_with_the_older_topology_hash_still_resumes() -> None:
-    attempts: list[int] = []
-
-    def flaky(node_input: NodeInput) -> str:
-        attempts.append(1)
-        if len(attempts) == 1:
-            raise ValueError("first time fails")
-        return "ok"
-
-    graph = Graph({"first": lambda i: "first", "flaky": flaky}, edges=[("first", "flaky")])
-    assert graph("task").status == Status.FAILED
+    graph = failed_once_graph()
     graph.run["topology"] = graph._legacy_topology_hash()  # as a version before this one saved it
     assert graph().status == Status.COMPLETED
     graph.run.update(status="failed", topology="0123456789abcdef")

@@ -192,3 +192,22 @@ def test_cli_prune_snapshots(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> 
     )
     assert [s["snapshot_id"] for s in left] == [history[-1]["snapshot_id"]]
     assert runner.invoke(app, ["sessions", "prune-snapshots", "pruned"]).exit_code == 2
+
+
+async def test_importing_a_file_that_is_not_an_export_is_refused() -> None:
+    from orchestra.errors import SnapshotError
+
+    storage = InMemoryStorage()
+    with pytest.raises(SnapshotError, match="the imported file: not valid JSON"):
+        await import_scope(storage, b'{"scope": "multiAgent", "data":', "x")
+    with pytest.raises(SnapshotError, match="names no scope id"):
+        await import_scope(storage, b'{"scope": "multiAgent", "data": {}}', "x")
+    assert await storage.list("session/") == []  # nothing was written
+
+
+def test_cli_import_of_a_file_that_is_not_an_export_is_one_line(tmp_path: Any) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    result = CliRunner().invoke(app, ["sessions", "import", str(bad), "--storage", "memory"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("error: the imported file: not valid JSON")

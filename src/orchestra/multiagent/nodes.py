@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
 
 _log = get_logger("orchestra.multiagent")
+_logged = logging.getLogger("orchestra.multiagent")
 
 NodeKind = Literal["agent", "function", "orchestrator"]
 Join = Literal["all", "any"]
@@ -170,6 +172,8 @@ class Node:
         responses: dict[str, Any],
     ) -> NodeResult:
         """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
+        if not _logged.isEnabledFor(logging.INFO):  # per node: nothing to pay for when nobody listens
+            return await self._execute(node_input, orchestrator, emit, responses)
         with structlog.contextvars.bound_contextvars(node_id=self.node_id):
             _log.info("node.start", execution=node_input.execution_count)
             result = await self._execute(node_input, orchestrator, emit, responses)

@@ -145,7 +145,9 @@ class Journal:
     # -- reading --------------------------------------------------------------------------------------
 
     async def _read_latest(self) -> tuple[Snapshot, str, int] | None:
-        found = await self.storage.read(self.layout.latest)
+        return self._parse_latest(await self.storage.read(self.layout.latest))
+
+    def _parse_latest(self, found: tuple[bytes, str] | None) -> tuple[Snapshot, str, int] | None:
         if found is None:
             return None
         data, version = found
@@ -195,9 +197,14 @@ class Journal:
 
     async def load(self) -> Document | None:
         """Read the scope's current state (None if it was never created) and track it for later saves."""
-        latest = await self._read_latest()
-        if latest is not None:
-            await self._check_manifest()
+        # The manifest is read beside the snapshot (at once, not one after the other): its schema
+        # version is checked like every other file's.
+        found_latest, found_manifest = await map_concurrently(
+            self.storage.read, [self.layout.latest, self.layout.manifest]
+        )
+        latest = self._parse_latest(found_latest)
+        if found_manifest is not None:
+            decode_model(SnapshotManifest, found_manifest[0], self.layout.manifest)
         if latest is None:
             doc, base_seq = Document(), -1
             self._latest_version, self._latest_bytes = None, 0
@@ -215,12 +222,6 @@ class Journal:
             return None
         self._track(doc)
         return doc
-
-    async def _check_manifest(self) -> None:
-        """The manifest's schema version is checked like every other file's (a newer one is refused)."""
-        found = await self.storage.read(self.layout.manifest)
-        if found is not None:
-            decode_model(SnapshotManifest, found[0], self.layout.manifest)
 
     async def load_at(self, seq: int) -> Document:
         """The state after record ``seq`` (does not change what this journal tracks)."""

@@ -159,9 +159,6 @@ class StorageSessionRepository:
         return await self._read(f"{self._agent(session_id, agent_id)}agent.json", SessionAgent)
 
     async def update_agent(self, session_id: str, session_agent: SessionAgent) -> None:
-        existing = await self.read_agent(session_id, session_agent.agent_id)
-        if existing is not None:
-            session_agent.created_at = existing.created_at  # an update never changes when it was created
         session_agent.updated_at = now_iso()
         key = f"{self._agent(session_id, session_agent.agent_id)}agent.json"
         await self.storage.write(key, session_agent.model_dump_json().encode())
@@ -210,8 +207,9 @@ def _json_bytes(value: Any) -> bytes:
 
 
 class _Tracked:
-    def __init__(self, next_message_id: int) -> None:
+    def __init__(self, next_message_id: int, created_at: str) -> None:
         self.next_message_id = next_message_id
+        self.created_at = created_at  # agent.json's, kept by every update
 
 
 class RepositorySessionManager:
@@ -288,18 +286,14 @@ class RepositorySessionManager:
         stored: SessionAgent | None = await _call(repo.read_agent(self._session_id, agent.agent_id))
         if stored is None:
             data = agent.agent_data()
-            await _call(
-                repo.create_agent(
-                    self._session_id,
-                    SessionAgent(
-                        agent_id=agent.agent_id,
-                        state=data.state,
-                        conversation_manager_state=data.conversation_manager_state,
-                        system_prompt=data.system_prompt,
-                    ),
-                )
+            created = SessionAgent(
+                agent_id=agent.agent_id,
+                state=data.state,
+                conversation_manager_state=data.conversation_manager_state,
+                system_prompt=data.system_prompt,
             )
-            tracked = _Tracked(0)
+            await _call(repo.create_agent(self._session_id, created))
+            tracked = _Tracked(0, created.created_at)
             self._agents[agent] = tracked
             for message in list(agent.messages):
                 await self._create_message(agent, message)
@@ -317,7 +311,7 @@ class RepositorySessionManager:
         agent.state.replace(stored.state)
         if stored.system_prompt is not None:
             agent.system_prompt = stored.system_prompt
-        self._agents[agent] = _Tracked(len(stored_messages))
+        self._agents[agent] = _Tracked(len(stored_messages), stored.created_at)
 
     def _tracked(self, agent: Agent) -> _Tracked:
         tracked = self._agents.get(agent)
@@ -360,6 +354,7 @@ class RepositorySessionManager:
                     conversation_manager_state=data.conversation_manager_state,
                     system_prompt=data.system_prompt,
                     interrupt_state=data.interrupt_state,
+                    created_at=self._tracked(agent).created_at,
                 ),
             )
         )

@@ -322,8 +322,10 @@ def tool(
         description: the tool's description; defaults to the docstring.
         context: pass a :class:`ToolContext` to the function's ``tool_context`` parameter.
     """
-    # Annotations may name classes local to the function that defines the tool: keep that scope.
-    localns = dict(sys._getframe(1).f_locals)
+    # Annotations may name classes local to the function that defines the tool: keep that scope (at
+    # module level the locals are the globals, which the function already has).
+    caller = sys._getframe(1)
+    localns = None if caller.f_locals is caller.f_globals else dict(caller.f_locals)
     if fn is not None:
         return FunctionTool(fn, name=name, description=description, context=context, localns=localns)
 
