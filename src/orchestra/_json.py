@@ -6,7 +6,10 @@ import base64
 import json
 from typing import Any
 
-__all__ = ["dumps"]
+__all__ = ["BYTES_MARKER", "decode_bytes", "dumps", "encode_bytes"]
+
+BYTES_MARKER = "__bytes_encoded__"
+"""Strands Agents' JSON form of ``bytes``: ``{"__bytes_encoded__": true, "data": "<base64>"}``."""
 
 
 def dumps(value: Any, *, lenient: bool = False) -> str:
@@ -21,3 +24,25 @@ def dumps(value: Any, *, lenient: bool = False) -> str:
         raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
     return json.dumps(value, separators=(",", ":"), default=default, ensure_ascii=False)
+
+
+def encode_bytes(value: Any) -> Any:
+    """A copy of ``value`` with every ``bytes`` replaced by a ``BYTES_MARKER`` object (JSON-safe, lossless)."""
+    if isinstance(value, bytes | bytearray):
+        return {BYTES_MARKER: True, "data": base64.b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {k: encode_bytes(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_bytes(v) for v in value]
+    return value
+
+
+def decode_bytes(value: Any) -> Any:
+    """The inverse of :func:`encode_bytes`: marker objects become ``bytes`` again."""
+    if isinstance(value, dict):
+        if value.get(BYTES_MARKER) is True and isinstance(value.get("data"), str):
+            return base64.b64decode(value["data"])
+        return {k: decode_bytes(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_bytes(v) for v in value]
+    return value

@@ -23,7 +23,7 @@ from orchestra.testing import ScriptedModel
 PNG = b"\x89PNG\r\n\x1a\nrest"
 
 
-def test_layout_and_binary_content_as_base64(tmp_path):
+def test_layout_and_binary_content_as_strands_markers(tmp_path):
     manager = FileSessionManager("s1", storage_dir=str(tmp_path))
     agent = Agent(model=ScriptedModel(["a picture"]), session_manager=manager, state={"k": 1})
     agent([{"text": "look"}, {"image": {"format": "png", "source": {"bytes": PNG}}}])
@@ -33,7 +33,10 @@ def test_layout_and_binary_content_as_base64(tmp_path):
     assert stored_agent["state"] == {"k": 1}
     first = json.loads((base / "agents/agent_default/messages/message_0.json").read_text())
     assert first["message_id"] == 0
-    assert first["message"]["content"][1]["image"]["source"]["bytes"] == "iVBORw0KGgpyZXN0"
+    assert first["message"]["content"][1]["image"]["source"]["bytes"] == {
+        "__bytes_encoded__": True,
+        "data": "iVBORw0KGgpyZXN0",
+    }
     assert {"created_at", "updated_at", "redact_message"} <= set(first)
     restored = Agent(
         model=ScriptedModel([]), session_manager=FileSessionManager("s1", storage_dir=str(tmp_path))
@@ -59,15 +62,17 @@ def test_messages_are_listed_in_numeric_order_and_trimmed_by_the_window(tmp_path
     assert restored.messages[-1]["content"][0]["text"] == "r11"
 
 
-async def test_redaction_updates_the_stored_message(tmp_path):
+async def test_redaction_leaves_no_copy_of_the_original(tmp_path):
     agent = Agent(
         model=ScriptedModel([]), session_manager=FileSessionManager("s1", storage_dir=str(tmp_path))
     )
     await agent.append_message({"role": "user", "content": [{"text": "my password is hunter2"}]})
     await agent.redact_latest_message("[REDACTED]")
+    await agent.append_message({"role": "assistant", "content": [{"text": "noted"}]})
     stored = json.loads((tmp_path / "session_s1/agents/agent_default/messages/message_0.json").read_text())
-    assert stored["message"]["content"][0]["text"] == "my password is hunter2"
+    assert stored["message"]["content"][0]["text"] == "[REDACTED]"
     assert stored["redact_message"]["content"][0]["text"] == "[REDACTED]"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
     restored = Agent(session_manager=FileSessionManager("s1", storage_dir=str(tmp_path)))
     assert restored.messages[0]["content"][0]["text"] == "[REDACTED]"
 
@@ -80,7 +85,7 @@ async def test_a_second_writer_is_detected_when_both_append(tmp_path):
         model=ScriptedModel(["2"]), session_manager=FileSessionManager("s1", storage_dir=str(tmp_path))
     )
     await first.invoke_async("first")
-    with pytest.raises(SessionConflictError, match="message_0.json already exists"):
+    with pytest.raises(SessionConflictError, match="another writer"):
         await second.invoke_async("second")
 
 

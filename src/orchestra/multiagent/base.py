@@ -31,6 +31,7 @@ import structlog
 
 from orchestra._concurrency import unwrap_group
 from orchestra._ids import validate_id
+from orchestra._json import decode_bytes, encode_bytes
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent import AgentData
@@ -232,8 +233,12 @@ class MultiAgentBase:
         return fields, logs, unset
 
     def serialize_state(self) -> dict[str, Any]:
-        """The whole run as a plain JSON dict (what a session persists); see ``deserialize_state``."""
-        out: dict[str, Any] = json.loads(json.dumps(self._fields, default=str))
+        """The whole run as a plain JSON dict (what a session persists); see ``deserialize_state``.
+
+        Binary content (an image in the task) is a ``{"__bytes_encoded__": true, "data": ...}`` object, the
+        form Strands Agents uses too, and becomes ``bytes`` again in ``deserialize_state``.
+        """
+        out: dict[str, Any] = json.loads(json.dumps(encode_bytes(self._fields), default=str))
         out["state"] = self.state.to_dict()
         for name, items in self._logs.items():
             out[name] = list(items)
@@ -246,7 +251,7 @@ class MultiAgentBase:
 
     def deserialize_state(self, payload: Mapping[str, Any]) -> None:
         """Restore what ``serialize_state`` (or a session) produced; the next invocation resumes from it."""
-        fields = {k: v for k, v in payload.items() if not self._is_log(k, v)}
+        fields = {k: decode_bytes(v) for k, v in payload.items() if not self._is_log(k, v)}
         logs = {
             k: messages_from_json(json.dumps(v)) if k.endswith("/messages") else list(v)
             for k, v in payload.items()

@@ -10,9 +10,13 @@ with the seed's layout::
     session_<id>/agents/agent_<agent_id>/messages/message_<n>.json
     session_<id>/multi_agents/multi_agent_<orchestrator_id>/multi_agent.json
 
-New code should prefer ``SnapshotSessionManager``: it saves only what changed and detects a second writer
-on every save. Here messages are created with create-only writes (a second writer is detected when both
-append), while agent records are overwritten.
+The files are Strands Agents' own format (``_strands_files``): either framework reads and continues the
+other's sessions. Every write is conditional: messages are created only if absent, and ``agent.json``,
+``multi_agent.json`` and redacted messages are replaced only if unchanged since this manager last read or
+wrote them, so a second writer gets ``SessionConflictError`` instead of silently winning. A corrupt,
+foreign or missing file raises ``SnapshotError`` naming it.
+
+New code should prefer ``SnapshotSessionManager``: it saves only what changed.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra._concurrency import map_concurrently
 from orchestra._ids import validate_id
-from orchestra.agent.agent import Agent
-from orchestra.errors import SessionConflictError, SessionError, StorageConflictError
+from orchestra._json import decode_bytes
+from orchestra.agent.agent import Agent, AgentData
+from orchestra.errors import SessionConflictError, SessionError, SnapshotError, StorageConflictError
 from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
 from orchestra.messages import Message, MessageDict, validate_message
-from orchestra.session.snapshot import decode_model, now_iso
-from orchestra.storage import ABSENT, LocalFileStorage, S3Storage, Storage
+from orchestra.session._strands_files import file_json, message_from_file, message_to_file
+from orchestra.session.snapshot import now_iso
+from orchestra.storage import ABSENT, Expect, LocalFileStorage, S3Storage, Storage
 
 __all__ = [
     "FileSessionManager",
@@ -49,7 +55,7 @@ _R = TypeVar("_R", bound=BaseModel)
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", ser_json_bytes="base64", val_json_bytes="base64")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
 class Session(_Record):
@@ -69,6 +75,8 @@ class SessionAgent(_Record):
     conversation_manager_state: dict[str, Any] = Field(default_factory=dict)
     system_prompt: str | None = None
     interrupt_state: dict[str, Any] | None = None
+    # Strands Agents' own internal state (its interrupt and model state): kept as found, never interpreted.
+    internal_state: dict[str, Any] = Field(default_factory=dict, alias="_internal_state")
     created_at: str = Field(default_factory=now_iso)
     updated_at: str = Field(default_factory=now_iso)
 
@@ -86,6 +94,46 @@ class SessionMessage(_Record):
         """The message to show the model: the redacted version when there is one."""
         chosen = self.redact_message or self.message
         return chosen.model_dump(by_alias=True, exclude_none=True)
+
+    def to_file(self) -> dict[str, Any]:
+        """This message as a file of the repository layout (the format Strands Agents reads)."""
+
+        def plain(message: Message | None) -> dict[str, Any] | None:
+            return (
+                None
+                if message is None
+                else message_to_file(message.model_dump(by_alias=True, exclude_none=True))
+            )
+
+        return {
+            "message": plain(self.message),
+            "message_id": self.message_id,
+            "redact_message": plain(self.redact_message),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_file(cls, raw: Any, where: str) -> SessionMessage:
+        """Read a message file written by orchestra or by Strands Agents.
+
+        Raises:
+            SnapshotError: the file is not a message file, or holds a message orchestra cannot load.
+        """
+        if not isinstance(raw, dict) or "message" not in raw or not isinstance(raw.get("message_id"), int):
+            raise SnapshotError(
+                f"{where}: not a message file (expected 'message' and an integer 'message_id')"
+            )
+        redacted = raw.get("redact_message")
+        return cls(
+            message=Message.model_validate(message_from_file(raw["message"], f"{where}: message")),
+            message_id=raw["message_id"],
+            redact_message=None
+            if redacted is None
+            else Message.model_validate(message_from_file(redacted, f"{where}: redact_message")),
+            created_at=str(raw.get("created_at") or now_iso()),
+            updated_at=str(raw.get("updated_at") or now_iso()),
+        )
 
 
 @runtime_checkable
@@ -113,10 +161,15 @@ async def _call(result: Any) -> Any:
 
 
 class StorageSessionRepository:
-    """A ``SessionRepository`` over any ``Storage``, in the seed's layout. Reads messages concurrently."""
+    """A ``SessionRepository`` over any ``Storage``, in the seed's layout. Reads messages concurrently.
+
+    It remembers the version of every file it read or wrote, and replaces a file only if it still has that
+    version: a second writer of the same agent or orchestrator gets ``SessionConflictError``.
+    """
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        self._versions: dict[str, str] = {}
 
     @staticmethod
     def _session(session_id: str) -> str:
@@ -132,28 +185,65 @@ class StorageSessionRepository:
         oid = validate_id(multi_agent_id, "orchestrator id")
         return f"{self._session(session_id)}multi_agents/multi_agent_{oid}/multi_agent.json"
 
-    async def _read(self, key: str, cls: type[_R]) -> _R | None:
+    async def _read_json(self, key: str) -> Any:
         found = await self.storage.read(key)
-        return None if found is None else decode_model(cls, found[0], key)
-
-    async def _create(self, key: str, record: BaseModel) -> None:
+        if found is None:
+            self._versions.pop(key, None)
+            return None
+        data, version = found
+        self._versions[key] = version
         try:
-            await self.storage.write(key, record.model_dump_json().encode(), expect=ABSENT)
+            return json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SnapshotError(
+                f"{key}: not valid JSON ({exc}); the file is corrupt or truncated. Nothing was overwritten: "
+                "restore it from a backup, or delete the session to start over"
+            ) from None
+
+    async def _read(self, key: str, cls: type[_R]) -> _R | None:
+        raw = await self._read_json(key)
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise SnapshotError(f"{key}: expected a JSON object, found {type(raw).__name__}")
+        try:
+            return cls.model_validate(decode_bytes(raw))
+        except ValueError as exc:
+            raise SnapshotError(
+                f"{key}: not a valid {cls.__name__} file ({exc}); nothing was overwritten"
+            ) from None
+
+    async def _write(self, key: str, value: Any, *, create: bool) -> None:
+        """Create ``key`` (only if absent) or replace it (only if unchanged since this repository saw it)."""
+        expect: Expect = ABSENT
+        if not create:
+            if key not in self._versions:
+                await self._read_json(key)  # replacing a file this writer never saw: take its version now
+            expect = self._versions.get(key, ABSENT)
+        try:
+            self._versions[key] = await self.storage.write(key, file_json(value), expect=expect)
         except StorageConflictError as exc:
+            what = "already exists" if create else "was changed since this writer read it"
             raise SessionConflictError(
-                f"{key} already exists: another writer created it first (two live writers of one session "
-                "and agent); nothing was overwritten. Reload the agent to continue from the stored state."
+                f"{key} {what}: another writer of this session and agent or orchestrator (two live "
+                "writers); nothing was overwritten. Reload to continue from the stored state."
             ) from exc
 
     async def create_session(self, session: Session) -> Session:
-        await self._create(f"{self._session(session.session_id)}session.json", session)
+        await self._write(
+            f"{self._session(session.session_id)}session.json", session.model_dump(), create=True
+        )
         return session
 
     async def read_session(self, session_id: str) -> Session | None:
         return await self._read(f"{self._session(session_id)}session.json", Session)
 
     async def create_agent(self, session_id: str, session_agent: SessionAgent) -> None:
-        await self._create(f"{self._agent(session_id, session_agent.agent_id)}agent.json", session_agent)
+        folder = self._agent(session_id, session_agent.agent_id)
+        await self._write(f"{folder}agent.json", session_agent.model_dump(by_alias=True), create=True)
+        if isinstance(self.storage, LocalFileStorage):
+            # Strands Agents lists a conversation by listing this folder: it must exist, even while empty.
+            (self.storage.root / folder / "messages").mkdir(mode=0o700, parents=True, exist_ok=True)
 
     async def read_agent(self, session_id: str, agent_id: str) -> SessionAgent | None:
         return await self._read(f"{self._agent(session_id, agent_id)}agent.json", SessionAgent)
@@ -161,55 +251,68 @@ class StorageSessionRepository:
     async def update_agent(self, session_id: str, session_agent: SessionAgent) -> None:
         session_agent.updated_at = now_iso()
         key = f"{self._agent(session_id, session_agent.agent_id)}agent.json"
-        await self.storage.write(key, session_agent.model_dump_json().encode())
+        await self._write(key, session_agent.model_dump(by_alias=True), create=False)
 
     async def create_message(self, session_id: str, agent_id: str, session_message: SessionMessage) -> None:
-        await self._create(self._message(session_id, agent_id, session_message.message_id), session_message)
+        key = self._message(session_id, agent_id, session_message.message_id)
+        await self._write(key, session_message.to_file(), create=True)
+
+    async def _read_message_file(self, key: str) -> SessionMessage | None:
+        raw = await self._read_json(key)
+        return None if raw is None else SessionMessage.from_file(raw, key)
 
     async def read_message(self, session_id: str, agent_id: str, message_id: int) -> SessionMessage | None:
-        return await self._read(self._message(session_id, agent_id, message_id), SessionMessage)
+        return await self._read_message_file(self._message(session_id, agent_id, message_id))
 
     async def update_message(self, session_id: str, agent_id: str, session_message: SessionMessage) -> None:
         session_message.updated_at = now_iso()
         key = self._message(session_id, agent_id, session_message.message_id)
-        await self.storage.write(key, session_message.model_dump_json().encode())
+        await self._write(key, session_message.to_file(), create=False)
 
     async def list_messages(
         self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0
     ) -> list[SessionMessage]:
+        """The messages in order. A gap in their numbers (a deleted or lost file) raises ``SnapshotError``."""
         prefix = f"{self._agent(session_id, agent_id)}messages/message_"
-        keys = sorted(
-            await self.storage.list(prefix), key=lambda k: int(k[len(prefix) :].removesuffix(".json"))
-        )
+        numbered: list[tuple[int, str]] = []
+        for key in await self.storage.list(prefix):
+            digits = key[len(prefix) :].removesuffix(".json")
+            if key.endswith(".json") and digits.isdigit():
+                numbered.append((int(digits), key))
+        numbered.sort()
+        for expected, (found_number, _) in enumerate(numbered):
+            if found_number != expected:
+                raise SnapshotError(
+                    f"{prefix}{expected}.json is missing (found message_{found_number}.json after it): the "
+                    "conversation has a hole, so it is not loaded. Restore the file from a backup, or delete "
+                    "the messages after the hole to continue from there"
+                )
+        keys = [key for _, key in numbered]
         keys = keys[offset:] if limit is None else keys[offset : offset + limit]
-
-        async def read(key: str) -> SessionMessage | None:
-            return await self._read(key, SessionMessage)
-
-        found = await map_concurrently(read, keys)
+        found = await map_concurrently(self._read_message_file, keys)
         return [m for m in found if m is not None]
 
     async def create_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> None:
         key = self._multi_agent(session_id, str(multi_agent_state["id"]))
-        await self.storage.write(key, _json_bytes(multi_agent_state), expect=ABSENT)
+        await self._write(key, multi_agent_state, create=True)
 
     async def read_multi_agent(self, session_id: str, multi_agent_id: str) -> dict[str, Any] | None:
-        found = await self.storage.read(self._multi_agent(session_id, multi_agent_id))
-        return None if found is None else dict(json.loads(found[0]))
+        key = self._multi_agent(session_id, multi_agent_id)
+        raw = await self._read_json(key)
+        if raw is not None and not isinstance(raw, dict):
+            raise SnapshotError(f"{key}: expected a JSON object, found {type(raw).__name__}")
+        return None if raw is None else dict(decode_bytes(raw))
 
     async def update_multi_agent(self, session_id: str, multi_agent_state: dict[str, Any]) -> None:
         key = self._multi_agent(session_id, str(multi_agent_state["id"]))
-        await self.storage.write(key, _json_bytes(multi_agent_state))
-
-
-def _json_bytes(value: Any) -> bytes:
-    return json.dumps(value, default=str).encode()
+        await self._write(key, multi_agent_state, create=False)
 
 
 class _Tracked:
-    def __init__(self, next_message_id: int, created_at: str) -> None:
+    def __init__(self, next_message_id: int, stored: SessionAgent) -> None:
         self.next_message_id = next_message_id
-        self.created_at = created_at  # agent.json's, kept by every update
+        self.created_at = stored.created_at  # agent.json's, kept by every update
+        self.internal_state = stored.internal_state  # Strands' own, written back as found
 
 
 class RepositorySessionManager:
@@ -258,6 +361,13 @@ class RepositorySessionManager:
         payload = await _call(
             self.session_repository.read_multi_agent(self._session_id, orchestrator.scope_id)
         )
+        if payload is not None and "run" not in payload and payload.get("type") in ("graph", "swarm"):
+            key = f"session_{self._session_id}/multi_agents/multi_agent_{orchestrator.scope_id}/multi_agent.json"
+            raise SnapshotError(
+                f"{key} holds a run of a Strands Agents {payload['type']}, which orchestra cannot resume "
+                "(its nodes and edges are Strands objects). Nothing was run or overwritten: finish that run "
+                "with Strands, or give this orchestrator another id or session"
+            )
         self._orchestrators[orchestrator] = payload is not None
         if payload is not None:
             orchestrator.deserialize_state({k: v for k, v in payload.items() if k != "id"})
@@ -293,13 +403,11 @@ class RepositorySessionManager:
                 system_prompt=data.system_prompt,
             )
             await _call(repo.create_agent(self._session_id, created))
-            tracked = _Tracked(0, created.created_at)
-            self._agents[agent] = tracked
+            self._agents[agent] = _Tracked(0, created)
             for message in list(agent.messages):
                 await self._create_message(agent, message)
             return
-        agent.conversation_manager.restore_state(stored.conversation_manager_state)
-        offset = agent.conversation_manager.removed_message_count
+        offset = int(stored.conversation_manager_state.get("removed_message_count", 0))
         stored_messages: list[SessionMessage] = await _call(
             repo.list_messages(self._session_id, agent.agent_id, None, 0)
         )
@@ -307,11 +415,16 @@ class RepositorySessionManager:
         summary = stored.conversation_manager_state.get("summary_message")
         if summary:
             messages.insert(0, validate_message(summary))
-        agent.messages = messages
-        agent.state.replace(stored.state)
-        if stored.system_prompt is not None:
-            agent.system_prompt = stored.system_prompt
-        self._agents[agent] = _Tracked(len(stored_messages), stored.created_at)
+        agent.load_agent_data(
+            AgentData(
+                messages=messages,
+                state=stored.state,
+                conversation_manager_state=stored.conversation_manager_state,
+                system_prompt=agent.system_prompt if stored.system_prompt is None else stored.system_prompt,
+                interrupt_state=stored.interrupt_state,
+            )
+        )
+        self._agents[agent] = _Tracked(len(stored_messages), stored)
 
     def _tracked(self, agent: Agent) -> _Tracked:
         tracked = self._agents.get(agent)
@@ -339,11 +452,14 @@ class RepositorySessionManager:
         )
         if stored is None:
             raise SessionError(f"session {self._session_id!r}: message {message_id} to redact is not stored")
-        stored.redact_message = Message.model_validate(event.message)
+        # Both copies become the redaction: Strands keeps the original beside it, but a redacted secret
+        # must not stay in storage. Strands reads the file the same way (it shows ``redact_message``).
+        stored.message = stored.redact_message = Message.model_validate(event.message)
         await _call(repo.update_message(self._session_id, agent.agent_id, stored))
 
     async def _on_after_invocation(self, event: AfterInvocation) -> None:
         agent = event.agent
+        tracked = self._tracked(agent)
         data = agent.agent_data()
         await _call(
             self.session_repository.update_agent(
@@ -354,7 +470,8 @@ class RepositorySessionManager:
                     conversation_manager_state=data.conversation_manager_state,
                     system_prompt=data.system_prompt,
                     interrupt_state=data.interrupt_state,
-                    created_at=self._tracked(agent).created_at,
+                    internal_state=tracked.internal_state,
+                    created_at=tracked.created_at,
                 ),
             )
         )
