@@ -360,3 +360,46 @@ def test_a_session_with_a_live_run_is_neither_deleted_nor_pruned(workdir):
         pruned = invoke("sessions", "prune", "--older-than", "1s")
         assert pruned.stdout.strip() == "deleted 0 session(s)"
     assert invoke("sessions", "delete", "busy", "--yes").exit_code == 0
+
+
+def test_sessions_commands_see_the_repository_layout_and_migrate_it(workdir):
+    """Sessions of FileSessionManager (here recorded from Strands Agents 1.62) are listed, shown, exported
+    into the snapshot layout (export, then import) and deleted like any other."""
+    import shutil
+
+    from orchestra import Agent
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import LocalFileStorage
+
+    corpus = Path(__file__).parent.parent / "session" / "corpus" / "strands_1_62"
+    shutil.copytree(corpus, workdir / ".orchestra")
+
+    listed = {s["session_id"]: s for s in json.loads(invoke("sessions", "list", "--json").stdout)}
+    assert set(listed) == {"conversation", "empty", "graph"}
+    assert listed["conversation"]["layout"] == "repository"
+    assert listed["conversation"]["scopes"] == ["agent/helper"]
+    assert listed["conversation"]["updated_at"].startswith("20")
+
+    shown = json.loads(invoke("sessions", "show", "conversation", "--json").stdout)
+    assert shown == [{"kind": "agent", "id": "helper", "records": 4, "messages": 4, "state_keys": ["plan"]}]
+
+    exported = invoke("sessions", "export", "conversation", "--scope", "agent/helper", "-o", "helper.json")
+    assert exported.exit_code == 0, exported.output
+    imported = invoke("sessions", "import", "helper.json", "--session-id", "migrated")
+    assert imported.exit_code == 0, imported.output
+    migrated = Agent(
+        agent_id="helper",
+        session_manager=SnapshotSessionManager("migrated", storage=LocalFileStorage(".orchestra")),
+    )
+    assert [m["role"] for m in migrated.messages] == ["user", "assistant", "user", "assistant"]
+    assert migrated.messages[0]["content"][1]["image"]["source"]["bytes"].startswith(b"\x89PNG")
+    assert migrated.state.get() == {"plan": {"step": 1}}
+
+    refused = invoke("sessions", "prune-snapshots", "conversation", "--keep-snapshots", "1")
+    assert refused.exit_code == 1
+    assert "repository layout" in refused.stderr
+    assert invoke("sessions", "delete", "conversation", "--yes").exit_code == 0
+    assert not (workdir / ".orchestra" / "session_conversation").exists()
+    time.sleep(1.1)
+    pruned = invoke("sessions", "prune", "--older-than", "1s")
+    assert "deleted 3 session(s)" in pruned.stdout, pruned.output

@@ -2,10 +2,11 @@
 
 import json
 
+import anyio
 import pytest
 
 from orchestra import Agent
-from orchestra.errors import RunError
+from orchestra.errors import RunError, SessionConflictError, SnapshotError
 from orchestra.multiagent import Graph, GraphBuilder, Status, Swarm
 from orchestra.session import FileSessionManager, SnapshotSessionManager
 from orchestra.session._journal import Journal
@@ -229,3 +230,86 @@ def test_repository_managers_persist_orchestrators(tmp_path):
     assert stored_state["run"]["status"] == "failed"
     assert build(None)().status == Status.COMPLETED
     assert counter.calls == {"n0": 1, "n1": 2, "n2": 1}
+
+
+def test_repository_managers_resume_a_task_with_binary_content(tmp_path):
+    """An image in the task survives the repository layout's multi_agent.json (it used to become a repr)."""
+    png = b"\x89PNG\r\n\x1a\n\x00\xff"
+    seen = []
+
+    def build(fail):
+        def second(messages, specs):
+            seen.append(messages[0]["content"])
+            if fail:
+                raise RuntimeError("second crashed")
+            return "done"
+
+        return Graph(
+            [
+                Agent(name="first", model=ScriptedModel(["looked"])),
+                Agent(name="second", model=FunctionModel(second)),
+            ],
+            edges=[("first", "second")],
+            id="pipe",
+            session_manager=FileSessionManager("s1", storage_dir=str(tmp_path)),
+        )
+
+    task = [{"text": "describe"}, {"image": {"format": "png", "source": {"bytes": png}}}]
+    assert build(True)(task).status == Status.FAILED
+    assert build(False)().status == Status.COMPLETED
+    images = [block for content in seen for block in content if "image" in block]
+    assert [image["image"]["source"]["bytes"] for image in images] == [png, png]
+
+
+async def test_repository_managers_refuse_a_second_writer_of_an_orchestrator(tmp_path):
+    """Two live runs of one graph in one session: the one that saves second is refused, not merged."""
+    both_started = anyio.Event()
+    started = []
+
+    async def slow(messages, specs):
+        started.append(1)
+        if len(started) == 2:
+            both_started.set()
+        await both_started.wait()
+        return "out"
+
+    def build():
+        return Graph(
+            [Agent(name="only", model=FunctionModel(slow))],
+            id="pipe",
+            session_manager=FileSessionManager("s1", storage_dir=str(tmp_path)),
+        )
+
+    outcomes = []
+
+    async def run(graph):
+        try:
+            outcomes.append((await graph.invoke_async("go")).status)
+        except SessionConflictError as exc:
+            outcomes.append(str(exc))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, build())
+        tg.start_soon(run, build())
+    assert Status.COMPLETED in outcomes
+    conflicts = [o for o in outcomes if not isinstance(o, Status)]
+    assert len(conflicts) == 1
+    assert "multi_agent_pipe/multi_agent.json" in conflicts[0]
+
+
+def test_repository_managers_name_a_truncated_multi_agent_file(tmp_path):
+    graph = Graph(
+        [Agent(name="only", model=ScriptedModel(["one"]))],
+        id="pipe",
+        session_manager=FileSessionManager("s1", storage_dir=str(tmp_path)),
+    )
+    graph("go")
+    path = tmp_path / "session_s1/multi_agents/multi_agent_pipe/multi_agent.json"
+    path.write_text(path.read_text()[:50])
+    again = Graph(
+        [Agent(name="only", model=ScriptedModel([]))],
+        id="pipe",
+        session_manager=FileSessionManager("s1", storage_dir=str(tmp_path)),
+    )
+    with pytest.raises(SnapshotError, match="multi_agent_pipe/multi_agent.json: not valid JSON"):
+        again("go")

@@ -43,7 +43,7 @@ from orchestra.errors import OrchestraError, OrchestraSpecError, SessionConflict
 from orchestra.multiagent import MultiAgentBase, Status
 from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult, output_text
-from orchestra.session import admin, export_scope
+from orchestra.session import admin
 from orchestra.session.writer_lock import WriterLock
 from orchestra.spec import build, json_schema, parse_file
 from orchestra.storage import DEFAULT_STORAGE_URI, storage_from_uri
@@ -570,6 +570,7 @@ def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) ->
                 [
                     {
                         "session_id": i.session_id,
+                        "layout": i.layout,
                         "updated_at": i.updated_at.isoformat() if i.updated_at else None,
                         "scopes": [f"{s.kind}/{s.scope_id}" for s in i.scopes],
                     }
@@ -578,10 +579,11 @@ def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) ->
             )
         )
         return
-    table = Table("session", "scopes", "updated")
+    table = Table("session", "layout", "scopes", "updated")
     for info in infos:
         updated = info.updated_at.strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
-        table.add_row(info.session_id, ", ".join(f"{s.kind}/{s.scope_id}" for s in info.scopes), updated)
+        scopes = ", ".join(f"{s.kind}/{s.scope_id}" for s in info.scopes)
+        table.add_row(info.session_id, info.layout, scopes, updated)
     out.print(table)
 
 
@@ -706,12 +708,15 @@ def sessions_export(
     ] = None,
     storage: StorageOption = None,
 ) -> None:
-    """Export a scope as one self-contained snapshot file (JSON).
+    """Export a scope as one self-contained snapshot file (JSON); 'sessions import' reads it back.
+
+    A session of the repository layout (FileSessionManager, S3SessionManager, or Strands Agents' own) is
+    exported the same way, so export then import moves it to the snapshot layout.
 
     Example: [bold]orchestra sessions export user-123 --scope multiAgent/review-loop -o run.json[/]
     """
     kind, scope_id = _scope(scope)
-    data = _session_call(export_scope, _storage(storage), session_id, kind, scope_id)
+    data = _session_call(admin.export_any_scope, _storage(storage), session_id, kind, scope_id)
     if output is None:
         sys.stdout.write(data.decode() + "\n")
     else:
@@ -742,6 +747,8 @@ def sessions_prune_snapshots(
     age = _duration(older_than) if older_than is not None else None
     store = _storage(storage)
     info = _session_call(admin.describe_session, store, session_id)
+    if info.layout == "repository":
+        raise fail(f"session {session_id} uses the repository layout, which keeps no immutable snapshots")
     from orchestra.session._journal import Journal
     from orchestra.session._layout import ScopeLayout
 
@@ -818,9 +825,7 @@ def sessions_delete(
         )
     if not yes and not typer.confirm(f"Delete session {session_id}?"):
         raise typer.Exit(EXIT_FAILED)
-    from orchestra.session._layout import session_prefix
-
-    count = _session_call(store.delete_prefix, session_prefix(session_id))
+    count = _session_call(admin.delete_session, store, session_id)
     out.print(f"deleted {count} keys of session {session_id}", highlight=False)
 
 

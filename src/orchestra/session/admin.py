@@ -1,7 +1,9 @@
 """Looking after stored sessions: list, describe, history, restore, prune (the CLI and the server use these).
 
-These work on any ``Storage`` holding ``SnapshotSessionManager`` sessions, without the agents or
-orchestrators that wrote them.
+These work on any ``Storage`` holding ``SnapshotSessionManager`` sessions (``session/<id>/``), without the
+agents or orchestrators that wrote them. Listing, describing, exporting and pruning also see the repository
+layout of ``FileSessionManager`` and ``S3SessionManager`` (``session_<id>/``, Strands Agents' layout too);
+an export of such a scope is a snapshot file, so ``import`` moves it to the snapshot layout.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from orchestra._ids import validate_id
 from orchestra.errors import SessionError
@@ -22,7 +24,10 @@ __all__ = [
     "ScopeInfo",
     "SessionInfo",
     "SnapshotInfo",
+    "delete_session",
     "describe_session",
+    "export_any_scope",
+    "export_repository_scope",
     "list_sessions",
     "load_scope",
     "prune_sessions",
@@ -46,6 +51,7 @@ class ScopeInfo:
 class SessionInfo:
     session_id: str
     scopes: list[ScopeInfo]
+    layout: Literal["snapshot", "repository"] = "snapshot"
 
     @property
     def updated_at(self) -> datetime | None:
@@ -107,7 +113,7 @@ def _summary(kind: str, doc: Document) -> dict[str, Any]:
 
 
 async def list_sessions(storage: Storage) -> list[SessionInfo]:
-    """Every session in the storage with its scopes and when each was last saved."""
+    """Every session in the storage (either layout) with its scopes and when each was last saved."""
     grouped = _scopes_of(await storage.list("session/"))
     out = []
     for session_id, scopes in sorted(grouped.items()):
@@ -116,7 +122,101 @@ async def list_sessions(storage: Storage) -> list[SessionInfo]:
             journal = sorted(k for k in keys if "/journal/" in k)
             infos.append(ScopeInfo(kind, scope_id, len(journal), await _last_update(storage, journal)))  # type: ignore[arg-type]
         out.append(SessionInfo(session_id, infos))
+    for session_id in sorted(_repository_sessions(await storage.list("session_"))):
+        out.append(await _describe_repository(storage, session_id, summaries=False))
     return out
+
+
+def _repository_sessions(keys: list[str]) -> dict[str, list[str]]:
+    sessions: dict[str, list[str]] = {}
+    for key in keys:
+        folder, _, rest = key.partition("/")
+        if folder.startswith("session_") and rest:
+            sessions.setdefault(folder[len("session_") :], []).append(rest)
+    return sessions
+
+
+def _timestamp(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+
+
+async def _describe_repository(storage: Storage, session_id: str, *, summaries: bool) -> SessionInfo:
+    from orchestra.session.repository import StorageSessionRepository, stored_agent_data
+
+    repo = StorageSessionRepository(storage)
+    keys = _repository_sessions(await storage.list(f"session_{validate_id(session_id, 'session_id')}/"))
+    scopes = []
+    for rest in sorted(keys.get(session_id, [])):
+        parts = rest.split("/")
+        if len(parts) == 3 and parts[0] == "agents" and parts[2] == "agent.json":
+            agent = await repo.read_agent(session_id, parts[1].removeprefix("agent_"))
+            if agent is None:
+                continue
+            info = ScopeInfo("agent", agent.agent_id, updated_at=_timestamp(agent.updated_at))
+            info.records = sum(1 for r in keys[session_id] if r.startswith(f"agents/{parts[1]}/messages/"))
+            if summaries:
+                data, _ = await stored_agent_data(repo, session_id, agent)
+                info.summary = {"messages": len(data.messages), "state_keys": sorted(data.state)}
+            scopes.append(info)
+        elif len(parts) == 3 and parts[0] == "multi_agents" and parts[2] == "multi_agent.json":
+            scope_id = parts[1].removeprefix("multi_agent_")
+            payload = await repo.read_multi_agent(session_id, scope_id) or {}
+            info = ScopeInfo("multiAgent", scope_id, 1, _timestamp(payload.get("updated_at")))
+            if summaries:
+                info.summary = _summary("multiAgent", Document(fields=payload))
+            scopes.append(info)
+    return SessionInfo(session_id, scopes, layout="repository")
+
+
+async def export_any_scope(storage: Storage, session_id: str, kind: ScopeKind, scope_id: str) -> bytes:
+    """A scope of either layout as a self-contained snapshot file (the snapshot layout first)."""
+    from orchestra.session.snapshot_manager import export_scope
+
+    try:
+        return await export_scope(storage, session_id, kind, scope_id)
+    except SessionError:
+        if not _repository_sessions(await storage.list(f"session_{session_id}/")):
+            raise
+    return await export_repository_scope(storage, session_id, kind, scope_id)
+
+
+async def export_repository_scope(storage: Storage, session_id: str, kind: ScopeKind, scope_id: str) -> bytes:
+    """A scope of the repository layout as a self-contained snapshot file (what ``export_scope`` writes).
+
+    Raises:
+        SessionError: the session has no such scope.
+    """
+    from orchestra.session.repository import StorageSessionRepository, stored_agent_data
+
+    repo = StorageSessionRepository(storage)
+    journal = Journal(storage, ScopeLayout(session_id, kind, scope_id))
+    if kind == "agent":
+        agent = await repo.read_agent(session_id, scope_id)
+        if agent is None:
+            raise SessionError(f"session {session_id!r} has no agent {scope_id!r}")
+        data, _ = await stored_agent_data(repo, session_id, agent)
+        fields = {
+            "state": data.state,
+            "conversation_manager_state": data.conversation_manager_state,
+            "system_prompt": data.system_prompt,
+            "interrupt_state": data.interrupt_state,
+        }
+        return journal.export(Document(fields=fields, logs={"messages": data.messages}))
+    payload = await repo.read_multi_agent(session_id, scope_id)
+    if payload is None:
+        raise SessionError(f"session {session_id!r} has no multiAgent {scope_id!r}")
+    if "run" not in payload:
+        raise SessionError(
+            f"session {session_id!r} multiAgent {scope_id!r} was not written by orchestra (a Strands Agents "
+            "run?): only its agents can be exported"
+        )
+    # An export is flat (fields and logs side by side), as serialize_state is: the import sorts them out.
+    return journal.export(
+        Document(fields={k: v for k, v in payload.items() if k not in ("id", "updated_at")})
+    )
 
 
 async def load_scope(storage: Storage, session_id: str, kind: ScopeKind, scope_id: str) -> Document:
@@ -140,6 +240,9 @@ async def describe_session(storage: Storage, session_id: str) -> SessionInfo:
     validate_id(session_id, "session_id")
     grouped = _scopes_of(await storage.list(session_prefix(session_id)))
     if session_id not in grouped:
+        repository = await _describe_repository(storage, session_id, summaries=True)
+        if repository.scopes:
+            return repository
         raise SessionError(f"no session {session_id!r} in {storage!r}")
     infos = []
     for (kind, scope_id), keys in sorted(grouped[session_id].items()):
@@ -196,5 +299,11 @@ async def prune_sessions(storage: Storage, older_than: timedelta, *, dry_run: bo
     ]
     if not dry_run:
         for session_id in doomed:
-            await storage.delete_prefix(session_prefix(session_id))
+            await delete_session(storage, session_id)
     return doomed
+
+
+async def delete_session(storage: Storage, session_id: str) -> int:
+    """Delete every key of a session, in either layout; returns how many."""
+    count = await storage.delete_prefix(session_prefix(session_id))
+    return count + await storage.delete_prefix(f"session_{session_id}/")

@@ -308,6 +308,29 @@ class StorageSessionRepository:
         await self._write(key, multi_agent_state, create=False)
 
 
+async def stored_agent_data(
+    repo: SessionRepository, session_id: str, stored: SessionAgent
+) -> tuple[AgentData, int]:
+    """What an agent of the repository layout loads as: the messages its conversation manager kept (after
+    the ``removed_message_count`` first, behind its summary if it has one), and how many are stored."""
+    offset = int(stored.conversation_manager_state.get("removed_message_count", 0))
+    stored_messages: list[SessionMessage] = await _call(
+        repo.list_messages(session_id, stored.agent_id, None, 0)
+    )
+    messages = [m.to_message() for m in stored_messages[offset:]]
+    summary = stored.conversation_manager_state.get("summary_message")
+    if summary:
+        messages.insert(0, validate_message(summary))
+    data = AgentData(
+        messages=messages,
+        state=stored.state,
+        conversation_manager_state=stored.conversation_manager_state,
+        system_prompt=stored.system_prompt,
+        interrupt_state=stored.interrupt_state,
+    )
+    return data, len(stored_messages)
+
+
 class _Tracked:
     def __init__(self, next_message_id: int, stored: SessionAgent) -> None:
         self.next_message_id = next_message_id
@@ -370,11 +393,13 @@ class RepositorySessionManager:
             )
         self._orchestrators[orchestrator] = payload is not None
         if payload is not None:
-            orchestrator.deserialize_state({k: v for k, v in payload.items() if k != "id"})
+            orchestrator.deserialize_state(
+                {k: v for k, v in payload.items() if k not in ("id", "updated_at")}
+            )
 
     async def _save_orchestrator(self, orchestrator: Any) -> None:
         orchestrator.take_changes()  # this layout rewrites the whole state: nothing to track
-        payload = {"id": orchestrator.scope_id, **orchestrator.serialize_state()}
+        payload = {"id": orchestrator.scope_id, "updated_at": now_iso(), **orchestrator.serialize_state()}
         repo = self.session_repository
         if self._orchestrators.get(orchestrator):
             await _call(repo.update_multi_agent(self._session_id, payload))
@@ -407,24 +432,11 @@ class RepositorySessionManager:
             for message in list(agent.messages):
                 await self._create_message(agent, message)
             return
-        offset = int(stored.conversation_manager_state.get("removed_message_count", 0))
-        stored_messages: list[SessionMessage] = await _call(
-            repo.list_messages(self._session_id, agent.agent_id, None, 0)
-        )
-        messages = [m.to_message() for m in stored_messages[offset:]]
-        summary = stored.conversation_manager_state.get("summary_message")
-        if summary:
-            messages.insert(0, validate_message(summary))
-        agent.load_agent_data(
-            AgentData(
-                messages=messages,
-                state=stored.state,
-                conversation_manager_state=stored.conversation_manager_state,
-                system_prompt=agent.system_prompt if stored.system_prompt is None else stored.system_prompt,
-                interrupt_state=stored.interrupt_state,
-            )
-        )
-        self._agents[agent] = _Tracked(len(stored_messages), stored)
+        data, count = await stored_agent_data(repo, self._session_id, stored)
+        if data.system_prompt is None:
+            data.system_prompt = agent.system_prompt
+        agent.load_agent_data(data)
+        self._agents[agent] = _Tracked(count, stored)
 
     def _tracked(self, agent: Agent) -> _Tracked:
         tracked = self._agents.get(agent)
