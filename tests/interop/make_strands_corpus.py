@@ -14,6 +14,8 @@ from pathlib import Path
 import strands
 from strands.multiagent import GraphBuilder
 from strands.session.file_session_manager import FileSessionManager
+from strands.session.snapshot_session_manager import SnapshotSessionManager
+from strands.storage.local_file_storage import LocalFileStorage
 
 sys.path.insert(0, str(Path(__file__).parent))
 from strands_stub import ScriptedStrandsModel
@@ -69,7 +71,20 @@ def main() -> None:
     builder.add_edge("a", "b")
     builder.set_session_manager(FileSessionManager("graph", storage_dir=str(target)))
     builder.build()("go")
-    print(f"wrote {target}")
+
+    # The snapshot layout (SnapshotSessionManager), in a folder of its own.
+    snapshots = target.with_name(f"{target.name}_snapshot")
+    shutil.rmtree(snapshots, ignore_errors=True)
+    strands.Agent(
+        agent_id="bot",
+        system_prompt="Be brief.",
+        model=ScriptedStrandsModel([("add", "t1", {"a": 1, "b": 2}), "three"]),
+        tools=[add],
+        session_manager=SnapshotSessionManager("chat", storage=LocalFileStorage(str(snapshots))),
+        state={"user": "ana"},
+        callback_handler=None,
+    )([{"text": "add 1 and 2"}, {"image": {"format": "png", "source": {"bytes": PNG}}}])
+    print(f"wrote {target} and {snapshots}")
 
 
 if __name__ == "__main__":

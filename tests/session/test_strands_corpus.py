@@ -5,15 +5,19 @@ so the format stays pinned everywhere."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from orchestra import Agent, FunctionModel, ScriptedModel, ToolCall, tool
+from orchestra.cli import app
 from orchestra.errors import SnapshotError
 from orchestra.multiagent import Graph
-from orchestra.session import FileSessionManager
+from orchestra.session import FileSessionManager, SnapshotSessionManager
+from orchestra.storage import LocalFileStorage
 
 CORPUS = Path(__file__).parent / "corpus" / "strands_1_62"
 PNG = b"\x89PNG\r\n\x1a\n\x00binary"
@@ -143,3 +147,69 @@ def test_a_truncated_file_is_named(corpus):
     path.write_text(path.read_text()[:40])
     with pytest.raises(SnapshotError, match=r"agent_helper/agent.json: not valid JSON"):
         helper(corpus, [])
+
+
+SNAPSHOTS = Path(__file__).parent / "corpus" / "strands_1_62_snapshot"
+STRANDS_LATEST = SNAPSHOTS / "session/chat/scopes/agent/bot/snapshots/snapshot_latest.json"
+
+
+def test_a_strands_snapshot_session_is_refused_with_the_command_that_imports_it(tmp_path):
+    shutil.copytree(SNAPSHOTS, tmp_path / "store")
+    with pytest.raises(SnapshotError, match=r"snapshot_latest.json.*--from strands") as refused:
+        Agent(
+            agent_id="bot",
+            session_manager=SnapshotSessionManager("chat", storage=LocalFileStorage(tmp_path / "store")),
+        )
+    assert "\n" not in str(refused.value)
+
+
+def test_sessions_import_from_strands_brings_the_agent_over(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SNAPSHOTS, tmp_path / "strands")
+    source = tmp_path / "strands/session/chat/scopes/agent/bot/snapshots/snapshot_latest.json"
+    result = CliRunner().invoke(app, ["sessions", "import", str(source), "--from", "strands"])
+    assert result.exit_code == 0, result.output
+    assert "imported agent/bot into session chat" in result.stdout
+
+    agent = Agent(
+        model=ScriptedModel(["seven"]),
+        agent_id="bot",
+        session_manager=SnapshotSessionManager("chat", storage=LocalFileStorage(".orchestra")),
+    )
+    assert [m["role"] for m in agent.messages] == ["user", "assistant", "user", "assistant"]
+    assert agent.messages[0]["content"][1] == {"image": {"format": "png", "source": {"bytes": PNG}}}
+    assert agent.messages[-1]["content"] == [{"text": "three"}]
+    assert agent.state.get() == {"user": "ana"}
+    assert agent.system_prompt == "Be brief."
+    assert str(agent("and 3 and 4?")) == "seven"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(schema_version="2.0"), r"schema_version '2.0' is not a Strands snapshot version"),
+        (lambda d: d.update(schema_version=1), r"an orchestra snapshot, not a Strands one"),
+        (lambda d: d.update(scope="multiAgent"), r"scope 'multiAgent': only agent snapshots can be imported"),
+        (
+            lambda d: d["data"]["interrupt_state"].update(activated=True),
+            r"data.interrupt_state: the agent is waiting",
+        ),
+        (
+            lambda d: d["data"]["messages"][1]["content"].append({"cachePoint": {"type": "default"}}),
+            r"data.messages\[1\]: not a message orchestra can load",
+        ),
+    ],
+)
+def test_a_strands_snapshot_orchestra_cannot_take_is_named(tmp_path, monkeypatch, change, message):
+    monkeypatch.chdir(tmp_path)
+    document = json.loads(STRANDS_LATEST.read_text())
+    change(document)
+    source = tmp_path / "snapshot_latest.json"
+    source.write_text(json.dumps(document))
+    result = CliRunner().invoke(
+        app, ["sessions", "import", str(source), "--from", "strands", "--session-id", "x"]
+    )
+    assert result.exit_code == 1
+    assert re.search(message, result.stderr), result.stderr
+    assert "snapshot_latest.json" in result.stderr
+    assert not (tmp_path / ".orchestra" / "session").exists()  # nothing half-imported

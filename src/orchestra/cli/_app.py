@@ -788,20 +788,55 @@ def sessions_fork(
 @sessions_app.command("import")
 def sessions_import(
     file: Annotated[
-        Path, typer.Argument(help="A file written by 'sessions export'.", exists=True, dir_okay=False)
+        Path,
+        typer.Argument(
+            help="A file written by 'sessions export', or with --from strands a Strands Agents agent snapshot.",
+            exists=True,
+            dir_okay=False,
+        ),
     ],
     session_id: Annotated[
         str | None, typer.Option("--session-id", help="Import into this session (default: the exported one).")
+    ] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--from", metavar="FORMAT", help="orchestra (an export) or strands (a Strands snapshot)."
+        ),
+    ] = "orchestra",
+    agent_id: Annotated[
+        str | None,
+        typer.Option("--agent-id", help="With --from strands: the agent (default: from the file's path)."),
     ] = None,
     storage: StorageOption = None,
 ) -> None:
     """Store an exported scope in a session; 'orchestra resume' then continues the run from it.
 
+    With --from strands, FILE is a Strands Agents SnapshotSessionManager file
+    (session/<id>/scopes/agent/<agent>/snapshots/snapshot_latest.json): its agent becomes an orchestra agent
+    of the snapshot layout, messages, state and conversation manager state included.
+
     Example: [bold]orchestra sessions import run.json --session-id run-1-copy[/]
     """
-    from orchestra.session.transfer import import_scope
+    from orchestra.session.transfer import import_scope, import_strands_snapshot, strands_snapshot_ids
 
-    imported = _session_call(import_scope, _storage(storage), file.read_bytes(), session_id)
+    if source == "strands":
+        path_session, path_agent = strands_snapshot_ids(str(file.absolute()))
+        target_session, target_agent = session_id or path_session, agent_id or path_agent or "default"
+        if target_session is None:
+            raise typer.BadParameter("the file's path names no session: pass one", param_hint="--session-id")
+        imported = _session_call(
+            import_strands_snapshot,
+            _storage(storage),
+            file.read_bytes(),
+            str(file),
+            target_session,
+            target_agent,
+        )
+    elif source == "orchestra":
+        imported = _session_call(import_scope, _storage(storage), file.read_bytes(), session_id)
+    else:
+        raise typer.BadParameter("write orchestra or strands", param_hint="--from")
     target, kind, scope_id = imported
     out.print(f"imported {kind}/{scope_id} into session {target}", highlight=False)
 

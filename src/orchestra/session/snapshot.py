@@ -117,7 +117,8 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
             raise SnapshotError(
                 f"{key}: schema_version {version!r} is not an orchestra schema version (an integer); the "
                 "file was written by another system (a Strands Agents snapshot?) or edited by hand. Nothing "
-                "was loaded: see 'Coming from Strands' in docs/sessions.md"
+                "was loaded; for a Strands snapshot run 'orchestra sessions import <file> --from strands' into "
+                "another session id"
             )
         if version > SCHEMA_VERSION:
             raise SnapshotError(

@@ -61,8 +61,8 @@ def _check_agent_document(doc: Document, where: str) -> None:
     if unknown:
         raise SnapshotError(
             f"{where}: field(s) {', '.join(unknown)} are not an orchestra agent snapshot's (a Strands Agents "
-            "session, or a newer orchestra?). Nothing was loaded; to bring a Strands session over, see "
-            "'Coming from Strands' in docs/sessions.md"
+            "session, or a newer orchestra?). Nothing was loaded; to bring a Strands snapshot over, run "
+            "'orchestra sessions import <its snapshot_latest.json> --from strands' into another session id"
         )
 
 

@@ -1,5 +1,5 @@
-"""Copying runs between sessions: ``fork_scope`` (from a snapshot into a new session) and ``import_scope``
-(what ``export_scope`` wrote).
+"""Copying runs between sessions: ``fork_scope`` (from a snapshot into a new session), ``import_scope``
+(what ``export_scope`` wrote) and ``import_strands_snapshot`` (an agent snapshot of Strands Agents).
 
 A fork of a Graph or Swarm takes its nested orchestrators' scopes along (``<id>.<node>``), each at the
 snapshot of the same id when there is one (``SnapshotSessionManager.save_run_snapshot`` takes them
@@ -8,15 +8,19 @@ together), otherwise at its latest state.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from orchestra._ids import validate_id
+from orchestra._json import dumps
 from orchestra.errors import SessionError, SnapshotError
 from orchestra.session._journal import Document, Journal, is_message_log
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
+from orchestra.session._strands_files import message_from_file
 from orchestra.session.snapshot import Snapshot, decode_model
 
-__all__ = ["fork_scope", "import_scope"]
+__all__ = ["fork_scope", "import_scope", "import_strands_snapshot", "strands_snapshot_ids"]
 
 _ORCHESTRATOR_LOGS = ("execution_order", "node_history", "handoffs")
 
@@ -118,3 +122,82 @@ async def import_scope(storage: Any, data: bytes, session_id: str | None = None)
     doc = _document_of(snapshot)
     await _create(storage, target_session, snapshot.scope, snapshot.scope_id, doc)
     return target_session, snapshot.scope, snapshot.scope_id
+
+
+_STRANDS_PATH = re.compile(r"session/(?P<session>[^/]+)/scopes/agent/(?P<agent>[^/]+)/snapshots/[^/]+\.json$")
+
+
+def strands_snapshot_ids(path: str) -> tuple[str | None, str | None]:
+    """The session and agent ids in a Strands snapshot file's path (``.../session/<s>/scopes/agent/<a>/...``)."""
+    match = _STRANDS_PATH.search(path.replace("\\", "/"))
+    return (match["session"], match["agent"]) if match else (None, None)
+
+
+def _system_prompt(value: Any, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(b, dict) and isinstance(b.get("text"), str) for b in value):
+        return "\n".join(b["text"] for b in value)
+    raise SnapshotError(
+        f"{where}: data.system_prompt holds blocks other than text; orchestra keeps a text prompt"
+    )
+
+
+async def import_strands_snapshot(
+    storage: Any, data: bytes, where: str, session_id: str, agent_id: str
+) -> tuple[str, str, str]:
+    """Store an agent snapshot of Strands Agents' ``SnapshotSessionManager`` (``snapshot_latest.json`` or an
+    immutable snapshot, schema version "1.0") as an orchestra agent scope. Returns (session, kind, scope).
+
+    Raises:
+        SnapshotError: the file is not a Strands agent snapshot orchestra can take; names ``where`` and the
+            field.
+        SessionError: the session already holds that agent.
+    """
+    validate_id(session_id, "session_id")
+    validate_id(agent_id, "agent_id")
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+        raise SnapshotError(f"{where}: not a Strands Agents snapshot (no 'data' object)")
+    version = raw.get("schema_version")
+    if isinstance(version, int):
+        raise SnapshotError(
+            f"{where}: an orchestra snapshot, not a Strands one: import it without --from strands"
+        )
+    if version != "1.0":
+        raise SnapshotError(
+            f'{where}: schema_version {version!r} is not a Strands snapshot version orchestra reads ("1.0")'
+        )
+    if raw.get("scope") != "agent":
+        raise SnapshotError(
+            f"{where}: scope {raw.get('scope')!r}: only agent snapshots can be imported (a Strands Graph or "
+            "Swarm run cannot continue in orchestra; import its agents' snapshots instead)"
+        )
+    body = raw["data"]
+    interrupts = body.get("interrupt_state") or {}
+    if isinstance(interrupts, dict) and interrupts.get("activated"):
+        raise SnapshotError(
+            f"{where}: data.interrupt_state: the agent is waiting for an interrupt to be answered; answer it in "
+            "Strands Agents first, then import the snapshot saved after that"
+        )
+    messages = body.get("messages") or []
+    if not isinstance(messages, list):
+        raise SnapshotError(f"{where}: data.messages is not a list")
+    snapshot = Snapshot(
+        scope="agent",
+        scope_id=agent_id,
+        session_id=session_id,
+        data={
+            "messages": [
+                message_from_file(m, f"{where}: data.messages[{i}]") for i, m in enumerate(messages)
+            ],
+            "state": body.get("state") or {},
+            "conversation_manager_state": body.get("conversation_manager_state") or {},
+            "system_prompt": _system_prompt(body.get("system_prompt"), where),
+            "interrupt_state": None,
+        },
+    )
+    return await import_scope(storage, dumps(snapshot.model_dump(mode="python")).encode(), session_id)
