@@ -10,8 +10,17 @@ Every record is created with ``expect=ABSENT`` under the next sequence number, s
 one scope cannot both append: the one that is behind gets ``SessionConflictError``. Now and then (when
 the records since the last compaction outweigh the compacted snapshot several times over) the whole
 document is written to ``snapshot_latest.json`` with a compare-and-swap; loading reads that snapshot and
-replays the records after it. Records are kept, so an immutable snapshot is just "the state after record
-N" and shares every byte with the journal.
+replays the records after it. An immutable snapshot is just "the state after record N" and shares every
+byte with the journal.
+
+Records are deleted by *folding* (``fold``): once they are in ``snapshot_latest.json``, older than
+``Compaction.delete_after`` and older than every immutable snapshot, they are replayed into
+``snapshot_base.json`` (the state after the last of them) and deleted. The newest record is never deleted.
+Deleting records must not let a writer that fell behind append silently where a record used to be, so a
+writer idle for more than half of ``delete_after`` first lists the journal after its last record: a newer
+record, or its own record gone (the scope was deleted), is a conflict. A record can only be deleted
+``delete_after`` after it was written, so a writer that saved more recently than that cannot have been
+overtaken by a deleted record.
 """
 
 from __future__ import annotations
@@ -78,6 +87,11 @@ class Compaction:
     min_bytes: int = 256 * 1024
     ratio: float = 4.0
     max_records: int = 1000
+    delete_after: timedelta | None = timedelta(minutes=10)
+    """Records folded into ``snapshot_latest.json`` are deleted once this old (None keeps every record).
+    Writers idle for half of it check the journal before their next save; machines writing one session
+    must agree on the time to within half of it. ``timedelta(0)`` deletes at once and checks before every
+    save (one listing of the few remaining records)."""
 
 
 def is_message_log(name: str) -> bool:
@@ -140,6 +154,7 @@ class Journal:
         self._latest_bytes = 0
         self._since_bytes = 0
         self._since_records = 0
+        self._synced_at = time.monotonic()  # when this journal last knew it was the scope's newest writer
         self.bytes_written = 0
 
     # -- reading --------------------------------------------------------------------------------------
@@ -216,6 +231,7 @@ class Journal:
         for _, record, _ in records:
             doc.apply(record)
         self.seq = records[-1][0] if records else base_seq
+        self._synced_at = time.monotonic()
         self._since_records = len(records)
         self._since_bytes = sum(size for _, _, size in records)
         if latest is None and not records:
@@ -229,10 +245,25 @@ class Journal:
         if latest is not None and latest[0].journal is not None and latest[0].journal.seq <= seq:
             doc, base = self._doc_from_snapshot(latest[0], self.layout.latest), latest[0].journal.seq
         else:
-            doc, base = Document(), -1
+            doc, base, _ = await self._read_base()
+            if base > seq:
+                raise SnapshotError(
+                    f"{self.layout.describe()}: the records up to {base} were folded into "
+                    f"{self.layout.base} and deleted, so the state after record {seq} is gone"
+                )
         for _, record, _ in await self._read_records(base, until=seq):
             doc.apply(record)
         return doc
+
+    async def _read_base(self) -> tuple[Document, int, str | None]:
+        """``snapshot_base.json``: the state after the last deleted record (or nothing: record -1)."""
+        found = await self.storage.read(self.layout.base)
+        if found is None:
+            return Document(), -1, None
+        snapshot = decode_model(Snapshot, found[0], self.layout.base)
+        if snapshot.journal is None:
+            raise SnapshotError(f"{self.layout.base}: names no journal record")
+        return self._doc_from_snapshot(snapshot, self.layout.base), snapshot.journal.seq, found[1]
 
     def _track(self, doc: Document) -> None:
         self._field_text = {name: dumps(value) for name, value in doc.fields.items()}
@@ -320,11 +351,18 @@ class Journal:
             body["logs"] = {name: op.model_dump(exclude_defaults=True) for name, op in ops.items()}
         data = dumps(body).encode()
         seq = self.seq + 1
+        delete_after = self.compaction.delete_after
+        if (
+            delete_after is not None
+            and time.monotonic() - self._synced_at >= delete_after.total_seconds() / 2
+        ):
+            await self._check_still_newest()
         try:
             await self._write(self.layout.record(seq), data, ABSENT)
         except StorageConflictError as exc:
             raise self._conflict(f"journal record {seq} already exists") from exc
         self.seq = seq
+        self._synced_at = time.monotonic()
         self._field_text.update(texts)
         for name in removed:
             del self._field_text[name]
@@ -334,7 +372,25 @@ class Journal:
         self._since_records += 1
         if not creating and self._should_compact():
             await self.compact()
+            if self.compaction.delete_after is not None:
+                await self.fold()
         return True
+
+    async def _check_still_newest(self) -> None:
+        """Before an idle writer appends: no record after its last one, and its last one still there."""
+        start_after = self.layout.record(self.seq - 1) if self.seq >= 1 else None
+        keys = await self.storage.list(self.layout.journal, start_after=start_after)
+        seqs = [self.layout.seq_of(k) for k in keys if k.endswith(".json")]
+        newer = [n for n in seqs if n > self.seq]
+        if newer:
+            raise self._conflict(f"journal record {newer[0]} exists")
+        if self.seq >= 0 and self.seq not in seqs:
+            raise SessionConflictError(
+                f"{self.layout.describe()}: this writer's last journal record ({self.seq}) is gone: the "
+                "session was deleted or pruned while this writer was idle. Nothing was written; create the "
+                "agent or orchestrator again to start over"
+            )
+        self._synced_at = time.monotonic()
 
     def _should_compact(self) -> bool:
         policy = self.compaction
@@ -376,6 +432,61 @@ class Journal:
         self._since_records = 0
         await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
 
+    async def fold(self) -> int:
+        """Delete the records that ``snapshot_latest.json`` holds, older than ``delete_after`` and than every
+        immutable snapshot, after replaying them into ``snapshot_base.json``. Returns how many were deleted.
+
+        Safe beside a live writer: the newest record stays, and the base is written before any record is
+        deleted (a crash in between leaves records the next fold deletes).
+        """
+        delete_after = self.compaction.delete_after
+        latest = await self._read_latest()
+        if delete_after is None or latest is None or latest[0].journal is None:
+            return 0
+        limit = min(latest[0].journal.seq, self.seq - 1)
+        oldest_checkpoint = await self._oldest_checkpoint_seq()
+        if oldest_checkpoint is not None:
+            limit = min(limit, oldest_checkpoint)
+        doc, base_seq, base_version = await self._read_base()
+        folded_to = base_seq
+        cutoff = time.time_ns() // 1_000_000 - int(delete_after.total_seconds() * 1000)
+        if limit > base_seq:
+            for seq, record, _ in await self._read_records(base_seq, until=limit):
+                if record.t > cutoff:
+                    break
+                doc.apply(record)
+                folded_to = seq
+        if folded_to > base_seq:
+            base = self._snapshot(doc, JournalInfo(seq=folded_to, logs=sorted(doc.logs)))
+            try:
+                await self._write(
+                    self.layout.base,
+                    dumps(base.model_dump(mode="python")).encode(),
+                    ABSENT if base_version is None else base_version,
+                )
+            except StorageConflictError:
+                return 0  # another process folded meanwhile; it deletes what it folded
+        # Also what an interrupted fold left behind (records at or before the base).
+        doomed = [
+            key
+            for key in await self.storage.list(self.layout.journal)
+            if key.endswith(".json") and self.layout.seq_of(key) <= folded_to
+        ]
+        for key in doomed:  # oldest first: an interrupted fold leaves the newest records in place
+            await self.storage.delete(key)
+        return len(doomed)
+
+    async def _oldest_checkpoint_seq(self) -> int | None:
+        """The record the oldest immutable snapshot refers to (ids are UUIDv7: listing order is age)."""
+        for key in sorted(await self.storage.list(self.layout.immutable)):
+            found = await self.storage.read(key)
+            if found is None:
+                continue
+            snapshot = decode_model(Snapshot, found[0], key)
+            if snapshot.journal is not None and snapshot.journal.ref:
+                return snapshot.journal.seq
+        return None
+
     async def prune_checkpoints(
         self, keep: int | None = None, older_than: timedelta | None = None
     ) -> list[str]:
@@ -415,14 +526,15 @@ class Journal:
             return found
 
         rewritten = 0
-        for key in [*await self.storage.list(self.layout.journal), self.layout.latest]:
+        snapshots = (self.layout.latest, self.layout.base)
+        for key in [*await self.storage.list(self.layout.journal), *snapshots]:
             for _ in range(3):
                 found = await self.storage.read(key)
                 if found is None:
                     break
                 data, version = found
                 document = json.loads(data)
-                if key == self.layout.latest:
+                if key in snapshots:
                     logs = [v for v in (document.get("data") or {}).values() if isinstance(v, list)]
                 else:
                     logs = [op.get("add", []) for op in (document.get("logs") or {}).values()]

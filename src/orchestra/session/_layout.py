@@ -5,6 +5,7 @@
     session/<session_id>/scopes/<agent|multiAgent>/<id>/
         snapshots/manifest.json                          schema_version, created_at, updated_at
         snapshots/snapshot_latest.json                   a full snapshot as of journal record N
+        snapshots/snapshot_base.json                     a full snapshot as of record B: records <= B are deleted
         snapshots/immutable_history/snapshot_<uuid7>.json  a checkpoint: "the state after record M"
         journal/<seq, 12 digits>.json                    one record per save: only what changed
 """
@@ -35,6 +36,7 @@ class ScopeLayout:
         self.prefix = f"{session_prefix(session_id)}scopes/{kind}/{scope_id}/"
         self.snapshots = f"{self.prefix}snapshots/"
         self.latest = f"{self.snapshots}snapshot_latest.json"
+        self.base = f"{self.snapshots}snapshot_base.json"
         self.manifest = f"{self.snapshots}manifest.json"
         self.immutable = f"{self.snapshots}immutable_history/"
         self.journal = f"{self.prefix}journal/"
