@@ -760,6 +760,55 @@ def sessions_prune_snapshots(
     out.print(f"deleted {total} immutable snapshot(s) of session {session_id}", highlight=False)
 
 
+@sessions_app.command("compact")
+def sessions_compact(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    keep: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-snapshots", metavar="N", min=0, help="Also keep only the newest N snapshots per scope."
+        ),
+    ] = None,
+    min_age: Annotated[
+        str,
+        typer.Option(
+            "--min-age",
+            metavar="AGE",
+            help="Delete only records older than this (at least the writers' Compaction.delete_after).",
+        ),
+    ] = "10m",
+    storage: StorageOption = None,
+) -> None:
+    """Fold a session's journal into its snapshots and delete the records no snapshot needs (every scope).
+
+    Safe while the session is in use: the newest record stays, and a writer that fell behind is refused
+    at its next save. Immutable snapshots keep the records after them: prune them with --keep-snapshots.
+
+    Example: [bold]orchestra sessions compact user-123 --keep-snapshots 3[/]
+    """
+    from orchestra.session import Compaction
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
+
+    age = _duration(min_age, "--min-age")
+    store = _storage(storage)
+    info = _session_call(admin.describe_session, store, session_id)
+    if info.layout == "repository":
+        raise fail(f"session {session_id} uses the repository layout, which has no journal to compact")
+
+    async def compact(kind: Any, scope_id: str) -> int:
+        journal = Journal(store, ScopeLayout(session_id, kind, scope_id), Compaction(delete_after=age))
+        await journal.load()
+        await journal.compact()
+        if keep is not None:
+            await journal.prune_checkpoints(keep=keep)
+        return await journal.fold()
+
+    for scope in info.scopes:
+        deleted = _session_call(compact, scope.kind, scope.scope_id)
+        out.print(f"{scope.kind}/{scope.scope_id}: deleted {deleted} journal record(s)", highlight=False)
+
+
 @sessions_app.command("fork")
 def sessions_fork(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],
@@ -867,10 +916,10 @@ def sessions_delete(
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 
 
-def _duration(text: str) -> timedelta:
+def _duration(text: str, option: str = "--older-than") -> timedelta:
     match = _DURATION.match(text.strip())
     if not match:
-        raise typer.BadParameter("write a number and a unit: 30m, 12h, 7d, 2w", param_hint="--older-than")
+        raise typer.BadParameter("write a number and a unit: 0s, 30m, 12h, 7d, 2w", param_hint=option)
     number, unit = int(match.group(1)), match.group(2)
     return timedelta(
         **{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[unit]: number}
