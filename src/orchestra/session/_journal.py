@@ -17,8 +17,9 @@ Records are deleted by *folding* (``fold``): once they are in ``snapshot_latest.
 ``Compaction.delete_after`` and older than every immutable snapshot, they are replayed into
 ``snapshot_base.json`` (the state after the last of them) and deleted. The newest record is never deleted.
 Deleting records must not let a writer that fell behind append silently where a record used to be, so a
-writer idle for more than half of ``delete_after`` first lists the journal after its last record: a newer
-record, or its own record gone (the scope was deleted), is a conflict. A record can only be deleted
+writer idle for more than half of ``delete_after`` first checks that its own last record is still there
+(records are folded only up to the one before the newest: if its record is gone, someone wrote after it,
+or the scope was deleted), and is refused otherwise. A record can only be deleted
 ``delete_after`` after it was written, so a writer that saved more recently than that cannot have been
 overtaken by a deleted record.
 """
@@ -377,18 +378,14 @@ class Journal:
         return True
 
     async def _check_still_newest(self) -> None:
-        """Before an idle writer appends: no record after its last one, and its last one still there."""
-        start_after = self.layout.record(self.seq - 1) if self.seq >= 1 else None
-        keys = await self.storage.list(self.layout.journal, start_after=start_after)
-        seqs = [self.layout.seq_of(k) for k in keys if k.endswith(".json")]
-        newer = [n for n in seqs if n > self.seq]
-        if newer:
-            raise self._conflict(f"journal record {newer[0]} exists")
-        if self.seq >= 0 and self.seq not in seqs:
+        """Before an idle writer appends: its last record must still be there. A record after it makes the
+        append itself fail; if newer records were written and folded, its own record went with them."""
+        if self.seq >= 0 and await self.storage.read(self.layout.record(self.seq)) is None:
             raise SessionConflictError(
-                f"{self.layout.describe()}: this writer's last journal record ({self.seq}) is gone: the "
-                "session was deleted or pruned while this writer was idle. Nothing was written; create the "
-                "agent or orchestrator again to start over"
+                f"{self.layout.describe()}: this writer's last journal record ({self.seq}) is gone: another "
+                "writer saved this scope and its records were folded away, or the session was deleted or "
+                "pruned while this writer was idle. Nothing was written; create the agent or orchestrator "
+                "again to continue from the stored state"
             )
         self._synced_at = time.monotonic()
 
