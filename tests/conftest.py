@@ -44,16 +44,21 @@ def s3_bucket(moto_url: str) -> str:
     return name
 
 
-@pytest.fixture(params=["memory", "local", "s3", "prefixed"])
-def storage(request: pytest.FixtureRequest, tmp_path, moto_url: str):
-    """Each storage backend in turn (and a prefixed view over local files)."""
+def build_storage(kind: str, request: pytest.FixtureRequest, tmp_path, moto_url: str):
+    """A storage backend: ``memory``, ``local``, ``s3`` or ``prefixed`` (a view over local files)."""
     from orchestra.storage import InMemoryStorage, LocalFileStorage, PrefixedStorage, S3Storage
 
-    if request.param == "memory":
+    if kind == "memory":
         return InMemoryStorage()
-    if request.param == "prefixed":
+    if kind == "prefixed":
         return PrefixedStorage(LocalFileStorage(tmp_path / "shared"), "tenant/acme")
-    if request.param == "local":
+    if kind == "local":
         return LocalFileStorage(tmp_path / "store")
     bucket = request.getfixturevalue("s3_bucket")
     return S3Storage(bucket, prefix="pfx", endpoint_url=moto_url)
+
+
+@pytest.fixture(params=["memory", "local", "s3", "prefixed"])
+def storage(request: pytest.FixtureRequest, tmp_path, moto_url: str):
+    """Each storage backend in turn (and a prefixed view over local files)."""
+    return build_storage(request.param, request, tmp_path, moto_url)
