@@ -895,8 +895,14 @@ def sessions_delete(
     session_id: Annotated[str, typer.Argument(help="The session.")],
     storage: StorageOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even if it was saved in the last 10 minutes.")
+    ] = False,
 ) -> None:
-    """Delete every key of a session.
+    """Delete every key of a session (either layout).
+
+    A session saved in the last 10 minutes may have a live writer; it is kept unless --force (a run of
+    'orchestra run' on local files is known to be dead or alive, and only a live one is refused).
 
     Example: [bold]orchestra sessions delete user-123 --yes[/]
     """
@@ -906,6 +912,12 @@ def sessions_delete(
         raise fail(
             f"session {session_id} is being run by process {writer.pid} on {writer.host}: deleting it now "
             "would leave a session its run cannot save to. Stop the run first"
+        )
+    known = [i for i in _session_call(admin.list_sessions, store) if i.session_id == session_id]
+    if not force and known and admin.may_have_live_writer(store, known[0]):
+        raise fail(
+            f"session {session_id} was saved less than 10 minutes ago and may still have a live writer, "
+            "which could recreate part of it after the delete. Stop the writer and pass --force, or wait"
         )
     if not yes and not typer.confirm(f"Delete session {session_id}?"):
         raise typer.Exit(EXIT_FAILED)

@@ -30,6 +30,7 @@ __all__ = [
     "export_repository_scope",
     "list_sessions",
     "load_scope",
+    "may_have_live_writer",
     "prune_sessions",
     "restore_scope",
     "scope_history",
@@ -286,16 +287,30 @@ async def restore_scope(
     await journal.save(target.fields, logs, removed)
 
 
-async def prune_sessions(storage: Storage, older_than: timedelta, *, dry_run: bool = False) -> list[str]:
-    """Delete the sessions not saved for ``older_than``; returns their ids."""
+LIVE_WRITER_WINDOW = timedelta(minutes=10)
+"""A session saved more recently than this may have a live writer that will not check before its next save
+(it checks after half of ``Compaction.delete_after``, 10 minutes by default): deleting it could let that
+writer recreate a partial scope that does not load. Unless the writer lock says the run is dead."""
+
+
+def may_have_live_writer(storage: Storage, info: SessionInfo) -> bool:
+    """Whether deleting the session now could race a writer that is still running."""
     from orchestra.session.writer_lock import WriterLock
 
+    lock = WriterLock.inspect(storage, info.session_id)
+    if lock is not None:
+        return bool(lock.alive)
+    return info.updated_at is not None and info.updated_at > datetime.now(UTC) - LIVE_WRITER_WINDOW
+
+
+async def prune_sessions(storage: Storage, older_than: timedelta, *, dry_run: bool = False) -> list[str]:
+    """Delete the sessions not saved for ``older_than``; returns their ids. A session that may still have a
+    live writer (``may_have_live_writer``) is kept whatever ``older_than`` says."""
     cutoff = datetime.now(UTC) - older_than
     doomed = [
         info.session_id
         for info in await list_sessions(storage)
-        if (info.updated_at is None or info.updated_at < cutoff)
-        and not getattr(WriterLock.inspect(storage, info.session_id), "alive", False)  # a live run stays
+        if (info.updated_at is None or info.updated_at < cutoff) and not may_have_live_writer(storage, info)
     ]
     if not dry_run:
         for session_id in doomed:
