@@ -1,10 +1,17 @@
-"""Server throughput and latency: 32 concurrent clients invoking an agent over HTTP.
+"""Server throughput and latency against its floor: a bare FastAPI app with the same route, in the same run.
 
-For each of session mode and no-memory mode, on one and on two worker processes (local file storage),
-prints one JSON object: requests/s and p50/p99 latency in milliseconds. The agent's model is the
-offline stand-in (``model: scripted``), so the figures measure the server, sessions and storage.
+``wrk`` (Debian's package; 32 connections, 2 threads, ``--duration`` seconds) posts invocations to:
 
-    python benchmarks/bench_server.py [--requests 1000] [--clients 32]
+- **bare**: a FastAPI app with the same route shape (bearer check, a pydantic body, a JSON answer) and
+  nothing else, under uvicorn with the same settings: the floor;
+- **orchestra serve** with an echo agent (``model: scripted``) in no-memory mode, and in session mode
+  (every turn saved durably, fsync, before the answer; each connection cycles through its own sessions).
+
+For each it prints one JSON object (requests/s, p50/p99 ms, non-2xx answers), then the ratios to the bare
+app measured in the same run. Without ``wrk`` it falls back to a Python load generator (httpx), which is
+itself the bottleneck: compare ratios, not absolute figures.
+
+    python benchmarks/bench_server.py [--duration 10] [--connections 32] [--workers 1]
 """
 
 from __future__ import annotations
@@ -13,11 +20,14 @@ import argparse
 import hashlib
 import json
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +36,54 @@ import anyio
 import httpx
 
 KEY = "bench-key"
+ROUTE = "/api/v1/agents/bench/invoke"
+
+BARE_APP = textwrap.dedent(
+    f"""
+    from typing import Any
+    from fastapi import FastAPI, Header, HTTPException
+    from pydantic import BaseModel, ConfigDict
+
+    class Body(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        input: Any
+        session_id: str | None = None
+
+    app = FastAPI()
+
+    @app.post("/api/v1/agents/{{agent_id}}/invoke")
+    async def invoke(agent_id: str, body: Body, authorization: str = Header("")) -> dict[str, Any]:
+        if authorization != "Bearer {KEY}":
+            raise HTTPException(401)
+        return {{"output": body.input, "session_id": body.session_id, "run_id": "r", "usage": {{}},
+                "status": "completed", "resumed": False}}
+    """
+)
+
+# Each wrk connection's requests: the session ids cycle per thread so that no two requests in flight
+# share a session (64 ids per thread, 16 connections per thread).
+WRK_SCRIPT = textwrap.dedent(
+    """
+    local counter = 0
+    thread_id = 0
+    local next_id = 0
+    function setup(thread)
+      thread:set("thread_id", next_id)
+      next_id = next_id + 1
+    end
+    function request()
+      counter = counter + 1
+      local body
+      if wrk.session then
+        body = string.format('{"input": "turn %d", "session_id": "bench-%d-%d"}', counter, thread_id, counter % 64)
+      else
+        body = string.format('{"input": "turn %d"}', counter)
+      end
+      return wrk.format("POST", nil, {["Content-Type"] = "application/json",
+                                      ["Authorization"] = "Bearer KEY"}, body)
+    end
+    """
+).replace("KEY", KEY)
 
 
 def free_port() -> int:
@@ -48,103 +106,151 @@ def write_config(root: Path) -> Path:
     return config
 
 
-def start(config: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
+def start(command: list[str], port: int, cwd: Path) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from orchestra.cli import main; main()",
-            "serve",
-            str(config),
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ),
+        command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ)
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
-                return process
+            httpx.post(f"http://127.0.0.1:{port}{ROUTE}", json={"input": "up?"}, timeout=1)
+            return process
         except httpx.TransportError:
             time.sleep(0.1)
     process.kill()
-    raise RuntimeError("the server did not start")
+    raise RuntimeError(f"{command[:3]} did not start")
 
 
-async def load(url: str, mode: str, requests: int, clients: int) -> dict[str, Any]:
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_wrk(url: str, session: bool, duration: int, connections: int, root: Path) -> dict[str, Any]:
+    script = root / "post.lua"
+    script.write_text(("wrk.session = true\n" if session else "") + WRK_SCRIPT)
+    output = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url + ROUTE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", output, re.MULTILINE))
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    return {
+        "generator": "wrk",
+        "requests_per_second": float(re.search(r"Requests/sec:\s+([\d.]+)", output)[1]),  # type: ignore[index]
+        "p50_ms": round(_ms(latency["50"]), 2),
+        "p99_ms": round(_ms(latency["99"]), 2),
+        "non_2xx": int(non_2xx[1]) if non_2xx else 0,
+    }
+
+
+async def run_python(url: str, session: bool, duration: int, connections: int) -> dict[str, Any]:
     latencies: list[float] = []
-    conflicts = 0
-    per_client = requests // clients
+    failures = 0
+    deadline = time.perf_counter() + duration
 
     async def client(index: int, http: httpx.AsyncClient) -> None:
-        nonlocal conflicts
-        for turn in range(per_client):
-            body: dict[str, Any] = {"input": f"client {index} turn {turn}"}
-            if mode == "session":
-                body["session_id"] = f"bench-{index}"
+        nonlocal failures
+        turn = 0
+        while time.perf_counter() < deadline:
+            turn += 1
+            body: dict[str, Any] = {"input": f"turn {turn}"}
+            if session:
+                body["session_id"] = f"bench-{index}-{turn % 2}"
             started = time.perf_counter()
-            while True:
-                reply = await http.post(f"{url}/api/v1/agents/bench/invoke", json=body)
-                if reply.status_code != 409:
-                    break
-                conflicts += 1
-            reply.raise_for_status()
+            reply = await http.post(url + ROUTE, json=body)
             latencies.append(time.perf_counter() - started)
+            failures += reply.status_code >= 300
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(
-        headers={"Authorization": f"Bearer {KEY}"}, timeout=60, limits=limits
-    ) as http:
-        for warmup in range(4):
-            await http.post(f"{url}/api/v1/agents/bench/invoke", json={"input": f"warm up {warmup}"})
-        started = time.perf_counter()
-        async with anyio.create_task_group() as group:
-            for index in range(clients):
-                group.start_soon(client, index, http)
-        elapsed = time.perf_counter() - started
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as http,
+        anyio.create_task_group() as group,
+    ):
+        for index in range(connections):
+            group.start_soon(client, index, http)
     latencies.sort()
     return {
-        "requests": len(latencies),
-        "seconds": round(elapsed, 3),
-        "requests_per_second": round(len(latencies) / elapsed, 1),
+        "generator": "python",
+        "requests_per_second": round(len(latencies) / duration, 1),
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
-        "conflicts_retried": conflicts,
+        "non_2xx": failures,
     }
+
+
+def measure(
+    name: str, command: list[str], port: int, session: bool, args: argparse.Namespace
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "bare_app.py").write_text(BARE_APP)
+        if name != "bare":
+            command = [*command, str(write_config(root))]
+        server = start(command, port, root)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            if shutil.which("wrk"):
+                figures = run_wrk(url, session, args.duration, args.connections, root)
+            else:
+                figures = anyio.run(run_python, url, session, args.duration, args.connections)
+        finally:
+            server.terminate()
+            server.wait(30)
+    return {"benchmark": "server_invoke", "app": name, "workers": args.workers, **figures}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    for workers in (1, 2):
-        for mode in ("session", "none"):
-            with tempfile.TemporaryDirectory() as root:
-                config = write_config(Path(root))
-                port = free_port()
-                server = start(config, port, workers)
-                try:
-                    figures = anyio.run(load, f"http://127.0.0.1:{port}", mode, args.requests, args.clients)
-                finally:
-                    server.terminate()
-                    server.wait(30)
-            print(
-                json.dumps(
-                    {
-                        "benchmark": "server_invoke",
-                        "workers": workers,
-                        "mode": mode,
-                        "clients": args.clients,
-                        **figures,
-                    }
-                )
-            )
+    results = {}
+    for name, session in (("bare", False), ("no_memory", False), ("session", True)):
+        port = free_port()
+        if name == "bare":
+            command = [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bare_app:app",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ]
+        else:
+            command = [
+                sys.executable,
+                "-c",
+                "from orchestra.cli import main; main()",
+                "serve",
+                "--port",
+                str(port),
+            ]
+        command += ["--workers", str(args.workers)]
+        results[name] = measure(name, command, port, session, args)
+        print(json.dumps(results[name]))
+    bare = results["bare"]
+    print(
+        json.dumps(
+            {
+                "benchmark": "server_invoke_ratios",
+                "no_memory_over_bare_rps": round(
+                    results["no_memory"]["requests_per_second"] / bare["requests_per_second"], 3
+                ),
+                "session_over_bare_rps": round(
+                    results["session"]["requests_per_second"] / bare["requests_per_second"], 3
+                ),
+                "no_memory_p99_over_bare": round(results["no_memory"]["p99_ms"] / bare["p99_ms"], 2),
+                "session_p99_over_bare": round(results["session"]["p99_ms"] / bare["p99_ms"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

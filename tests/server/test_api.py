@@ -263,3 +263,22 @@ def test_the_session_lock_table_keeps_only_sessions_being_served(server):
     invoke(server, "chat", {"input": "hi", "session_id": ".."})  # refused before any lock is taken
     gc.collect()
     assert len(server.app.state.runtime._locks) == 0
+
+
+def test_every_answer_has_a_request_id_and_refusals_are_logged_with_it(server, caplog):
+    caplog.set_level("WARNING", logger="orchestra.server")
+    ok = invoke(server, "chat", {"input": "hi"})
+    assert len(ok.headers["x-request-id"]) == 16
+
+    refused = httpx.post(f"{server.url}/api/v1/agents/chat/invoke", json={"input": "hi"}, timeout=30)
+    assert refused.status_code == 401
+    request_id = refused.headers["x-request-id"]
+    assert refused.json()["error"]["request_id"] == request_id
+    failed = invoke(server, "chat", {"input": "EXPLODE"})
+    assert failed.status_code == 502
+    logged = {
+        (r.getMessage(), getattr(r, "request_id", None), getattr(r, "status", None)) for r in caplog.records
+    }
+    assert ("auth_refused", request_id, 401) in logged
+    assert ("request_failed", failed.headers["x-request-id"], 502) in logged
+    assert ok.headers["x-request-id"] not in {line[1] for line in logged}  # a success is not logged

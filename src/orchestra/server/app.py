@@ -7,12 +7,14 @@ never sees another's agents, sessions or runs (their ids answer 404). Errors are
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
+import structlog
 from fastapi import Depends, FastAPI, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -74,8 +76,18 @@ STORABLE_ID = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
 and the server agree on which ids are valid."""
 
 
+_REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("orchestra_request_id", default="-")
+_LOGGED = {401: "auth_refused", 409: "session_conflict"}  # plus every 5xx
+
+
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+    """An error answer; it carries the request id, and refusals worth an operator's eye are logged with it."""
+    request_id = _REQUEST_ID.get()
+    if status in _LOGGED or status >= 500:
+        event = _LOGGED.get(status, "request_failed")
+        (log.error if status == 500 else log.warning)(event, status=status, code=code, request_id=request_id)
+    body = {"error": {"code": code, "message": message, "request_id": request_id}}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 class HistoryTurn(BaseModel):
@@ -131,7 +143,10 @@ SECURITY_HEADERS = [
 
 
 class _SecurityHeaders:
-    """Add ``SECURITY_HEADERS`` to every response (pages, API, errors, streams)."""
+    """Add ``SECURITY_HEADERS`` and an ``X-Request-Id`` to every response (pages, API, errors, streams).
+
+    The request id is also bound to the request's log lines and carried by every error body.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -140,13 +155,19 @@ class _SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        request_id = secrets.token_hex(8)
+        headers = [*SECURITY_HEADERS, (b"x-request-id", request_id.encode())]
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                message["headers"] = [*message.get("headers", []), *headers]
             await send(message)
 
-        await self.app(scope, receive, with_headers)
+        # Not reset afterwards: a request runs in a task of its own, and the 500 handler, which runs outside
+        # this middleware (in Starlette's outermost one), still needs the id.
+        _REQUEST_ID.set(request_id)
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            await self.app(scope, receive, with_headers)
 
 
 class _BodyLimit:
@@ -225,7 +246,10 @@ class ErrorDetail(BaseModel):
     code: str = Field(description="A stable, machine-readable code, e.g. `session_conflict`.")
     message: str = Field(description="What was wrong and what to do.")
     retry_after: float | None = None
-    request_id: str | None = Field(default=None, description="For 500s: the id the server's log names.")
+    request_id: str | None = Field(
+        default=None,
+        description="The request's id (also its X-Request-Id header), as the server's log names it.",
+    )
 
 
 class ErrorBody(BaseModel):
@@ -308,11 +332,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
         # The body never carries internals (exception texts may name storage keys): the log does.
-        request_id = secrets.token_hex(8)
+        request_id = _REQUEST_ID.get()
         log.error("internal_error", request_id=request_id, path=request.url.path, exc_info=exc)
         message = f"the server failed (request {request_id}); its log has the details"
-        body = {"error": {"code": "internal", "message": message, "request_id": request_id}}
-        return JSONResponse(body, status_code=500)
+        return _error(500, "internal", message)
 
     def hosted(agent_id: str, ws: str) -> HostedSpec:
         found = hosted_by_id.get(agent_id)
@@ -505,7 +528,11 @@ async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterat
                     "run_id": data.run_id,
                 }
                 log.warning(
-                    "session_conflict", session_id=data.session_id, agent_id=data.agent_id, stream=True
+                    "session_conflict",
+                    session_id=data.session_id,
+                    agent_id=data.agent_id,
+                    stream=True,
+                    request_id=_REQUEST_ID.get(),
                 )
             elif name == "error":
                 payload = {"error": {"code": "run_failed", "message": data.error}, "run_id": data.run_id}
