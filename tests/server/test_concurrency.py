@@ -123,3 +123,36 @@ def test_two_server_processes_share_one_storage(backend, tmp_path, request):
             process.terminate()
             process.wait(20)
             process.stderr.close()
+
+
+async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_the_final_one(tmp_path):
+    """The run record is written as "executing" beside the session load, before the turn is stored; a
+    server killed after the session save leaves that record, never a stored turn without one."""
+    from orchestra.server import load_config
+    from orchestra.server.runs import RunStore
+    from orchestra.server.runtime import Invocation, Runtime
+    from tests.server.conftest import write_config
+
+    runtime = Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store")))
+    hosted = next(h for h in runtime.config.agents if h.id == "chat")
+    saves = []
+    real_save = RunStore.save
+
+    async def dies_at_the_final_record(self, record):
+        saves.append(record.status)
+        if record.status != "executing":
+            raise SystemExit("killed")  # after the session stored the turn
+        await real_save(self, record)
+
+    RunStore.save = dies_at_the_final_record
+    try:
+        with pytest.raises(SystemExit):
+            await runtime.invoke("acme", Invocation(hosted, "remember me", "s1", None))
+    finally:
+        RunStore.save = real_save
+    assert saves == ["executing", "completed"]
+    runs = await runtime.runs("acme").list(["chat"], "s1")
+    assert [(r.status, r.input) for r in runs] == [("executing", "remember me")]
+    record, _ = await runtime.invoke("acme", Invocation(hosted, "and now?", "s1", None))
+    assert record.status == "completed"
+    assert len(record.messages) == 4  # the first turn was stored

@@ -61,9 +61,15 @@ class RunStore:
         return f"runs/{record.agent_id}/{record.session_id or '-'}/{record.run_id}.json"
 
     async def save(self, record: RunRecord) -> None:
+        """Write the record and its index entry (at once: their durable writes overlap)."""
         key = self._key(record)
-        await self.storage.write(key, dumps(record.model_dump(mode="python"), lenient=True).encode())
-        await self.storage.write(f"run-index/{record.run_id}", key.encode())
+        data = dumps(record.model_dump(mode="python"), lenient=True).encode()
+        writes = [(key, data), (f"run-index/{record.run_id}", key.encode())]
+        await map_concurrently(lambda item: self.storage.write(*item), writes)
+
+    async def delete(self, record: RunRecord) -> None:
+        await self.storage.delete(f"run-index/{record.run_id}")
+        await self.storage.delete(self._key(record))
 
     async def get(self, run_id: str) -> RunRecord | None:
         found = await self.storage.read(f"run-index/{run_id}")

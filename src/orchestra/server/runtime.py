@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from orchestra._concurrency import unwrap_group
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.agent import deferred_initialization
 from orchestra.agent.result import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
@@ -191,9 +192,11 @@ class Runtime:
         """
         async with self._session_turn(workspace, invocation):
             record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
+            runs = self.runs(workspace)
             try:
-                target = await self._build(invocation)
+                target = await self._build_and_claim(invocation, record, runs)
             except SessionConflictError as exc:  # two processes created the session at once
+                await runs.delete(record)
                 return record, exc
             started = time.perf_counter()
             outcome: Any
@@ -206,9 +209,11 @@ class Runtime:
                     outcome = await target.invoke_async(invocation.task)
             except Exception as exc:
                 outcome = exc
-            if not isinstance(outcome, SessionConflictError):
+            if isinstance(outcome, SessionConflictError):
+                await runs.delete(record)  # nothing of this turn was stored
+            else:
                 self._finish(record, target, outcome, started)
-                await self.runs(workspace).save(record)
+                await runs.save(record)
             return record, outcome
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
@@ -218,8 +223,9 @@ class Runtime:
             started = time.perf_counter()
             outcome: Any = None
             target: Agent | MultiAgentBase | None = None
+            runs = self.runs(workspace)
             try:
-                target = await self._build(invocation)
+                target = await self._build_and_claim(invocation, record, runs)
                 if isinstance(target, MultiAgentBase):
                     events: AsyncIterator[Any] = target.stream_async(
                         self._task(invocation, target), resume_unfinished=True
@@ -237,13 +243,36 @@ class Runtime:
                 outcome = exc
             if target is not None and not isinstance(outcome, SessionConflictError):
                 self._finish(record, target, outcome, started)
-                await self.runs(workspace).save(record)
+                await runs.save(record)
             else:
+                if invocation.session_id is not None:
+                    await runs.delete(record)  # the "executing" record of a turn that stored nothing
                 record.status, record.error = "failed", f"{type(outcome).__name__}: {outcome}"
             if isinstance(outcome, SessionConflictError):
                 yield ("conflict", record)  # another process saved this session first: retry the turn
             else:
                 yield ("error", record) if isinstance(outcome, Exception) else ("result", record)
+
+    async def _build_and_claim(
+        self, invocation: Invocation, record: RunRecord, runs: RunStore
+    ) -> Agent | MultiAgentBase:
+        """Build the target (loading its session) and, in session mode, write the run record as "executing"
+        meanwhile: a turn the session stores always has its record, even if this process dies right after
+        the save (the record then stays "executing")."""
+        if invocation.session_id is None:
+            return await self._build(invocation)
+        built: list[Agent | MultiAgentBase] = []
+
+        async def build() -> None:
+            built.append(await self._build(invocation))
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(build)
+                group.start_soon(runs.save, record)
+        except BaseExceptionGroup as group_error:
+            raise unwrap_group(group_error) from None
+        return built[0]
 
     def _session_turn(self, workspace: str, invocation: Invocation) -> Any:
         if invocation.session_id is None:
