@@ -107,6 +107,17 @@ def test_reads_agents_sessions_runs_and_delete(server):
 def test_openapi_document(server):
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert "/api/v1/agents/{agent_id}/invoke" in spec["paths"]
+    typed = {
+        "/api/v1/agents": "AgentList",
+        "/api/v1/agents/{agent_id}/sessions": "SessionList",
+        "/api/v1/agents/{agent_id}/sessions/{session_id}": "SessionDetail",
+        "/api/v1/runs": "RunList",
+        "/api/v1/runs/{run_id}": "RunRecord",
+    }
+    for path, model in typed.items():  # every read answers a named, typed schema, not a loose object
+        schema = spec["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{model}"}, path
+    assert set(spec["components"]["schemas"]["RunSummary"]["required"]) >= {"run_id", "status", "usage"}
 
 
 @pytest.mark.parametrize(

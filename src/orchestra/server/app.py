@@ -118,6 +118,60 @@ class InvokeRequest(BaseModel):
     )
 
 
+class AgentInfo(BaseModel):
+    id: str
+    kind: str = Field(description="agent, graph or swarm")
+    description: str | None = None
+
+
+class AgentList(BaseModel):
+    agents: list[AgentInfo]
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    updated_at: str | None = Field(description="When it was last saved (ISO 8601), if known.")
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+
+
+class SessionDetail(BaseModel):
+    session_id: str
+    agent_id: str
+    messages: list[dict[str, Any]] | None = Field(default=None, description="An agent's conversation.")
+    state: dict[str, Any] | None = Field(default=None, description="An agent's state.")
+    run: dict[str, Any] | None = Field(default=None, description="A pipeline's run: status, task, nodes.")
+    nodes: dict[str, list[dict[str, Any]]] | None = Field(
+        default=None, description="A pipeline's agent nodes' conversations."
+    )
+
+
+class RunSummary(BaseModel):
+    """A run record without its conversation, nodes and edges."""
+
+    run_id: str
+    agent_id: str
+    kind: str
+    mode: Literal["session", "stateless", "none"]
+    session_id: str | None = None
+    status: str
+    started_at: str
+    finished_at: str | None = None
+    duration_ms: float | None = None
+    input: Any = None
+    output: Any = None
+    error: str | None = None
+    usage: dict[str, int]
+    resumed: bool
+    caller_history: int
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary]
+
+
 class InvokeResponse(BaseModel):
     output: Any
     session_id: str | None
@@ -404,7 +458,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             resumed=record.resumed,
         )
 
-    @app.get("/api/v1/agents", responses=_errors(401, 500))
+    @app.get("/api/v1/agents", response_model=AgentList, responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:
         """The agents and pipelines this workspace may invoke."""
         listed = []
@@ -416,7 +470,11 @@ def create_app(config: ServerConfig) -> FastAPI:
                 )
         return {"agents": listed}
 
-    @app.get("/api/v1/agents/{agent_id}/sessions", responses=_errors(401, 404, 422, 500))
+    @app.get(
+        "/api/v1/agents/{agent_id}/sessions",
+        response_model=SessionList,
+        responses=_errors(401, 404, 422, 500),
+    )
     async def sessions(agent_id: str, ws: Workspace) -> dict[str, Any]:
         """The sessions of an agent, most recently saved first."""
         target = hosted(agent_id, ws)
@@ -429,7 +487,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             ]
         }
 
-    @app.get("/api/v1/agents/{agent_id}/sessions/{session_id}", responses=_errors(401, 404, 422, 500))
+    @app.get(
+        "/api/v1/agents/{agent_id}/sessions/{session_id}",
+        response_model=SessionDetail,
+        response_model_exclude_none=True,
+        responses=_errors(401, 404, 422, 500),
+    )
     async def session(agent_id: str, session_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """A session's messages (a pipeline's: its run status and every agent node's messages)."""
         target = hosted(agent_id, ws)
@@ -473,7 +536,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise ApiError(404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}")
         return Response(status_code=204)
 
-    @app.get("/api/v1/runs", responses=_errors(401, 404, 422, 500))
+    @app.get("/api/v1/runs", response_model=RunList, responses=_errors(401, 404, 422, 500))
     async def runs(
         ws: Workspace,
         agent_id: str | None = None,
@@ -489,7 +552,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         records = await runtime.runs(ws).list(ids, session_id, limit)
         return {"runs": [r.summary() for r in records]}
 
-    @app.get("/api/v1/runs/{run_id}", responses=_errors(401, 404, 422, 500))
+    @app.get("/api/v1/runs/{run_id}", response_model=RunRecord, responses=_errors(401, 404, 422, 500))
     async def run(run_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """A run: its conversation (tool calls included), per-node status for pipelines, timings, usage."""
         record = await _run_or_404(runtime, ws, run_id)
