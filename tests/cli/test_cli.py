@@ -366,7 +366,7 @@ def test_a_session_with_a_live_run_is_neither_deleted_nor_pruned(workdir):
         assert "is being run by process" in refused.stderr
         pruned = invoke("sessions", "prune", "--older-than", "1s")
         assert pruned.stdout.strip() == "deleted 0 session(s)"
-    assert invoke("sessions", "delete", "busy", "--yes").exit_code == 0
+    assert invoke("sessions", "delete", "busy", "--yes", "--force").exit_code == 0  # saved a moment ago
 
 
 def test_sessions_commands_see_the_repository_layout_and_migrate_it(workdir):
