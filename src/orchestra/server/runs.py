@@ -50,22 +50,26 @@ class RunRecord(BaseModel):
 class RunStore:
     """Run records under ``runs/<agent_id>/<session_id or ->/<run_id>.json``, plus an index by run id.
 
-    Run ids are UUIDv7, so listing a prefix gives runs oldest first.
+    Run ids are UUIDv7, so listing a prefix gives runs oldest first. ``unsynced`` is the same storage
+    without fsync (local files), for records whose loss in a power cut loses nothing else: the final record
+    of a turn whose "executing" record is already durable, and the records of calls that store nothing.
     """
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, unsynced: Storage | None = None) -> None:
         self.storage = storage
+        self._unsynced = unsynced or storage
 
     @staticmethod
     def _key(record: RunRecord) -> str:
         return f"runs/{record.agent_id}/{record.session_id or '-'}/{record.run_id}.json"
 
-    async def save(self, record: RunRecord) -> None:
-        """Write the record and its index entry (at once: their durable writes overlap)."""
+    async def save(self, record: RunRecord, *, durable: bool = True) -> None:
+        """Write the record and its index entry (at once: their writes overlap)."""
+        storage = self.storage if durable else self._unsynced
         key = self._key(record)
         data = dumps(record.model_dump(mode="python"), lenient=True).encode()
         writes = [(key, data), (f"run-index/{record.run_id}", key.encode())]
-        await map_concurrently(lambda item: self.storage.write(*item), writes)
+        await map_concurrently(lambda item: storage.write(*item), writes)
 
     async def delete(self, record: RunRecord) -> None:
         await self.storage.delete(f"run-index/{record.run_id}")

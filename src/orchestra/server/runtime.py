@@ -43,7 +43,7 @@ from orchestra.server.runs import Mode, RunRecord, RunStore
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._uuid7 import uuid7
 from orchestra.spec import build
-from orchestra.storage import PrefixedStorage, Storage, storage_from_uri
+from orchestra.storage import LocalFileStorage, PrefixedStorage, Storage, storage_from_uri
 
 __all__ = ["Invocation", "Runtime", "input_text"]
 
@@ -98,6 +98,12 @@ class Runtime:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.root: Storage = storage_from_uri(config.storage)
+        # Run records that need no fsync (see RunStore) go through the same files without it.
+        self._unsynced_root: Storage = (
+            LocalFileStorage(self.root.root, durable=False)
+            if isinstance(self.root, LocalFileStorage)
+            else self.root
+        )
         # Weak values: a session's lock lives while a turn holds it or waits on it, then goes away, so
         # the table holds the sessions being served now, not every session ever seen.
         self._locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = (
@@ -114,7 +120,7 @@ class Runtime:
         return PrefixedStorage(self.storage(workspace), f"agents/{agent_id}")
 
     def runs(self, workspace: str) -> RunStore:
-        return RunStore(self.storage(workspace))
+        return RunStore(self.storage(workspace), PrefixedStorage(self._unsynced_root, f"ws/{workspace}"))
 
     def _lock(self, workspace: str, agent_id: str, session_id: str) -> anyio.Lock:
         key = (workspace, agent_id, session_id)
@@ -213,7 +219,7 @@ class Runtime:
                 await runs.delete(record)  # nothing of this turn was stored
             else:
                 self._finish(record, target, outcome, started)
-                await runs.save(record)
+                await runs.save(record, durable=False)  # a stored turn's "executing" record is durable
             return record, outcome
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
@@ -243,7 +249,7 @@ class Runtime:
                 outcome = exc
             if target is not None and not isinstance(outcome, SessionConflictError):
                 self._finish(record, target, outcome, started)
-                await runs.save(record)
+                await runs.save(record, durable=False)
             else:
                 if invocation.session_id is not None:
                     await runs.delete(record)  # the "executing" record of a turn that stored nothing
