@@ -71,3 +71,33 @@ def _save_a_rival_turn() -> None:
     storage = PrefixedStorage(LocalFileStorage(root), "ws/acme/agents/chat")
     rival = Agent(model="echo", session_manager=SnapshotSessionManager("race", storage=storage))
     rival("the rival's turn")
+
+
+def set_own_key(node_input: Any) -> str:
+    """Marks the shared state with this node's id (parallel writers of different keys)."""
+    node_input.state.set(node_input.node_id, f"set by {node_input.node_id}")
+    return node_input.node_id
+
+
+def delete_temp(node_input: Any) -> str:
+    node_input.state.delete("temp")
+    return "deleted temp"
+
+
+def report_state(node_input: Any) -> str:
+    """The shared state as this node sees it (sorted JSON)."""
+    import json
+
+    return json.dumps(node_input.state.to_dict(), sort_keys=True)
+
+
+async def sleep_forever(node_input: Any) -> str:
+    """Counts its executions in a file (``ORCHESTRA_TEST_COUNT_FILE``), then outlives any node_timeout."""
+    import os
+
+    import anyio
+
+    async with await anyio.open_file(os.environ["ORCHESTRA_TEST_COUNT_FILE"], "a") as counts:
+        await counts.write("ran\n")
+    await anyio.sleep(3600)
+    return "never"

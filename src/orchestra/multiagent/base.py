@@ -270,7 +270,8 @@ class MultiAgentBase:
         self._fields = {k: v for k, v in fields.items() if k != "state" and not k.startswith("agent/")}
         self._logs = {k: list(v) for k, v in logs.items() if not k.startswith("agent/")}
         self._logs.setdefault("execution_order", [])
-        self.state.replace(fields.get("state") or {})
+        if "state" in fields:  # a document that never saved the state keeps the initial one
+            self.state.replace(fields["state"] or {})
         self._saved_state_version = self.state.version
         for node_id, node in self.nodes.items():
             if node.kind != "agent" or f"agent/{node_id}" not in fields:

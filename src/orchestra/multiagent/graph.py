@@ -269,6 +269,7 @@ class Graph(MultiAgentBase):
             "nodes": {n: {"kind": node.kind, "join": node.join} for n, node in self.nodes.items()},
             "edges": [[e.src, e.dst, condition_id(e.condition)] for e in self.edges],
             "entry_points": list(self.entry_points),
+            "state": dict(self._initial_state),
             "limits": {
                 "max_node_executions": self.max_node_executions,
                 "execution_timeout": self.execution_timeout,
@@ -302,7 +303,13 @@ class Graph(MultiAgentBase):
             for src, dst, condition in structure["edges"]
         ]
         return cls(
-            nodes, edges, structure["entry_points"], joins=joins, id=structure["id"], **structure["limits"]
+            nodes,
+            edges,
+            structure["entry_points"],
+            joins=joins,
+            id=structure["id"],
+            state=structure.get("state"),
+            **structure["limits"],
         )
 
     def _topology(self, legacy: bool = False) -> dict[str, Any]:

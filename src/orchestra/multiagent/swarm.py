@@ -163,6 +163,7 @@ class Swarm(MultiAgentBase):
                 n: {"kind": "agent", "description": node.agent.description} for n, node in self.nodes.items()
             },
             "entry_point": self.entry_point,
+            "state": dict(self._initial_state),
             "limits": {
                 "max_handoffs": self.max_handoffs,
                 "max_iterations": self.max_iterations,
@@ -179,7 +180,13 @@ class Swarm(MultiAgentBase):
         agents = [
             Agent(name=n, description=spec.get("description")) for n, spec in structure["nodes"].items()
         ]
-        return cls(agents, entry_point=structure["entry_point"], id=structure["id"], **structure["limits"])
+        return cls(
+            agents,
+            entry_point=structure["entry_point"],
+            id=structure["id"],
+            state=structure.get("state"),
+            **structure["limits"],
+        )
 
     # -- the run --------------------------------------------------------------------------------------
 

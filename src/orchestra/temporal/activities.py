@@ -52,6 +52,27 @@ def _light(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What a node did to the shared state: the keys it set (to a new value) and the keys it deleted."""
+    return {
+        "set": {k: v for k, v in after.items() if k not in before or before[k] != v},
+        "del": [k for k in before if k not in after],
+    }
+
+
+def _merged_state(stored: dict[str, Any] | None, blob: dict[str, Any]) -> dict[str, Any]:
+    """The run's state after a node: its changes applied to the state as committed so far (completion
+    order: of two parallel nodes setting one key, the one that finished last wins, as locally where the
+    later ``set`` wins)."""
+    if "state_changes" not in blob:  # a blob written before changes were recorded: its whole state
+        return dict(blob["state"])
+    state = dict(stored if stored is not None else blob.get("state_base") or {})
+    state.update(blob["state_changes"]["set"])
+    for key in blob["state_changes"]["del"]:
+        state.pop(key, None)
+    return state
+
+
 class PipelineActivities:
     """The activities for the pipelines a worker hosts (spec id -> parsed spec)."""
 
@@ -113,6 +134,7 @@ class PipelineActivities:
             task = request.prompt if request.prompt is not None else orchestrator._fields.get("task")
         else:
             inputs, task = {}, request.prompt
+        state_before = orchestrator.state.to_dict()
         node_input = NodeInput(
             node_id=request.node_id,
             task=task,
@@ -132,7 +154,9 @@ class PipelineActivities:
         handoff = orchestrator._pending_handoff if isinstance(orchestrator, Swarm) else None
         blob: dict[str, Any] = {
             "result": result.model_dump(mode="json"),
-            "state": orchestrator.state.to_dict(),
+            # Changes, not the whole state: parallel nodes' writes merge at commit, as locally.
+            "state_changes": _state_changes(state_before, orchestrator.state.to_dict()),
+            "state_base": state_before,
         }
         if node.kind == "agent":
             fields, messages = orchestrator._agent_fields(request.node_id)
@@ -160,10 +184,18 @@ class PipelineActivities:
                 activity.heartbeat()
                 await anyio.sleep(0.5)
 
+        # The node's own timeout is enforced here, as locally, so that it is a final failure (one
+        # execution); the activity's start-to-close timeout only backs up a worker that stopped.
+        timeout: float | None = getattr(orchestrator, "node_timeout", None)  # Graph and Swarm both have one
         async with anyio.create_task_group() as group:
             group.start_soon(heartbeat)
             try:
-                result: NodeResult = await node.execute(node_input, orchestrator, None, request.responses)
+                with anyio.fail_after(timeout):
+                    result: NodeResult = await node.execute(node_input, orchestrator, None, request.responses)
+            except TimeoutError:
+                what = "agent" if isinstance(orchestrator, Swarm) else "node"
+                error = f"node_timeout ({timeout:g}s) exceeded by {what} {request.node_id!r}"
+                result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=error)
             except Exception as exc:
                 result = NodeResult(
                     node_id=request.node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}"
@@ -199,7 +231,7 @@ class PipelineActivities:
             blob = json.loads(found[0])
             name = f"node/{request.node_id}"
             fields[name] = {**fields.get(name, doc.fields.get(name, {})), "result": blob["result"]}
-            fields["state"] = blob["state"]
+            fields["state"] = _merged_state(doc.fields.get("state"), blob)
             if "agent" in blob:
                 fields[f"agent/{request.node_id}"] = blob["agent"]
                 log = f"agent/{request.node_id}/messages"

@@ -98,7 +98,8 @@ class PipelineWorkflow:
         if saved is not None:
             skeleton.load_document(saved["fields"], saved["logs"])
         responses = dict(request.responses)
-        if skeleton.status.value in _UNFINISHED:
+        fresh = skeleton.status.value not in _UNFINISHED
+        if not fresh:
             if not skeleton.same_topology(skeleton.run.get("topology")) and not request.force:
                 return {
                     "status": "failed",
@@ -109,7 +110,9 @@ class PipelineWorkflow:
             if request.task is None:
                 return {"status": "failed", "reason": f"{skeleton.kind} {skeleton.id!r} has no run to resume"}
             skeleton._start_fresh_document(request.task, run_id=request.run_id or workflow.info().workflow_id)
-        await self._commit(skeleton)  # the session shows the run (its task, its status) from the start
+        # The session shows the run (its task, its status) from the start; a fresh run starts from the
+        # spec's state, as locally (the nodes' changes merge into it).
+        await self._commit(skeleton, initial_state=skeleton.state.to_dict() if fresh else None)
         started = workflow.now()
         while True:
             if isinstance(skeleton, Graph):
@@ -163,7 +166,9 @@ class PipelineWorkflow:
                 "orchestra.execute_node",
                 request,
                 result_type=NodeOutcome,
-                start_to_close_timeout=timedelta(seconds=node_timeout or 3600),
+                # The activity enforces node_timeout itself (a final failure); this only catches a worker
+                # that stopped answering without its heartbeat noticing.
+                start_to_close_timeout=timedelta(seconds=node_timeout + 60 if node_timeout else 24 * 3600),
                 heartbeat_timeout=timedelta(seconds=self._request.heartbeat_seconds),
                 retry_policy=_NODE_RETRIES,
             )
@@ -185,11 +190,17 @@ class PipelineWorkflow:
         )
 
     async def _commit(
-        self, orchestrator: MultiAgentBase, node_id: str | None = None, blob: str | None = None
+        self,
+        orchestrator: MultiAgentBase,
+        node_id: str | None = None,
+        blob: str | None = None,
+        initial_state: dict[str, Any] | None = None,
     ) -> None:
         request = self._request
         assert request is not None
         fields, logs, unset = orchestrator.take_changes(include_agents=False)
+        if initial_state is not None:
+            fields["state"] = initial_state
         kind = orchestrator.nodes[node_id].kind if node_id else None
         await workflow.execute_local_activity(
             "orchestra.commit",

@@ -1,0 +1,73 @@
+"""Temporal failure paths: parallel state writes merge as locally, the spec's state reaches every node, and
+a node's own timeout is final (one execution, the local message)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestra import load
+from orchestra.session.admin import load_scope
+from orchestra.spec import parse_text
+from orchestra.storage import storage_from_uri
+from tests.temporal.test_temporal import run_on
+
+pytestmark = pytest.mark.timeout(300)
+
+PARALLEL_STATE = """version: 1
+kind: graph
+id: parallel-state
+input: go
+state: {greeting: hello, temp: scratch}
+nodes:
+  - {id: start, function: 'tests.support:report_state'}
+  - {id: a, function: 'tests.support:set_own_key'}
+  - {id: b, function: 'tests.support:set_own_key'}
+  - {id: c, function: 'tests.support:set_own_key'}
+  - {id: cleaner, function: 'tests.support:delete_temp'}
+  - {id: report, function: 'tests.support:report_state'}
+edges:
+  - {from: start, to: a}
+  - {from: start, to: b}
+  - {from: start, to: c}
+  - {from: start, to: cleaner}
+  - {from: a, to: report}
+  - {from: b, to: report}
+  - {from: c, to: report}
+  - {from: cleaner, to: report}
+"""
+
+TIMEOUT = """version: 1
+kind: graph
+id: slow
+input: go
+nodes:
+  - {id: slow, function: 'tests.support:sleep_forever'}
+limits: {node_timeout: 1}
+"""
+
+
+async def test_parallel_state_writes_and_the_initial_state_match_a_local_run(temporal_address, tmp_path):
+    loaded = parse_text(PARALLEL_STATE, "parallel_state.yaml")
+    storage = f"file:{tmp_path}/store"
+    summary, _ = await run_on(temporal_address, "q-state", loaded, storage, "s1", "go")
+    assert summary["status"] == "completed"
+    (tmp_path / "parallel_state.yaml").write_text(PARALLEL_STATE)
+    local = await load(tmp_path / "parallel_state.yaml").invoke_async("go")
+
+    doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", "parallel-state")
+    outputs = {
+        n[len("node/") :]: r["result"]["output"] for n, r in doc.fields.items() if n.startswith("node/")
+    }
+    assert outputs["start"] == local.results["start"].output == '{"greeting": "hello", "temp": "scratch"}'
+    assert outputs["report"] == local.results["report"].output
+    assert doc.fields["state"] == {"greeting": "hello", "a": "set by a", "b": "set by b", "c": "set by c"}
+
+
+async def test_a_node_timeout_is_final_not_retried(temporal_address, tmp_path, monkeypatch):
+    counts = tmp_path / "executions.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_COUNT_FILE", str(counts))
+    loaded = parse_text(TIMEOUT, "slow.yaml")
+    summary, _ = await run_on(temporal_address, "q-timeout", loaded, f"file:{tmp_path}/store", "s1", "go")
+    assert summary["status"] == "failed"
+    assert "node_timeout (1s) exceeded by node 'slow'" in (summary["reason"] or summary["error"] or "")
+    assert counts.read_text().count("ran") == 1
