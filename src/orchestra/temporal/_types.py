@@ -64,7 +64,7 @@ class NodeOutcome:
     interrupts: list[dict[str, Any]] = field(default_factory=list)
     fired: dict[str, bool] = field(default_factory=dict)
     handoff: dict[str, Any] | None = None
-    preview: str = ""
+    preview: str = ""  # no longer filled (outputs stay in storage); kept so recorded histories still decode
 
 
 @dataclass

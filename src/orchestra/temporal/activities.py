@@ -18,7 +18,6 @@ from temporalio.exceptions import ApplicationError
 from orchestra._json import dumps
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
-from orchestra.multiagent.results import output_text
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
@@ -173,7 +172,6 @@ class PipelineActivities:
             interrupts=[i.model_dump(mode="json") for i in result.interrupts],
             fired=fired,
             handoff=handoff,
-            preview=output_text(result.output)[:200],
         )
 
     async def _run(
