@@ -506,14 +506,61 @@ def worker(
     temporal: Annotated[str, typer.Option("--temporal", help="The Temporal frontend, HOST:PORT.")],
     task_queue: Annotated[str, typer.Option("--task-queue", help="The task queue to poll.")],
     namespace: Annotated[str, typer.Option("--namespace", help="The Temporal namespace.")] = "default",
+    tls: Annotated[
+        bool, typer.Option("--tls", envvar="ORCHESTRA_TEMPORAL_TLS", help="Connect with TLS.")
+    ] = False,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-cert", envvar="ORCHESTRA_TEMPORAL_TLS_CERT", help="Client certificate (mTLS), PEM."
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-key", envvar="ORCHESTRA_TEMPORAL_TLS_KEY", help="Client private key (mTLS), PEM."
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-ca", envvar="ORCHESTRA_TEMPORAL_TLS_CA", help="The server's CA certificate, PEM."
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="ORCHESTRA_TEMPORAL_API_KEY", help="API key (Temporal Cloud)."),
+    ] = None,
+    graceful_shutdown: Annotated[
+        float,
+        typer.Option(
+            "--graceful-shutdown",
+            metavar="SECONDS",
+            help="On SIGTERM, let running nodes finish for this long before exiting.",
+        ),
+    ] = 300.0,
 ) -> None:
     """Host pipelines on a Temporal task queue: run their workflows and their nodes as activities.
+
+    For Temporal Cloud or any TLS cluster give --api-key, or --tls-cert and --tls-key (mTLS); the same
+    settings come from ORCHESTRA_TEMPORAL_* variables, which 'run --on temporal://...' also reads.
+    On SIGTERM (a deploy) the worker stops taking work and lets running nodes finish and commit.
 
     Example: [bold]orchestra worker --temporal 127.0.0.1:7233 --task-queue pipelines examples/graphs/*.yaml[/]
     """
     from orchestra.cli._temporal import run_worker
+    from orchestra.temporal import TemporalConnection
 
-    run_worker([_load_spec(spec) for spec in specs], temporal, namespace, task_queue)
+    connection = TemporalConnection(
+        tls=tls,
+        tls_cert=str(tls_cert) if tls_cert else None,
+        tls_key=str(tls_key) if tls_key else None,
+        tls_ca=str(tls_ca) if tls_ca else None,
+        api_key=api_key,
+    )
+    run_worker(
+        [_load_spec(spec) for spec in specs], temporal, namespace, task_queue, connection, graceful_shutdown
+    )
 
 
 @app.command("hash-key")

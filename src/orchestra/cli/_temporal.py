@@ -145,15 +145,28 @@ def run_on_temporal(
         raise typer.Exit(EXIT_FAILED)
 
 
-def run_worker(specs: list[LoadedSpec], address: str, namespace: str, task_queue: str) -> None:
-    """Host ``specs`` on a Temporal task queue until SIGINT or SIGTERM."""
-    from temporalio.client import Client
+def run_worker(
+    specs: list[LoadedSpec],
+    address: str,
+    namespace: str,
+    task_queue: str,
+    connection: Any = None,
+    graceful_shutdown: float | None = None,
+) -> None:
+    """Host ``specs`` on a Temporal task queue until SIGINT or SIGTERM; then let running nodes finish and
+    commit (up to ``graceful_shutdown`` seconds) before exiting."""
+    from datetime import timedelta
 
-    from orchestra.temporal import create_worker
+    from orchestra.temporal import TemporalTarget, connect, create_worker
 
     async def main() -> None:
-        client = await Client.connect(address, namespace=namespace)
-        worker = create_worker(client, task_queue, specs)
+        client = await connect(TemporalTarget(address, namespace, task_queue), connection)
+        options = (
+            {}
+            if graceful_shutdown is None
+            else {"graceful_shutdown_timeout": timedelta(seconds=graceful_shutdown)}
+        )
+        worker = create_worker(client, task_queue, specs, **options)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

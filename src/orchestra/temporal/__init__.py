@@ -14,6 +14,8 @@ from orchestra.temporal._types import (
 )
 from orchestra.temporal.activities import PipelineActivities
 from orchestra.temporal.worker import (
+    DEFAULT_GRACEFUL_SHUTDOWN,
+    TemporalConnection,
     TemporalTarget,
     connect,
     create_worker,
@@ -26,6 +28,7 @@ from orchestra.temporal.worker import (
 from orchestra.temporal.workflow import PipelineWorkflow
 
 __all__ = [
+    "DEFAULT_GRACEFUL_SHUTDOWN",
     "WORKFLOW_NAME",
     "CommitRequest",
     "NodeOutcome",
@@ -34,6 +37,7 @@ __all__ = [
     "PipelineWorkflow",
     "RunRequest",
     "StateRequest",
+    "TemporalConnection",
     "TemporalTarget",
     "connect",
     "create_worker",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from orchestra.errors import ConfigurationError
@@ -17,6 +21,8 @@ from orchestra.temporal.activities import PipelineActivities
 from orchestra.temporal.workflow import PipelineWorkflow
 
 __all__ = [
+    "DEFAULT_GRACEFUL_SHUTDOWN",
+    "TemporalConnection",
     "TemporalTarget",
     "connect",
     "create_worker",
@@ -54,8 +60,70 @@ def parse_target(uri: str) -> TemporalTarget:
     )
 
 
-async def connect(target: TemporalTarget) -> Client:
-    return await Client.connect(target.address, namespace=target.namespace)
+@dataclass(frozen=True)
+class TemporalConnection:
+    """How to reach a real cluster: TLS (with a client certificate for mTLS) and/or an API key (Temporal
+    Cloud). ``from_env`` reads ``ORCHESTRA_TEMPORAL_TLS`` (1), ``ORCHESTRA_TEMPORAL_TLS_CERT``,
+    ``ORCHESTRA_TEMPORAL_TLS_KEY``, ``ORCHESTRA_TEMPORAL_TLS_CA`` (file paths) and
+    ``ORCHESTRA_TEMPORAL_API_KEY``; an API key or a certificate turns TLS on."""
+
+    tls: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def from_env(cls) -> TemporalConnection:
+        env = os.environ.get
+        return cls(
+            tls=env("ORCHESTRA_TEMPORAL_TLS", "") in ("1", "true", "yes"),
+            tls_cert=env("ORCHESTRA_TEMPORAL_TLS_CERT") or None,
+            tls_key=env("ORCHESTRA_TEMPORAL_TLS_KEY") or None,
+            tls_ca=env("ORCHESTRA_TEMPORAL_TLS_CA") or None,
+            api_key=env("ORCHESTRA_TEMPORAL_API_KEY") or None,
+        )
+
+    def client_options(self) -> dict[str, Any]:
+        """The TLS and API-key arguments of ``Client.connect``.
+
+        Raises:
+            ConfigurationError: a certificate without its key (or the reverse), or a file that is missing.
+        """
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigurationError(
+                "mTLS needs both --tls-cert and --tls-key (the client certificate and key)"
+            )
+
+        def read(path: str | None, what: str) -> bytes | None:
+            if path is None:
+                return None
+            try:
+                return Path(path).read_bytes()
+            except OSError as exc:
+                raise ConfigurationError(f"cannot read the {what} {path!r}: {exc.strerror}") from None
+
+        options: dict[str, Any] = {}
+        if self.tls or self.tls_cert or self.tls_ca or self.api_key:
+            cert, key, ca = (
+                read(self.tls_cert, "TLS certificate"),
+                read(self.tls_key, "TLS key"),
+                read(self.tls_ca, "TLS CA certificate"),
+            )
+            options["tls"] = TLSConfig(server_root_ca_cert=ca, client_cert=cert, client_private_key=key)
+        if self.api_key:
+            options["api_key"] = self.api_key
+        return options
+
+
+DEFAULT_GRACEFUL_SHUTDOWN = timedelta(minutes=5)
+"""How long a stopping worker lets its running nodes finish (and commit) before it cancels them."""
+
+
+async def connect(target: TemporalTarget, connection: TemporalConnection | None = None) -> Client:
+    """A client for ``target``; ``connection`` defaults to ``TemporalConnection.from_env()``."""
+    options = (connection or TemporalConnection.from_env()).client_options()
+    return await Client.connect(target.address, namespace=target.namespace, **options)
 
 
 def workflow_id(spec_id: str, session_id: str) -> str:
@@ -64,9 +132,15 @@ def workflow_id(spec_id: str, session_id: str) -> str:
 
 
 def create_worker(client: Client, task_queue: str, specs: Iterable[LoadedSpec], **options: Any) -> Worker:
-    """A worker hosting ``specs`` (by spec id) on ``task_queue``."""
+    """A worker hosting ``specs`` (by spec id) on ``task_queue``.
+
+    On shutdown (SIGTERM in ``orchestra worker``) it stops polling and lets running nodes finish and
+    commit for up to ``graceful_shutdown_timeout`` (``DEFAULT_GRACEFUL_SHUTDOWN`` unless given), so a
+    deploy does not run them again elsewhere.
+    """
     hosted = {loaded.spec.id: loaded for loaded in specs}
     activities = PipelineActivities(hosted)
+    options.setdefault("graceful_shutdown_timeout", DEFAULT_GRACEFUL_SHUTDOWN)
     return Worker(
         client,
         task_queue=task_queue,

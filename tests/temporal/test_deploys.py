@@ -1,0 +1,124 @@
+"""Reaching a real cluster (TLS, mTLS, API keys) and deploys: a worker stopped with SIGTERM finishes its
+running node, which then never runs again elsewhere."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+from orchestra.cli import app
+from orchestra.errors import ConfigurationError
+from tests.temporal.conftest import worker_process
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def temporal():
+    from orchestra import temporal as module
+
+    return module
+
+
+def test_tls_and_api_keys_reach_client_connect(tmp_path, monkeypatch):
+    from temporalio.client import Client
+
+    t = temporal()
+    (tmp_path / "cert.pem").write_bytes(b"CERT")
+    (tmp_path / "key.pem").write_bytes(b"KEY")
+    (tmp_path / "ca.pem").write_bytes(b"CA")
+    seen = []
+
+    async def fake_connect(address, **options):
+        seen.append((address, options))
+        return "client"
+
+    monkeypatch.setattr(Client, "connect", fake_connect)
+    target = t.TemporalTarget("ns.acct.tmprl.cloud:7233", "ns.acct", "q")
+    mtls = t.TemporalConnection(
+        tls_cert=str(tmp_path / "cert.pem"),
+        tls_key=str(tmp_path / "key.pem"),
+        tls_ca=str(tmp_path / "ca.pem"),
+    )
+    anyio.run(t.connect, target, mtls)
+    address, options = seen[-1]
+    assert address == "ns.acct.tmprl.cloud:7233"
+    assert options["namespace"] == "ns.acct"
+    tls = options["tls"]
+    assert (tls.client_cert, tls.client_private_key, tls.server_root_ca_cert) == (b"CERT", b"KEY", b"CA")
+
+    monkeypatch.setenv("ORCHESTRA_TEMPORAL_API_KEY", "cloud-key")  # run --on reads the environment
+    anyio.run(t.connect, target)
+    options = seen[-1][1]
+    assert options["api_key"] == "cloud-key"
+    assert options["tls"].client_cert is None  # an API key implies TLS
+    monkeypatch.delenv("ORCHESTRA_TEMPORAL_API_KEY")
+    anyio.run(t.connect, target)
+    assert set(seen[-1][1]) == {"namespace"}  # the dev server: plain, no key
+
+
+def test_a_half_configured_mtls_is_a_one_line_error(tmp_path):
+    t = temporal()
+    with pytest.raises(ConfigurationError, match="mTLS needs both --tls-cert and --tls-key"):
+        t.TemporalConnection(tls_cert=str(tmp_path / "cert.pem")).client_options()
+    with pytest.raises(ConfigurationError, match="cannot read the TLS CA certificate"):
+        t.TemporalConnection(tls_ca=str(tmp_path / "missing.pem")).client_options()
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "version: 1\nkind: graph\nid: p\nnodes:\n  - {id: a, function: 'tests.support:spec_source'}\n"
+    )
+    result = CliRunner().invoke(
+        app,
+        ["worker", "--temporal", "127.0.0.1:1", "--task-queue", "q", "--tls-cert", str(spec), str(spec)],
+    )
+    assert result.exit_code == 1
+    assert "mTLS needs both --tls-cert and --tls-key" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_worker_stopped_for_a_deploy_finishes_its_node_first(temporal_address, tmp_path, monkeypatch):
+    t = temporal()
+    spec = tmp_path / "deploy.yaml"
+    spec.write_text(
+        "version: 1\nkind: graph\nid: deploy\nnodes:\n"
+        "  - {id: long, function: 'tests.support:slow_step'}\n"
+        "  - {id: after, function: 'tests.support:slow_step'}\n"
+        "edges:\n  - {from: long, to: after}\n"
+    )
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "3")
+    old = worker_process(temporal_address, "q-deploy", spec)
+
+    async def start():
+        target = t.TemporalTarget(temporal_address, "default", "q-deploy")
+        client = await t.connect(target)
+        request = t.RunRequest(
+            spec_id="deploy",
+            session_id="d1",
+            storage=f"file:{tmp_path}/store",
+            task="go",
+            heartbeat_seconds=2,
+        )
+        return await t.start_run(client, target, request)
+
+    handle = anyio.run(start)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (calls.exists() and "long" in calls.read_text()):
+        time.sleep(0.05)
+    old.send_signal(signal.SIGTERM)  # the deploy: the node is 3 s long and has just started
+    new = worker_process(temporal_address, "q-deploy", spec)
+    try:
+        assert old.wait(60) == 0  # it waited for its node, then exited cleanly
+        summary = anyio.run(handle.result)
+    finally:
+        new.terminate()
+        new.wait(30)
+        for process in (old, new):
+            process.stderr.close()
+    assert summary["status"] == "completed", summary
+    assert Counter(calls.read_text().split()) == {"long": 1, "after": 1}  # nothing ran twice
