@@ -138,11 +138,11 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
     saves = []
     real_save = RunStore.save
 
-    async def dies_at_the_final_record(self, record):
+    async def dies_at_the_final_record(self, record, **options):
         saves.append(record.status)
         if record.status != "executing":
             raise SystemExit("killed")  # after the session stored the turn
-        await real_save(self, record)
+        await real_save(self, record, **options)
 
     RunStore.save = dies_at_the_final_record
     try:
