@@ -122,3 +122,23 @@ def test_a_worker_stopped_for_a_deploy_finishes_its_node_first(temporal_address,
             process.stderr.close()
     assert summary["status"] == "completed", summary
     assert Counter(calls.read_text().split()) == {"long": 1, "after": 1}  # nothing ran twice
+
+
+def test_temporal_failures_in_the_cli_are_one_line_with_what_to_do(temporal_address, tmp_path):
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        "version: 1\nkind: graph\nid: p\nnodes:\n  - {id: a, function: 'tests.support:spec_source'}\n"
+    )
+    common = ["run", str(spec), "--storage", f"file:{tmp_path}/store", "--session-id", "s", "--input", "go"]
+    unreachable = CliRunner().invoke(app, [*common, "--on", "temporal://127.0.0.1:1/default?task_queue=q"])
+    assert unreachable.exit_code == 1
+    assert "cannot reach Temporal at 127.0.0.1:1" in unreachable.stderr
+    refused = CliRunner().invoke(
+        app, [*common, "--on", f"temporal://{temporal_address}/no-such-ns?task_queue=q"]
+    )
+    assert refused.exit_code == 1
+    assert f"Temporal at {temporal_address} refused the request" in refused.stderr
+    assert "NOT_FOUND" in refused.stderr
+    for result in (unreachable, refused):
+        assert "Traceback" not in result.output
+        assert len(result.stderr.strip().splitlines()) == 1

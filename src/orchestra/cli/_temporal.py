@@ -36,6 +36,23 @@ def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
     return uri
 
 
+def _temporal_failure(exc: Exception, address: str, again: str) -> str:
+    """One line for what Temporal (or the way to it) answered, with what to do."""
+    from temporalio.service import RPCError
+
+    if isinstance(exc, RPCError):
+        return (
+            f"Temporal at {address} refused the request: {exc.message} ({exc.status.name}). The run, if it "
+            f"started, goes on; follow it with: {again}"
+        )
+    if isinstance(exc, RuntimeError) and "connect" in str(exc).lower():
+        return (
+            f"cannot reach Temporal at {address} ({str(exc).splitlines()[0]}): is the server up, and are "
+            "--tls/--api-key (ORCHESTRA_TEMPORAL_*) right for it?"
+        )
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'} (on {address})"
+
+
 def run_on_temporal(
     file: Path,
     loaded: LoadedSpec,
@@ -119,6 +136,8 @@ def run_on_temporal(
         kind, data = asyncio.run(follow())
     except OrchestraError as exc:
         raise fail(str(exc)) from None
+    except Exception as exc:
+        raise fail(_temporal_failure(exc, target.address, again)) from None
     if kind == "signal":
         err.print("Stopped following. The run goes on on Temporal; follow it again with:")
         err.print(f"  {again}", markup=False, highlight=False)
@@ -182,5 +201,5 @@ def run_worker(
         asyncio.run(main())
     except OrchestraError as exc:
         raise fail(str(exc)) from None
-    except RuntimeError as exc:  # cannot connect
-        raise fail(f"cannot run a worker on {address}: {exc}") from None
+    except Exception as exc:  # cannot connect, or the server refused
+        raise fail(_temporal_failure(exc, address, "orchestra worker ...")) from None
