@@ -24,6 +24,8 @@ ORDER = [
     "ConditionSpec",
     "LimitsSpec",
     "SessionSpec",
+    "TemporalSpec",
+    "RetrySpec",
 ]
 
 PRELUDE = """# YAML reference (spec version 1)

@@ -71,3 +71,25 @@ async def test_a_node_timeout_is_final_not_retried(temporal_address, tmp_path, m
     assert summary["status"] == "failed"
     assert "node_timeout (1s) exceeded by node 'slow'" in (summary["reason"] or summary["error"] or "")
     assert counts.read_text().count("ran") == 1
+
+
+async def test_a_pipeline_sets_its_retry_policy_and_heartbeat():
+    from datetime import timedelta
+
+    from orchestra.temporal.activities import PipelineActivities
+    from orchestra.temporal.workflow import PipelineWorkflow
+
+    loaded = parse_text(
+        TIMEOUT + "temporal: {retry: {maximum_attempts: 2, initial_interval: 1.5}, heartbeat_seconds: 3}\n",
+        "slow.yaml",
+    )
+    structure = await PipelineActivities({"slow": loaded}).describe("slow")
+    assert structure["temporal"]["heartbeat_seconds"] == 3
+    workflow = PipelineWorkflow()
+    workflow._settings = structure["temporal"]
+    policy = workflow._node_retries()
+    assert (policy.maximum_attempts, policy.initial_interval) == (2, timedelta(seconds=1.5))
+    workflow._settings = {}  # a run recorded before the setting existed keeps the default
+    assert workflow._node_retries().maximum_attempts == 5
+    with pytest.raises(Exception, match="maximum_attempts"):
+        parse_text(TIMEOUT + "temporal: {retry: {maximum_attempts: 0}}\n", "bad.yaml")

@@ -180,6 +180,27 @@ class SessionSpec(_Spec):
     save_on: Literal["node", "invocation"] = "node"
 
 
+class RetrySpec(_Spec):
+    """How Temporal retries a node after an infrastructure failure (a lost worker, a missed heartbeat, a
+    storage or network error); a node's own error or timeout is never retried."""
+
+    maximum_attempts: int = Field(default=5, ge=1)
+    initial_interval: float = Field(default=0.2, gt=0, description="Seconds before the first retry.")
+    backoff_coefficient: float = Field(default=2.0, ge=1)
+    maximum_interval: float | None = Field(
+        default=None, gt=0, description="Seconds between retries, at most."
+    )
+
+
+class TemporalSpec(_Spec):
+    """Settings for runs on Temporal workers (ignored by local runs)."""
+
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    heartbeat_seconds: float | None = Field(
+        default=None, gt=0, description="How soon a lost worker is noticed (default 10 s)."
+    )
+
+
 class PipelineSpec(_Spec):
     """A pipeline: a graph, a swarm or a single agent."""
 
@@ -199,3 +220,4 @@ class PipelineSpec(_Spec):
     )
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     session: SessionSpec | None = None
+    temporal: TemporalSpec = Field(default_factory=TemporalSpec)

@@ -94,11 +94,13 @@ class PipelineActivities:
 
     @activity.defn(name="orchestra.describe")
     async def describe(self, spec_id: str) -> dict[str, Any]:
-        """The pipeline's structure (nodes, edges, limits) for the workflow's scheduling skeleton."""
-        built = build(self._spec(spec_id))
+        """The pipeline's structure (nodes, edges, limits) for the workflow's scheduling skeleton, and its
+        ``temporal:`` settings (retries, heartbeat)."""
+        loaded = self._spec(spec_id)
+        built = build(loaded)
         if not isinstance(built, MultiAgentBase):
             raise ValueError(f"pipeline {spec_id!r} is a single agent; Temporal runs graphs and swarms")
-        return built.structure()
+        return {**built.structure(), "temporal": loaded.spec.temporal.model_dump()}
 
     @activity.defn(name="orchestra.load_state")
     async def load_state(self, request: StateRequest) -> dict[str, Any] | None:

@@ -49,6 +49,7 @@ class PipelineWorkflow:
         self._orchestrator: MultiAgentBase | None = None
         self._responses: dict[str, Any] | None = None
         self._request: RunRequest | None = None
+        self._settings: dict[str, Any] = {}  # the spec's temporal: section
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
@@ -89,6 +90,7 @@ class PipelineWorkflow:
             else Swarm.from_structure(structure)
         )
         self._orchestrator = skeleton
+        self._settings = structure.get("temporal") or {}
         saved = await workflow.execute_local_activity(
             "orchestra.load_state",
             StateRequest(request.spec_id, request.session_id, request.storage, skeleton.scope_id),
@@ -169,13 +171,28 @@ class PipelineWorkflow:
                 # The activity enforces node_timeout itself (a final failure); this only catches a worker
                 # that stopped answering without its heartbeat noticing.
                 start_to_close_timeout=timedelta(seconds=node_timeout + 60 if node_timeout else 24 * 3600),
-                heartbeat_timeout=timedelta(seconds=self._request.heartbeat_seconds),
-                retry_policy=_NODE_RETRIES,
+                heartbeat_timeout=timedelta(
+                    seconds=self._settings.get("heartbeat_seconds") or self._request.heartbeat_seconds
+                ),
+                retry_policy=self._node_retries(),
             )
         except ActivityError as exc:
             cause = exc.cause or exc
             return NodeOutcome(status="failed", blob="", error=f"{type(cause).__name__}: {cause}")
         return outcome
+
+    def _node_retries(self) -> RetryPolicy:
+        """The spec's ``temporal: {retry: ...}`` (infrastructure failures only), or the default."""
+        retry = self._settings.get("retry")
+        if not retry:  # a history recorded before the setting existed
+            return _NODE_RETRIES
+        maximum = retry.get("maximum_interval")
+        return RetryPolicy(
+            maximum_attempts=retry["maximum_attempts"],
+            initial_interval=timedelta(seconds=retry["initial_interval"]),
+            backoff_coefficient=retry["backoff_coefficient"],
+            maximum_interval=timedelta(seconds=maximum) if maximum else None,
+        )
 
     @staticmethod
     def _result(node_id: str, outcome: NodeOutcome, execution_count: int) -> NodeResult:
