@@ -1,0 +1,94 @@
+"""Record the workflow histories that ``test_replay.py`` replays (run when the workflow's decisions change
+on purpose, and say so in the change): ``python tests/temporal/record_histories.py``.
+
+It starts a Temporal dev server, runs every example pipeline (and a failed-then-resumed run) on a worker,
+and writes each history to ``tests/temporal/histories/<name>.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestra import temporal  # noqa: E402
+from orchestra.spec import parse_file, parse_text  # noqa: E402
+from orchestra.temporal._types import WORKFLOW_NAME  # noqa: E402
+from tests.cli.pipelines import FAILING  # noqa: E402
+from tests.temporal.conftest import free_port  # noqa: E402
+
+EXAMPLES = ROOT / "examples" / "graphs"
+OUT = Path(__file__).parent / "histories"
+
+
+async def record(address: str, name: str, loaded, storage: str, task, **options) -> None:
+    target = temporal.TemporalTarget(address, "default", f"q-{name}")
+    client = await temporal.connect(target)
+    request = temporal.RunRequest(
+        spec_id=loaded.spec.id,
+        session_id=name,
+        storage=storage,
+        task=task,
+        run_id=secrets.token_hex(4),
+        **options,
+    )
+    async with temporal.create_worker(client, target.task_queue, [loaded]):
+        handle = await temporal.start_run(client, target, request)
+        await handle.result()
+        history = await handle.fetch_history()
+    (OUT / f"{name}.json").write_text(history.to_json())
+    print(f"recorded {name}")
+
+
+async def main(address: str) -> None:
+    import os
+
+    OUT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = f"file:{tmp}/store"
+        for example in ("review_loop", "fan_out", "support_swarm", "nested"):
+            loaded = parse_file(EXAMPLES / f"{example}.yaml")
+            await record(address, example, loaded, storage, loaded.spec.input)
+        failing = parse_text(FAILING, "failing.yaml")
+        os.environ.pop("ORCHESTRA_TEST_ALLOW", None)
+        await record(address, "failing_first", failing, storage, "go")
+        os.environ["ORCHESTRA_TEST_ALLOW"] = "1"
+        target = temporal.TemporalTarget(address, "default", "q-failing_first")
+        client = await temporal.connect(target)
+        request = temporal.RunRequest(
+            spec_id="failing",
+            session_id="failing_first",
+            storage=storage,
+            task=None,
+            resume=True,
+            run_id="r2",
+        )
+        async with temporal.create_worker(client, target.task_queue, [failing]):
+            handle = await client.start_workflow(
+                WORKFLOW_NAME, request, id="orchestra-failing-resumed", task_queue=target.task_queue
+            )
+            await handle.result()
+            (OUT / "failing_resumed.json").write_text((await handle.fetch_history()).to_json())
+            print("recorded failing_resumed")
+
+
+if __name__ == "__main__":
+    port = free_port()
+    server = subprocess.Popen(
+        ["temporal", "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(5)
+        asyncio.run(main(f"127.0.0.1:{port}"))
+    finally:
+        server.terminate()
+        server.wait(30)
