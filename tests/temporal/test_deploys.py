@@ -142,3 +142,36 @@ def test_temporal_failures_in_the_cli_are_one_line_with_what_to_do(temporal_addr
     for result in (unreachable, refused):
         assert "Traceback" not in result.output
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_a_worker_with_another_version_of_the_pipeline_refuses_the_run(temporal_address, tmp_path):
+    from orchestra.spec import parse_text
+    from tests.temporal.test_temporal import run_on
+
+    v1 = (
+        "version: 1\nkind: graph\nid: versioned\nnodes:\n  - {id: a, function: 'tests.support:spec_source'}\n"
+    )
+    v2 = v1.replace("spec_source", "spec_mark")  # same id, other code: what a half-done deploy looks like
+    old, new = parse_text(v1, "v1.yaml"), parse_text(v2, "v2.yaml")
+    assert temporal().spec_hash(old) != temporal().spec_hash(new)
+    summary, _ = await run_on(
+        temporal_address,
+        "q-version",
+        new,
+        f"file:{tmp_path}/store",
+        "s1",
+        "go",
+        spec_hash=temporal().spec_hash(old),
+    )
+    assert summary["status"] == "failed"
+    assert "this worker hosts another version of pipeline 'versioned'" in summary["reason"]
+    same, _ = await run_on(
+        temporal_address,
+        "q-version",
+        new,
+        f"file:{tmp_path}/store",
+        "s2",
+        "go",
+        spec_hash=temporal().spec_hash(new),
+    )
+    assert same["status"] == "completed"

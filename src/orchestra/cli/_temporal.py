@@ -67,7 +67,15 @@ def run_on_temporal(
     force: bool = False,
 ) -> None:
     """Start (or continue) a run on Temporal and follow it like a local run."""
-    from orchestra.temporal import RunRequest, connect, parse_target, running_handle, start_run, stored_output
+    from orchestra.temporal import (
+        RunRequest,
+        connect,
+        parse_target,
+        running_handle,
+        spec_hash,
+        start_run,
+        stored_output,
+    )
     from orchestra.temporal.workflow import PipelineWorkflow
 
     try:
@@ -93,6 +101,7 @@ def run_on_temporal(
         else:
             request = RunRequest(
                 spec_id=spec_id,
+                spec_hash=spec_hash(loaded),
                 session_id=session_id,
                 storage=uri,
                 task=task,

@@ -12,7 +12,7 @@ from orchestra.temporal._types import (
     RunRequest,
     StateRequest,
 )
-from orchestra.temporal.activities import PipelineActivities
+from orchestra.temporal.activities import PipelineActivities, spec_hash
 from orchestra.temporal.worker import (
     DEFAULT_GRACEFUL_SHUTDOWN,
     TemporalConnection,
@@ -43,6 +43,7 @@ __all__ = [
     "create_worker",
     "parse_target",
     "running_handle",
+    "spec_hash",
     "start_run",
     "stored_output",
     "workflow_id",

@@ -24,6 +24,9 @@ class RunRequest:
     responses: dict[str, Any] = field(default_factory=dict)
     invocation_state: dict[str, Any] = field(default_factory=dict)
     heartbeat_seconds: float = 10.0
+    # The pipeline version the run was started with (``spec_hash``): a worker hosting another version
+    # refuses its nodes. Empty: any version (runs started before the check existed).
+    spec_hash: str = ""
 
 
 @dataclass
@@ -50,6 +53,7 @@ class NodeRequest:
     prompt: Any = None
     responses: dict[str, Any] = field(default_factory=dict)
     invocation_state: dict[str, Any] = field(default_factory=dict)
+    spec_hash: str = ""
 
 
 @dataclass

@@ -8,6 +8,7 @@ the workflow's scheduling changes into the session journal, exactly as a local r
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -25,7 +26,13 @@ from orchestra.spec import LoadedSpec, build
 from orchestra.storage import Storage, storage_from_uri
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
 
-__all__ = ["PipelineActivities"]
+__all__ = ["PipelineActivities", "spec_hash"]
+
+
+def spec_hash(loaded: LoadedSpec) -> str:
+    """A pipeline version: the hash of its parsed spec (what workers and runs compare)."""
+    return hashlib.sha256(loaded.spec.model_dump_json().encode()).hexdigest()[:16]
+
 
 # Every node's activity loads the run from storage: fold the journal often so a load stays short.
 _COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
@@ -84,13 +91,21 @@ class PipelineActivities:
             self._storages[uri] = storage_from_uri(uri)
         return self._storages[uri]
 
-    def _spec(self, spec_id: str) -> LoadedSpec:
+    def _spec(self, spec_id: str, version: str = "") -> LoadedSpec:
         if spec_id not in self.specs:
             raise ApplicationError(
                 f"this worker does not host pipeline {spec_id!r} (it hosts {', '.join(sorted(self.specs))})",
                 non_retryable=True,
             )
-        return self.specs[spec_id]
+        loaded = self.specs[spec_id]
+        if version and spec_hash(loaded) != version:
+            raise ApplicationError(
+                f"this worker hosts another version of pipeline {spec_id!r} (spec hash {spec_hash(loaded)}; "
+                f"the run was started with {version}): deploy the same file to every worker of the task queue, "
+                "or start the run again against the new version",
+                non_retryable=True,
+            )
+        return loaded
 
     @activity.defn(name="orchestra.describe")
     async def describe(self, spec_id: str) -> dict[str, Any]:
@@ -116,7 +131,7 @@ class PipelineActivities:
     async def execute_node(self, request: NodeRequest) -> NodeOutcome:
         """Run one node (or swarm turn) from its state before it started; save its data to a blob."""
         storage = self._storage(request.storage)
-        orchestrator = build(self._spec(request.spec_id))
+        orchestrator = build(self._spec(request.spec_id, request.spec_hash))
         assert isinstance(orchestrator, MultiAgentBase)
         # Nested graphs and swarms persist (and resume) inside, under the same session.
         orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))

@@ -156,6 +156,7 @@ class PipelineWorkflow:
             node_id=node_id,
             execution_count=record["executions"],
             invocation_state=request.invocation_state,
+            spec_hash=request.spec_hash,
             **options,
         )
 
