@@ -93,3 +93,18 @@ async def test_a_pipeline_sets_its_retry_policy_and_heartbeat():
     assert workflow._node_retries().maximum_attempts == 5
     with pytest.raises(Exception, match="maximum_attempts"):
         parse_text(TIMEOUT + "temporal: {retry: {maximum_attempts: 0}}\n", "bad.yaml")
+
+
+async def test_the_task_is_not_copied_into_every_node_of_the_history(temporal_address, tmp_path):
+    chain = "".join(f"  - {{id: n{i}, function: 'tests.support:spec_mark'}}\n" for i in range(10))
+    edges = "".join(f"  - {{from: n{i}, to: n{i + 1}}}\n" for i in range(9))
+    loaded = parse_text(f"version: 1\nkind: graph\nid: chain\nnodes:\n{chain}edges:\n{edges}", "chain.yaml")
+    task = "x" * 200_000
+    summary, client = await run_on(
+        temporal_address, "q-big-task", loaded, f"file:{tmp_path}/store", "s1", task
+    )
+    assert summary["status"] == "completed"
+    history = await client.get_workflow_handle("orchestra-chain-s1").fetch_history()
+    size = len(history.to_json())
+    # The workflow's input and the first commit hold it; the ten nodes' inputs do not (3.0 MB before).
+    assert size < 3 * len(task), size

@@ -271,9 +271,8 @@ class PipelineWorkflow:
                     node_id,
                     activation=list(record.get("activation") or []),
                     reset=reset,
-                    responses=responses,
-                    prompt=graph._fields.get("task"),
-                )
+                    responses=responses,  # the task is not copied into every node's input: the activity
+                )  # reads it from the session, where the first commit stored it
                 task = asyncio.ensure_future(self._execute(graph, request, graph.node_timeout))
                 running[task] = node_id
             if not running:
