@@ -268,6 +268,16 @@ class Agent:
             interrupt_state=self._pending_tools.to_dict() if self._pending_tools else None,
         )
 
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
+        """This agent as a tool another agent's model can call (``{"input": "..."}`` -> its answer).
+
+        It runs with the caller's invocation state and keeps its own conversation. ``name`` defaults to
+        the agent's name, ``description`` to its description.
+        """
+        from orchestra.tools.delegate import DelegateTool
+
+        return DelegateTool(self, name, description)
+
     def load_agent_data(self, data: AgentData) -> None:
         """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
         pending = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None

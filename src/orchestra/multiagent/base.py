@@ -232,6 +232,14 @@ class MultiAgentBase:
         self._unset.clear()
         return fields, logs, unset
 
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
+        """This Graph or Swarm as a tool an agent's model can call (``{"input": "..."}`` -> the run's
+        output). Each call is a fresh run with the caller's invocation state; a run that does not complete
+        is an error result naming why."""
+        from orchestra.tools.delegate import DelegateTool
+
+        return DelegateTool(self, name, description)
+
     def serialize_state(self) -> dict[str, Any]:
         """The whole run as a plain JSON dict (what a session persists); see ``deserialize_state``.
 

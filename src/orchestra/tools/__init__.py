@@ -10,10 +10,12 @@ from orchestra.tools._tool import (
     tool,
     tool_result,
 )
+from orchestra.tools.delegate import DelegateTool
 from orchestra.tools.notebook import notebook
 
 __all__ = [
     "AgentTool",
+    "DelegateTool",
     "FunctionTool",
     "ToolContext",
     "ToolRegistry",

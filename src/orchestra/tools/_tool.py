@@ -336,9 +336,13 @@ def tool(
 
 
 def as_tool(obj: Any) -> AgentTool:
-    """Accept what users pass as ``tools=[...]``: tool objects, or plain functions (wrapped with ``@tool``)."""
+    """Accept what users pass as ``tools=[...]``: tool objects, plain functions (wrapped with ``@tool``),
+    and agents, graphs and swarms (as their ``as_tool()``)."""
     if isinstance(obj, AgentTool):
         return obj
+    if hasattr(obj, "invoke_async") and hasattr(obj, "as_tool"):  # an Agent, Graph or Swarm
+        delegate: AgentTool = obj.as_tool()
+        return delegate
     if callable(obj):
         return FunctionTool(obj)
     raise ConfigurationError(f"{obj!r} is not a tool: pass a function decorated with @tool or an AgentTool")

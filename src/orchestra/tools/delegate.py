@@ -1,0 +1,87 @@
+"""Agents and orchestrators as tools: the caller's model delegates a request to another agent, Graph or Swarm.
+
+``agent.as_tool()``, ``graph.as_tool()`` and ``swarm.as_tool()`` return a ``DelegateTool``. The model calls
+it with ``{"input": "..."}``; the inner target runs with the caller's invocation state (the same dict) and
+keeps its own conversation; its text is the tool result. A failure of the inner run (a model error, a
+failed node, an interrupt nobody can answer from inside a tool) is an error result the caller's model
+reads, never an exception that stops the caller.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from orchestra.models import ToolSpec
+from orchestra.tools._tool import ToolContext, ToolResultDict, check_tool_name, tool_result
+
+__all__ = ["DelegateTool"]
+
+
+class DelegateTool:
+    """An ``AgentTool`` that runs an Agent, a Graph or a Swarm on the text the model passes."""
+
+    def __init__(self, target: Any, name: str | None = None, description: str | None = None) -> None:
+        self.target = target
+        default = re.sub(r"[^a-zA-Z0-9_-]", "_", str(getattr(target, "name", None) or target.id))[:64]
+        self._name = check_tool_name(name or default)
+        what = "agent" if _is_agent(target) else getattr(target, "kind", "pipeline")
+        self._description = (
+            description
+            or getattr(target, "description", None)
+            or f"Ask the {self._name} {what}: give it the whole request, it answers with text."
+        )
+        self._spec: ToolSpec = {
+            "name": self._name,
+            "description": self._description,
+            "inputSchema": {
+                "json": {
+                    "type": "object",
+                    "properties": {
+                        "input": {"type": "string", "description": f"What to ask the {what}, in full."}
+                    },
+                    "required": ["input"],
+                    "additionalProperties": False,
+                }
+            },
+        }
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"DelegateTool({self._name!r})"
+
+    async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
+        tool_use_id = tool_use["toolUseId"]
+        request = (tool_use.get("input") or {}).get("input")
+        if not isinstance(request, str) or not request.strip():
+            return tool_result(tool_use_id, f"Error: {self._name} needs a non-empty 'input' string", "error")
+        try:
+            result = await self.target.invoke_async(request, invocation_state=context.invocation_state)
+        except Exception as exc:
+            return tool_result(
+                tool_use_id, f"Error: {self._name} failed: {type(exc).__name__}: {exc}", "error"
+            )
+        status = getattr(result, "status", None)
+        if status is not None and getattr(status, "value", status) != "completed":
+            reason = getattr(result, "reason", None) or status
+            return tool_result(tool_use_id, f"Error: {self._name} did not complete: {reason}", "error")
+        if getattr(result, "stop_reason", None) == "interrupt":
+            return tool_result(
+                tool_use_id,
+                f"Error: {self._name} stopped to ask a human, which it cannot do as a tool",
+                "error",
+            )
+        return tool_result(tool_use_id, str(result))
+
+
+def _is_agent(target: Any) -> bool:
+    from orchestra.agent.agent import Agent
+
+    return isinstance(target, Agent)
