@@ -410,3 +410,27 @@ def test_sessions_commands_see_the_repository_layout_and_migrate_it(workdir):
     time.sleep(1.1)
     pruned = invoke("sessions", "prune", "--older-than", "1s")  # not 'migrated': imported a moment ago
     assert "deleted 2 session(s): empty, graph" in pruned.stdout, pruned.output
+
+
+def test_result_prints_a_finished_run_from_its_session_without_running_anything(workdir, monkeypatch):
+    path = spec(workdir, "chain.yaml", CHAIN)
+    ran = invoke("run", path, "--session-id", "done", "--json")
+    assert ran.exit_code == 0, ran.output
+    shown = invoke("result", path, "--session-id", "done", "--json")
+    assert shown.exit_code == 0, shown.output
+    live, stored = json.loads(ran.stdout), json.loads(shown.stdout)
+    for key in ("status", "output", "execution_order", "usage", "session_id", "results"):
+        assert stored[key] == live[key], key
+    assert invoke("result", path, "--session-id", "done").stdout.strip() == str(live["output"])
+
+    monkeypatch.delenv("ORCHESTRA_TEST_ALLOW", raising=False)
+    failing = spec(workdir, "failing.yaml", FAILING)
+    assert invoke("run", failing, "--session-id", "broken").exit_code == 1
+    again = invoke("result", failing, "--session-id", "broken")
+    assert again.exit_code == 1
+    assert "failed:" in again.stderr
+    assert "not allowed yet" in again.stderr
+
+    missing = invoke("result", path, "--session-id", "nobody")
+    assert missing.exit_code == 1
+    assert "no multiAgent 'chain'" in missing.stderr

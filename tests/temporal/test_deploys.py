@@ -175,3 +175,25 @@ async def test_a_worker_with_another_version_of_the_pipeline_refuses_the_run(tem
         spec_hash=temporal().spec_hash(new),
     )
     assert same["status"] == "completed"
+
+
+async def test_the_result_of_a_detached_temporal_run_can_be_fetched_once_it_finished(
+    temporal_address, tmp_path
+):
+    from pathlib import Path
+
+    from orchestra.spec import parse_file
+    from tests.temporal.test_temporal import run_on
+
+    example = Path(__file__).parent.parent.parent / "examples" / "graphs" / "fan_out.yaml"
+    loaded = parse_file(example)
+    storage = f"file:{tmp_path}/store"
+    summary, _ = await run_on(temporal_address, "q-result", loaded, storage, "detached", loaded.spec.input)
+    assert summary["status"] == "completed"
+    arguments = ["result", str(example), "--session-id", "detached", "--storage", storage]
+    shown = await anyio.to_thread.run_sync(
+        lambda: CliRunner().invoke(app, arguments)
+    )  # the CLI runs its own loop
+    assert shown.exit_code == 0, shown.output
+    expected = await temporal().stored_output(storage, "detached", loaded.spec.id)
+    assert shown.stdout.strip() == expected

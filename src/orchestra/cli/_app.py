@@ -40,7 +40,7 @@ from orchestra.cli._output import (
 )
 from orchestra.cli._render import NodeTable, diagram
 from orchestra.errors import OrchestraError, OrchestraSpecError, SessionConflictError
-from orchestra.multiagent import MultiAgentBase, Status
+from orchestra.multiagent import Graph, MultiAgentBase, Status
 from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin
@@ -256,6 +256,11 @@ def _execute(
         raise typer.Exit(EXIT_SIGNAL.get(signum, EXIT_FAILED))
     if result is None:  # cancelled without a signal we know
         raise typer.Exit(EXIT_FAILED)
+    _report(result, session_id, again, as_json)
+
+
+def _report(result: Any, session_id: str, again: str, as_json: bool) -> None:
+    """Print a run's outcome (the output, or why it stopped) and exit with the documented code."""
     status = result.status if isinstance(result, MultiAgentResult) else Status.COMPLETED
     if as_json:
         out.print_json(json.dumps(_result_json(result, session_id)))
@@ -496,6 +501,41 @@ def serve(
         proxy_headers=forwarded_allow_ips is not None,
         forwarded_allow_ips=forwarded_allow_ips,
     )
+
+
+@app.command()
+def result(
+    file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
+    session_id: Annotated[str, typer.Option("--session-id", metavar="ID", help="The session of the run.")],
+    storage: StorageOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the outcome of a pipeline's last run in a session, running nothing: a run that finished on
+    Temporal after you stopped following it, or any local one. Exit codes as for run.
+
+    Example: [bold]orchestra result examples/graphs/review_loop.yaml --session-id demo --json[/]
+    """
+    loaded = _load_spec(file)
+    target = build(loaded)
+    if not isinstance(target, MultiAgentBase):
+        raise fail(f"{file} is a single agent: its session is a conversation; see 'orchestra sessions show'")
+    uri = storage or (loaded.spec.session.storage if loaded.spec.session else None) or DEFAULT_STORAGE_URI
+    doc = _session_call(admin.load_scope, _storage(uri), session_id, "multiAgent", target.scope_id)
+    target.load_document(doc.fields, doc.logs)
+    again = resume_command(file, session_id, storage=storage)
+    if target.status == Status.EXECUTING:
+        raise fail(
+            f"the run of session {session_id} is still executing (or its process was killed): follow or "
+            f"resume it with: {again}"
+        )
+    if isinstance(target, Graph):
+        target._restore_results()
+    outcome = target._build_result()
+    if outcome.status == Status.COMPLETED and outcome.output is None and outcome.execution_order:
+        # A swarm run on Temporal keeps its output in the last completed turn's result.
+        last = outcome.results.get(outcome.execution_order[-1])
+        outcome.output = last.output if last is not None else None
+    _report(outcome, session_id, again, as_json)
 
 
 @app.command()
