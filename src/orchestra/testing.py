@@ -13,6 +13,7 @@ from orchestra.hooks import HookEvent, HookRegistry
 from orchestra.hooks import events as _agent_events
 from orchestra.models.scripted import FunctionModel, ModelRequest, Reply, ScriptedModel, ToolCall
 from orchestra.storage import Expect, Storage
+from orchestra.storage._base import ForwardingStorage
 
 __all__ = [
     "CountingStorage",
@@ -65,7 +66,7 @@ async def collect(stream: AsyncIterable[T]) -> list[T]:
     return [item async for item in stream]
 
 
-class CountingStorage:
+class CountingStorage(ForwardingStorage):
     """Wraps a storage and counts what goes through it (bytes written, writes, reads).
 
     Example::
@@ -76,7 +77,7 @@ class CountingStorage:
     """
 
     def __init__(self, inner: Storage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.bytes_written = 0
         self.writes = 0
         self.reads = 0
@@ -90,14 +91,3 @@ class CountingStorage:
         self.writes += 1
         self.bytes_written += len(data)
         return version
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def list(
-        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
-    ) -> list[str]:
-        return await self.inner.list(prefix, start_after=start_after, limit=limit)
-
-    async def delete_prefix(self, prefix: str) -> int:
-        return await self.inner.delete_prefix(prefix)

@@ -117,7 +117,9 @@ def test_openapi_document(server):
     for path, model in typed.items():  # every read answers a named, typed schema, not a loose object
         schema = spec["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert schema == {"$ref": f"#/components/schemas/{model}"}, path
-    assert set(spec["components"]["schemas"]["RunSummary"]["required"]) >= {"run_id", "status", "usage"}
+    summary = spec["components"]["schemas"]["RunSummary"]
+    assert set(summary["required"]) >= {"run_id", "agent_id", "started_at"}
+    assert {"status", "usage", "output"} <= set(summary["properties"])
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, SessionConflictError
 from orchestra.server.auth import KeyRing
 from orchestra.server.config import HostedSpec, ServerConfig, load_config
-from orchestra.server.runs import RunRecord
+from orchestra.server.runs import RunRecord, RunSummary
 from orchestra.server.runtime import Invocation, Runtime, input_text
 from orchestra.session import admin
 from orchestra.session._layout import session_prefix
@@ -146,26 +146,6 @@ class SessionDetail(BaseModel):
     nodes: dict[str, list[dict[str, Any]]] | None = Field(
         default=None, description="A pipeline's agent nodes' conversations."
     )
-
-
-class RunSummary(BaseModel):
-    """A run record without its conversation, nodes and edges."""
-
-    run_id: str
-    agent_id: str
-    kind: str
-    mode: Literal["session", "stateless", "none"]
-    session_id: str | None = None
-    status: str
-    started_at: str
-    finished_at: str | None = None
-    duration_ms: float | None = None
-    input: Any = None
-    output: Any = None
-    error: str | None = None
-    usage: dict[str, int]
-    resumed: bool
-    caller_history: int
 
 
 class RunList(BaseModel):

@@ -10,13 +10,13 @@ from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
 from orchestra.storage import Storage
 
-__all__ = ["RunRecord", "RunStore"]
+__all__ = ["RunRecord", "RunStore", "RunSummary"]
 
 Mode = Literal["session", "stateless", "none"]
 
 
-class RunRecord(BaseModel):
-    """One invocation of a hosted agent or pipeline."""
+class RunSummary(BaseModel):
+    """A run record without its conversation, nodes and edges (what run listings answer)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -34,12 +34,17 @@ class RunRecord(BaseModel):
     error: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
     resumed: bool = False
-    messages: list[dict[str, Any]] = Field(default_factory=list, description="An agent's conversation.")
     caller_history: int = Field(
         default=0,
         description="Stateless mode: how many messages the caller sent as history (never stored; "
         "messages holds only what this invocation added).",
     )
+
+
+class RunRecord(RunSummary):
+    """One invocation of a hosted agent or pipeline."""
+
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="An agent's conversation.")
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict, description="A pipeline's nodes.")
     edges: list[list[str]] = Field(default_factory=list, description="A pipeline's edges: [src, dst, label].")
 

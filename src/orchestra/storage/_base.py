@@ -7,7 +7,7 @@ from typing import Final, Protocol, TypeAlias, final, runtime_checkable
 
 from orchestra.errors import StorageSecurityError
 
-__all__ = ["ABSENT", "Absent", "Expect", "Storage", "validate_key"]
+__all__ = ["ABSENT", "Absent", "Expect", "ForwardingStorage", "Storage", "validate_key"]
 
 
 @final
@@ -69,6 +69,33 @@ class Storage(Protocol):
     async def delete_prefix(self, prefix: str) -> int:
         """Remove every key that starts with ``prefix``; returns how many were removed."""
         ...
+
+
+class ForwardingStorage:
+    """A storage that hands every call to ``inner``: subclass it and override what a wrapper changes."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    async def read(self, key: str) -> tuple[bytes, str] | None:
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
+        return await self.inner.write(key, data, expect=expect)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        return await self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        return await self.inner.delete_prefix(prefix)
 
 
 _FORBIDDEN = re.compile(r"[\x00\\]")

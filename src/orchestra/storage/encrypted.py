@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 
 from orchestra.errors import ConfigurationError, StorageError
-from orchestra.storage._base import Expect, Storage
+from orchestra.storage._base import Expect, ForwardingStorage, Storage
 
 __all__ = ["EncryptedStorage", "EnvKeyProvider", "KMSKeyProvider", "KeyProvider"]
 
@@ -156,7 +156,7 @@ class KMSKeyProvider:
         return self._decrypted[digest]
 
 
-class EncryptedStorage:
+class EncryptedStorage(ForwardingStorage):
     """Wraps ``inner`` so that every value is encrypted before it is stored and checked when read.
 
     Conditional writes, versions, listing and deletion are the inner storage's own: a second writer is
@@ -168,11 +168,8 @@ class EncryptedStorage:
     """
 
     def __init__(self, inner: Storage, keys: KeyProvider) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.keys = keys
-
-    def __repr__(self) -> str:
-        return f"EncryptedStorage({self.inner!r})"
 
     async def read(self, key: str) -> tuple[bytes, str] | None:
         found = await self.inner.read(key)
@@ -200,14 +197,3 @@ class EncryptedStorage:
         sealed = _aesgcm(secret).encrypt(nonce, data, key.encode())
         blob = b"".join((_MAGIC, struct.pack(">H", len(ref)), ref, nonce, sealed))
         return await self.inner.write(key, blob, expect=expect)
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def list(
-        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
-    ) -> list[str]:
-        return await self.inner.list(prefix, start_after=start_after, limit=limit)
-
-    async def delete_prefix(self, prefix: str) -> int:
-        return await self.inner.delete_prefix(prefix)
