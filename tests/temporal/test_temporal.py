@@ -133,6 +133,15 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         data = json.loads(result.stdout)
         assert data["status"] == "completed"
         assert data["output"] == "APPROVED"
+        local = CliRunner().invoke(
+            app,
+            ["run", str(EXAMPLES / "review_loop.yaml"), "--session-id", "l1", "--storage", storage, "--json"],
+        )
+        expected = json.loads(local.stdout)
+        assert set(data) == set(expected)  # --json has the same shape on Temporal as locally
+        for key in ("status", "output", "execution_order", "execution_count", "interrupts"):
+            assert data[key] == expected[key], key
+        assert data["results"].keys() == expected["results"].keys()
         shown = CliRunner().invoke(app, ["sessions", "show", "c1", "--storage", storage])
         assert "status: completed" in shown.stdout  # Temporal runs are in the session like local ones
         again = CliRunner().invoke(

@@ -503,6 +503,25 @@ def serve(
     )
 
 
+def _stored_result(target: MultiAgentBase, uri: str, session_id: str, again: str) -> MultiAgentResult:
+    """The result of the last run of ``target`` saved in a session, as the run returned it."""
+    doc = _session_call(admin.load_scope, _storage(uri), session_id, "multiAgent", target.scope_id)
+    target.load_document(doc.fields, doc.logs)
+    if target.status == Status.EXECUTING:
+        raise fail(
+            f"the run of session {session_id} is still executing (or its process was killed): follow or "
+            f"resume it with: {again}"
+        )
+    if isinstance(target, Graph):
+        target._restore_results()
+    outcome = target._build_result()
+    if outcome.status == Status.COMPLETED and outcome.output is None and outcome.execution_order:
+        # A swarm run on Temporal keeps its output in the last completed turn's result.
+        last = outcome.results.get(outcome.execution_order[-1])
+        outcome.output = last.output if last is not None else None
+    return outcome
+
+
 @app.command()
 def result(
     file: Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)],
@@ -520,21 +539,8 @@ def result(
     if not isinstance(target, MultiAgentBase):
         raise fail(f"{file} is a single agent: its session is a conversation; see 'orchestra sessions show'")
     uri = storage or (loaded.spec.session.storage if loaded.spec.session else None) or DEFAULT_STORAGE_URI
-    doc = _session_call(admin.load_scope, _storage(uri), session_id, "multiAgent", target.scope_id)
-    target.load_document(doc.fields, doc.logs)
     again = resume_command(file, session_id, storage=storage)
-    if target.status == Status.EXECUTING:
-        raise fail(
-            f"the run of session {session_id} is still executing (or its process was killed): follow or "
-            f"resume it with: {again}"
-        )
-    if isinstance(target, Graph):
-        target._restore_results()
-    outcome = target._build_result()
-    if outcome.status == Status.COMPLETED and outcome.output is None and outcome.execution_order:
-        # A swarm run on Temporal keeps its output in the last completed turn's result.
-        last = outcome.results.get(outcome.execution_order[-1])
-        outcome.output = last.output if last is not None else None
+    outcome = _stored_result(target, uri, session_id, again)
     _report(outcome, session_id, again, as_json)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from rich.live import Live
 
-from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, err, fail, out, resume_command
+from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, err, fail, resume_command
 from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
@@ -74,7 +74,6 @@ def run_on_temporal(
         running_handle,
         spec_hash,
         start_run,
-        stored_output,
     )
     from orchestra.temporal.workflow import PipelineWorkflow
 
@@ -161,16 +160,15 @@ def run_on_temporal(
             )
         err.print(f"Answer with: {again} --respond <id>=<json>", markup=False, highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
-    status = data["status"]
-    output = asyncio.run(stored_output(uri, session_id, skeleton.scope_id)) if status == "completed" else None
-    if as_json:
-        out.print_json(json.dumps({**data, "output": output, "session_id": session_id}, default=str))
-    elif status == "completed":
-        out.print(output if isinstance(output, str) else json.dumps(output), markup=False, highlight=False)
-    if status != "completed":
-        err.print(f"[red]{status}:[/] {data.get('reason')}", highlight=False)
-        err.print(f"Fix the cause, then resume: {again}", markup=False, highlight=False)
-        raise typer.Exit(EXIT_FAILED)
+    # The outcome as a local run reports it (text, --json shape, exit code), read from the session.
+    from orchestra.cli._app import _report, _stored_result
+
+    if data["status"] == "failed" and data.get("execution_count") is None:
+        # The workflow refused before running anything (no run to resume, another graph): say why.
+        raise fail(str(data.get("reason")))
+    fresh = build(loaded)  # the followed skeleton only knows statuses; this one loads the results
+    assert isinstance(fresh, MultiAgentBase)
+    _report(_stored_result(fresh, uri, session_id, again), session_id, again, as_json)
 
 
 def run_worker(
