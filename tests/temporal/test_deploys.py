@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import anyio
 import pytest
@@ -197,3 +198,34 @@ async def test_the_result_of_a_detached_temporal_run_can_be_fetched_once_it_fini
     assert shown.exit_code == 0, shown.output
     expected = await temporal().stored_output(storage, "detached", loaded.spec.id)
     assert shown.stdout.strip() == expected
+
+
+def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
+    temporal_address, tmp_path, moto_url
+):
+    example = Path(__file__).parent.parent.parent / "examples" / "graphs" / "fan_out.yaml"
+    worker = worker_process(temporal_address, "q-no-bucket", example)
+    try:
+        started = time.monotonic()
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                str(example),
+                "--on",
+                f"temporal://{temporal_address}/default?task_queue=q-no-bucket",
+                "--storage",
+                f"s3://no-such-bucket/runs?endpoint_url={moto_url}",
+                "--session-id",
+                "s1",
+            ],
+        )
+        assert time.monotonic() - started < 60  # not hours of retries
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        worker.stderr.close()
+    assert result.exit_code == 1
+    assert "the run failed on Temporal" in result.stderr
+    assert "NoSuchBucket" in result.stderr
+    assert "retrying will not help" in result.stderr

@@ -38,8 +38,15 @@ def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
 
 def _temporal_failure(exc: Exception, address: str, again: str) -> str:
     """One line for what Temporal (or the way to it) answered, with what to do."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError
 
+    if isinstance(exc, WorkflowFailureError):
+        cause: BaseException = exc
+        while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
+            cause = cause.__cause__  # the workflow's failure wraps the activity's, which says why
+        return f"the run failed on Temporal: {str(cause).splitlines()[0]}"
     if isinstance(exc, RPCError):
         return (
             f"Temporal at {address} refused the request: {exc.message} ({exc.status.name}). The run, if it "

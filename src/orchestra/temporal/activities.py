@@ -8,8 +8,10 @@ the workflow's scheduling changes into the session journal, exactly as a local r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -17,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestra._json import dumps
+from orchestra.errors import StorageUnavailableError
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
@@ -56,6 +59,33 @@ def _light(fields: dict[str, Any]) -> dict[str, Any]:
             value = {**value, "result": result}
         out[name] = value
     return out
+
+
+_MISCONFIGURED = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+
+
+def _misconfigured(exc: BaseException) -> bool:
+    """Whether a storage error is one that retrying cannot fix: no credentials, a wrong key, no bucket."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+    cause = exc.__cause__
+    if isinstance(cause, NoCredentialsError | PartialCredentialsError):
+        return True
+    return isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code") in _MISCONFIGURED
+
+
+@contextlib.contextmanager
+def _final_if_misconfigured() -> Iterator[None]:
+    """Storage errors that retries cannot fix fail the activity at once, with their message, instead of
+    being retried until the run seems to hang."""
+    try:
+        yield
+    except StorageUnavailableError as exc:
+        if _misconfigured(exc):
+            raise ApplicationError(
+                f"{exc} (a configuration problem: retrying will not help)", non_retryable=True
+            ) from exc
+        raise
 
 
 def _state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +149,10 @@ class PipelineActivities:
 
     @activity.defn(name="orchestra.load_state")
     async def load_state(self, request: StateRequest) -> dict[str, Any] | None:
+        with _final_if_misconfigured():
+            return await self._load_state(request)
+
+    async def _load_state(self, request: StateRequest) -> dict[str, Any] | None:
         """The saved run's scheduling state (results without their outputs), or None for a new session."""
         layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
         doc = await Journal(self._storage(request.storage), layout).load()
@@ -129,6 +163,10 @@ class PipelineActivities:
 
     @activity.defn(name="orchestra.execute_node")
     async def execute_node(self, request: NodeRequest) -> NodeOutcome:
+        with _final_if_misconfigured():
+            return await self._execute_node(request)
+
+    async def _execute_node(self, request: NodeRequest) -> NodeOutcome:
         """Run one node (or swarm turn) from its state before it started; save its data to a blob."""
         storage = self._storage(request.storage)
         orchestrator = build(self._spec(request.spec_id, request.spec_hash))
@@ -221,6 +259,10 @@ class PipelineActivities:
 
     @activity.defn(name="orchestra.commit")
     async def commit(self, request: CommitRequest) -> None:
+        with _final_if_misconfigured():
+            return await self._commit(request)
+
+    async def _commit(self, request: CommitRequest) -> None:
         """Fold the workflow's changes and a node's blob into the session journal (idempotent on retry)."""
         storage = self._storage(request.storage)
         layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
