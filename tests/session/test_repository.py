@@ -184,3 +184,13 @@ def test_agent_json_keeps_its_created_at(tmp_path):
     stored = json.loads(path.read_text())
     assert stored["created_at"] == created
     assert stored["updated_at"] >= created
+
+
+def test_the_repository_remembers_versions_of_agent_files_not_of_every_message(tmp_path):
+    manager = FileSessionManager("s1", storage_dir=str(tmp_path))
+    agent = Agent(model=ScriptedModel([f"r{i}" for i in range(20)]), session_manager=manager)
+    for i in range(20):
+        agent(f"q{i}")
+    remembered = manager.session_repository._versions
+    assert not [key for key in remembered if "/messages/" in key]
+    assert any(key.endswith("agent.json") for key in remembered)

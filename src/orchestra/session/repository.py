@@ -191,7 +191,7 @@ class StorageSessionRepository:
             self._versions.pop(key, None)
             return None
         data, version = found
-        self._versions[key] = version
+        self._remember(key, version)
         try:
             return json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -213,15 +213,23 @@ class StorageSessionRepository:
                 f"{key}: not a valid {cls.__name__} file ({exc}); nothing was overwritten"
             ) from None
 
+    def _remember(self, key: str, version: str) -> None:
+        # Message files are created once and replaced only by a redaction, which reads its version just
+        # before: remembering every message's would cost memory per message for nothing.
+        if "/messages/message_" not in key:
+            self._versions[key] = version
+
     async def _write(self, key: str, value: Any, *, create: bool) -> None:
         """Create ``key`` (only if absent) or replace it (only if unchanged since this repository saw it)."""
         expect: Expect = ABSENT
         if not create:
-            if key not in self._versions:
-                await self._read_json(key)  # replacing a file this writer never saw: take its version now
-            expect = self._versions.get(key, ABSENT)
+            version = self._versions.get(key)
+            if version is None:  # a message, or a file this writer never saw: take its version now
+                found = await self.storage.read(key)
+                version = found[1] if found is not None else None
+            expect = ABSENT if version is None else version
         try:
-            self._versions[key] = await self.storage.write(key, file_json(value), expect=expect)
+            self._remember(key, await self.storage.write(key, file_json(value), expect=expect))
         except StorageConflictError as exc:
             what = "already exists" if create else "was changed since this writer read it"
             raise SessionConflictError(
