@@ -92,7 +92,7 @@ class Compaction:
     """Records folded into ``snapshot_latest.json`` are deleted once this old (None keeps every record).
     Writers idle for half of it check the journal before their next save; machines writing one session
     must agree on the time to within half of it. ``timedelta(0)`` deletes at once and checks before every
-    save (one listing of the few remaining records)."""
+    save (one small read: its own last record)."""
 
 
 def is_message_log(name: str) -> bool:
