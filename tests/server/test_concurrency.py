@@ -126,33 +126,59 @@ def test_two_server_processes_share_one_storage(backend, tmp_path, request):
 
 
 async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_the_final_one(tmp_path):
-    """The run record is written as "executing" beside the session load, before the turn is stored; a
-    server killed after the session save leaves that record, never a stored turn without one."""
+    """The run record is written as "executing" beside the session load, before the turn is stored; the
+    final record is queued and written after the answer. A server that dies in between (here: its
+    runtime is dropped before the flush) leaves the "executing" record, never a stored turn without one."""
     from orchestra.server import load_config
-    from orchestra.server.runs import RunStore
     from orchestra.server.runtime import Invocation, Runtime
     from tests.server.conftest import write_config
 
-    runtime = Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store")))
-    hosted = next(h for h in runtime.config.agents if h.id == "chat")
-    saves = []
-    real_save = RunStore.save
-
-    async def dies_at_the_final_record(self, record, **options):
-        saves.append(record.status)
-        if record.status != "executing":
-            raise SystemExit("killed")  # after the session stored the turn
-        await real_save(self, record, **options)
-
-    RunStore.save = dies_at_the_final_record
-    try:
-        with pytest.raises(SystemExit):
-            await runtime.invoke("acme", Invocation(hosted, "remember me", "s1", None))
-    finally:
-        RunStore.save = real_save
-    assert saves == ["executing", "completed"]
-    runs = await runtime.runs("acme").list(["chat"], "s1")
-    assert [(r.status, r.input) for r in runs] == [("executing", "remember me")]
-    record, _ = await runtime.invoke("acme", Invocation(hosted, "and now?", "s1", None))
+    config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
+    runtime = Runtime(config)
+    hosted = next(h for h in config.agents if h.id == "chat")
+    record, _ = await runtime.invoke("acme", Invocation(hosted, "remember me", "s1", None))
     assert record.status == "completed"
-    assert len(record.messages) == 4  # the first turn was stored
+    # Until the flush the live process answers from memory...
+    assert [r.status for r in await runtime.runs("acme").list(["chat"], "s1")] == ["completed"]
+    assert (await runtime.runs("acme").get(record.run_id)).status == "completed"
+
+    restarted = Runtime(config)  # ...and a process that starts after the "crash" finds the durable record
+    runs = await restarted.runs("acme").list(["chat"], "s1")
+    assert [(r.status, r.input) for r in runs] == [("executing", "remember me")]
+    again, _ = await restarted.invoke("acme", Invocation(hosted, "and now?", "s1", None))
+    assert again.status == "completed"
+    assert len(again.messages) == 4  # the first turn was stored
+
+    await restarted.flush_records("acme")
+    await runtime.flush_records("acme")
+    statuses = [r.status for r in await Runtime(config).runs("acme").list(["chat"], "s1")]
+    assert statuses == ["completed", "completed"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, stream):
+    """A corrupt session fails the turn before anything is stored; its "executing" record goes too, in
+    the answered and in the streamed path alike."""
+    from orchestra.errors import SnapshotError
+    from orchestra.server import load_config
+    from orchestra.server.runtime import Invocation, Runtime
+    from tests.server.conftest import write_config
+
+    config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
+    runtime = Runtime(config)
+    hosted = next(h for h in config.agents if h.id == "chat")
+    await runtime.invoke("acme", Invocation(hosted, "first", "s1", None))
+    await runtime.flush_records("acme")
+    latest = next((tmp_path / "store").rglob("session/s1/**/snapshot_latest.json"))
+    latest.write_text("{not json")
+
+    turn = Invocation(hosted, "second", "s1", None)
+    if stream:
+        events = [name async for name, _ in runtime.stream("acme", turn)]
+        assert events == ["error"]
+    else:
+        with pytest.raises(SnapshotError, match="snapshot_latest.json"):
+            await runtime.invoke("acme", turn)
+    await runtime.flush_records("acme")
+    runs = await Runtime(config).runs("acme").list(["chat"], "s1")
+    assert [r.input for r in runs] == ["first"]

@@ -6,6 +6,7 @@ import pytest
 
 from orchestra.errors import StorageConflictError, StorageSecurityError
 from orchestra.storage import ABSENT, Storage
+from orchestra.storage._base import read_many, write_many
 
 
 async def test_is_a_storage(storage):
@@ -97,6 +98,21 @@ async def test_bad_keys_are_refused(storage, key):
         await storage.write(key, b"x")
     with pytest.raises(StorageSecurityError):
         await storage.read(key)
+
+
+async def test_read_many_and_write_many_match_one_by_one(storage):
+    """The batched calls (one worker thread for local files, concurrent elsewhere) are the plain calls."""
+    items = [(f"batch/{i:03d}.json", f"value {i}".encode()) for i in range(40)]
+    await write_many(storage, items)
+    keys = [key for key, _ in items]
+    found = await read_many(storage, [*keys, "batch/missing.json"])
+    assert found == [*[await storage.read(key) for key in keys], None]
+    assert [data for data, _ in found[:-1]] == [data for _, data in items]
+    with pytest.raises(StorageSecurityError):
+        await read_many(storage, ["batch/ok.json", "../escape"])
+    with pytest.raises(StorageSecurityError):
+        await write_many(storage, [("batch/ok.json", b"x"), ("a/.hidden", b"x")])
+    assert await storage.read("batch/ok.json") is None  # a refused batch writes nothing
 
 
 async def test_concurrent_creates_exactly_one_wins(storage):

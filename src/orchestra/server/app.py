@@ -7,6 +7,7 @@ never sees another's agents, sessions or runs (their ids answer 404). Errors are
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import os
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -80,14 +82,20 @@ _REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("orchestra_req
 _LOGGED = {401: "auth_refused", 409: "session_conflict"}  # plus every 5xx
 
 
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    background: BackgroundTask | None = None,
+) -> JSONResponse:
     """An error answer; it carries the request id, and refusals worth an operator's eye are logged with it."""
     request_id = _REQUEST_ID.get()
     if status in _LOGGED or status >= 500:
         event = _LOGGED.get(status, "request_failed")
         (log.error if status == 500 else log.warning)(event, status=status, code=code, request_id=request_id)
     body = {"error": {"code": code, "message": message, "request_id": request_id}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers, background=background)
 
 
 class HistoryTurn(BaseModel):
@@ -329,7 +337,16 @@ def create_app(config: ServerConfig) -> FastAPI:
     runtime = Runtime(config)
     keys = KeyRing(config.api_keys)
     hosted_by_id = {h.id: h for h in config.agents}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # Records of streams whose client went away before the end are still queued: write them.
+        for ws in {h.workspace for h in config.agents}:
+            await runtime.flush_records(ws)
+
     app = FastAPI(
+        lifespan=lifespan,
         title="orchestra",
         version="1",
         description="Hosted agents and pipelines. Authenticate with `Authorization: Bearer <key>`.",
@@ -420,16 +437,15 @@ def create_app(config: ServerConfig) -> FastAPI:
         record, outcome = await runtime.invoke(ws, invocation)
         if isinstance(outcome, SessionConflictError):
             raise ApiError(409, "session_conflict", str(outcome), {"Retry-After": "1"})
+        # The run record is written after the answer is sent (it is readable from memory until then).
+        write_record = BackgroundTask(runtime.flush_records, ws)
         if isinstance(outcome, OrchestraError):
-            raise ApiError(502, "run_failed", f"{outcome} (run {record.run_id})")
+            return _error(502, "run_failed", f"{outcome} (run {record.run_id})", background=write_record)
         if isinstance(outcome, Exception):
             # A custom model or tool raised: the run failed (and is recorded), the server did not.
-            raise ApiError(
-                502,
-                "run_failed",
-                f"the run failed: {type(outcome).__name__} (details in run {record.run_id})",
-            )
-        return InvokeResponse(
+            message = f"the run failed: {type(outcome).__name__} (details in run {record.run_id})"
+            return _error(502, "run_failed", message, background=write_record)
+        answer = InvokeResponse(
             output=record.output,
             session_id=record.session_id,
             run_id=record.run_id,
@@ -437,6 +453,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             status=record.status,
             resumed=record.resumed,
         )
+        return JSONResponse(answer.model_dump(mode="json"), background=write_record)
 
     @app.get("/api/v1/agents", response_model=AgentList, responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:
@@ -591,6 +608,7 @@ async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterat
         else:
             payload = data
         yield f"event: {name}\ndata: {dumps(payload, lenient=True)}\n\n".encode()
+    await runtime.flush_records(ws)
 
 
 def create_app_from_env() -> FastAPI:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
 from orchestra.storage import Storage
+from orchestra.storage._base import read_many, write_many
 
 __all__ = ["RunRecord", "RunStore", "RunSummary"]
 
@@ -58,29 +60,59 @@ class RunStore:
     Run ids are UUIDv7, so listing a prefix gives runs oldest first. ``unsynced`` is the same storage
     without fsync (local files), for records whose loss in a power cut loses nothing else: the final record
     of a turn whose "executing" record is already durable, and the records of calls that store nothing.
+
+    Those records are written after the answer (``save_later``, then ``flush``), and group-committed: a
+    flush writes every record queued by then in one batch, and a flush that waited for another finds its
+    records already written. Until written, ``get`` and ``list`` read them from memory.
     """
 
     def __init__(self, storage: Storage, unsynced: Storage | None = None) -> None:
         self.storage = storage
         self._unsynced = unsynced or storage
+        self._pending: dict[str, RunRecord] = {}
+        self._queued: list[RunRecord] = []
+        self._flushing = anyio.Lock()
 
     @staticmethod
     def _key(record: RunRecord) -> str:
         return f"runs/{record.agent_id}/{record.session_id or '-'}/{record.run_id}.json"
 
-    async def save(self, record: RunRecord, *, durable: bool = True) -> None:
-        """Write the record and its index entry (at once: their writes overlap)."""
-        storage = self.storage if durable else self._unsynced
+    def _writes(self, record: RunRecord) -> list[tuple[str, bytes]]:
         key = self._key(record)
         data = dumps(record.model_dump(mode="python"), lenient=True).encode()
-        writes = [(key, data), (f"run-index/{record.run_id}", key.encode())]
-        await map_concurrently(lambda item: storage.write(*item), writes)
+        return [(key, data), (f"run-index/{record.run_id}", key.encode())]
+
+    async def save(self, record: RunRecord) -> None:
+        """Write the record and its index entry durably, now (concurrently: their fsyncs overlap)."""
+        await map_concurrently(lambda item: self.storage.write(*item), self._writes(record))
+
+    def save_later(self, record: RunRecord) -> None:
+        """Queue the record for the next ``flush`` (without fsync); readable at once."""
+        self._pending[record.run_id] = record
+        self._queued.append(record)
+
+    async def flush(self) -> None:
+        """Write every queued record (see the class docstring)."""
+        async with self._flushing:
+            batch, self._queued = self._queued, []
+            if not batch:
+                return
+            try:
+                await write_many(self._unsynced, [w for record in batch for w in self._writes(record)])
+            finally:
+                for record in batch:
+                    if self._pending.get(record.run_id) is record:
+                        del self._pending[record.run_id]
 
     async def delete(self, record: RunRecord) -> None:
+        self._pending.pop(record.run_id, None)
         await self.storage.delete(f"run-index/{record.run_id}")
         await self.storage.delete(self._key(record))
 
     async def get(self, run_id: str) -> RunRecord | None:
+        pending = self._pending.get(run_id)
+        if pending is not None:
+            return pending
         found = await self.storage.read(f"run-index/{run_id}")
         if found is None:
             return None
@@ -94,11 +126,16 @@ class RunStore:
         for agent_id in agent_ids:
             prefix = f"runs/{agent_id}/{session_id}/" if session_id else f"runs/{agent_id}/"
             keys.extend(await self.storage.list(prefix))
-        keys.sort(key=lambda k: k.rsplit("/", 1)[-1], reverse=True)
-
-        async def read(key: str) -> RunRecord | None:
-            found = await self.storage.read(key)
-            return None if found is None else RunRecord.model_validate_json(found[0])
-
-        records = await map_concurrently(read, keys[:limit])
-        return [r for r in records if r is not None]
+        pending = {
+            self._key(r): r
+            for r in list(self._pending.values())
+            if r.agent_id in agent_ids and (session_id is None or r.session_id == session_id)
+        }
+        keys = sorted({*keys, *pending}, key=lambda k: k.rsplit("/", 1)[-1], reverse=True)[:limit]
+        stored = [k for k in keys if k not in pending]
+        found = dict(zip(stored, await read_many(self.storage, stored), strict=True))
+        return [
+            pending[k] if k in pending else RunRecord.model_validate_json(found[k][0])  # type: ignore[index]
+            for k in keys
+            if k in pending or found[k] is not None
+        ]

@@ -109,6 +109,7 @@ class Runtime:
         self._locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._runs: dict[str, RunStore] = {}
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""
@@ -120,7 +121,16 @@ class Runtime:
         return PrefixedStorage(self.storage(workspace), f"agents/{agent_id}")
 
     def runs(self, workspace: str) -> RunStore:
-        return RunStore(self.storage(workspace), PrefixedStorage(self._unsynced_root, f"ws/{workspace}"))
+        """The workspace's run records (one store per workspace: it holds the records not yet written)."""
+        store = self._runs.get(workspace)
+        if store is None:
+            unsynced = PrefixedStorage(self._unsynced_root, f"ws/{workspace}")
+            store = self._runs[workspace] = RunStore(self.storage(workspace), unsynced)
+        return store
+
+    async def flush_records(self, workspace: str) -> None:
+        """Write the run records queued by finished invocations (after their answers were sent)."""
+        await self.runs(workspace).flush()
 
     def _lock(self, workspace: str, agent_id: str, session_id: str) -> anyio.Lock:
         key = (workspace, agent_id, session_id)
@@ -193,6 +203,8 @@ class Runtime:
     async def invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Any]:
         """Run an invocation to the end; returns its run record and the raw outcome (result or error).
 
+        The final run record is queued: the caller answers, then calls ``flush_records``.
+
         A ``SessionConflictError`` outcome means another process saved the session first: this turn was
         not persisted (and gets no run record); the caller should retry.
         """
@@ -201,9 +213,11 @@ class Runtime:
             runs = self.runs(workspace)
             try:
                 target = await self._build_and_claim(invocation, record, runs)
-            except SessionConflictError as exc:  # two processes created the session at once
-                await runs.delete(record)
-                return record, exc
+            except Exception as exc:
+                await runs.delete(record)  # the "executing" record of a turn that will store nothing
+                if isinstance(exc, SessionConflictError):  # two processes created the session at once
+                    return record, exc
+                raise
             started = time.perf_counter()
             outcome: Any
             try:
@@ -219,7 +233,7 @@ class Runtime:
                 await runs.delete(record)  # nothing of this turn was stored
             else:
                 self._finish(record, target, outcome, started)
-                await runs.save(record, durable=False)  # a stored turn's "executing" record is durable
+                runs.save_later(record)  # a stored turn's "executing" record is durable already
             return record, outcome
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
@@ -249,7 +263,7 @@ class Runtime:
                 outcome = exc
             if target is not None and not isinstance(outcome, SessionConflictError):
                 self._finish(record, target, outcome, started)
-                await runs.save(record, durable=False)
+                runs.save_later(record)
             else:
                 if invocation.session_id is not None:
                     await runs.delete(record)  # the "executing" record of a turn that stored nothing

@@ -49,6 +49,7 @@ from orchestra.session.snapshot import (
     encode_model,
 )
 from orchestra.storage import ABSENT, Storage
+from orchestra.storage._base import read_many
 
 __all__ = ["Compaction", "Document", "Journal", "is_message_log"]
 
@@ -188,8 +189,7 @@ class Journal:
         if until is not None:
             keys = [k for k in keys if self.layout.seq_of(k) <= until]
 
-        async def read(key: str) -> tuple[int, Record, int]:
-            found = await self.storage.read(key)
+        def parse(key: str, found: tuple[bytes, str] | None) -> tuple[int, Record, int]:
             if found is None:
                 raise SnapshotError(
                     f"{key}: journal record vanished while loading; another process is deleting it"
@@ -200,7 +200,9 @@ class Journal:
                     op.add = _decode_messages(op.add, key)
             return self.layout.seq_of(key), record, len(found[0])
 
-        records = await map_concurrently(read, keys, _READ_CONCURRENCY)
+        records = [
+            parse(key, found) for key, found in zip(keys, await read_many(self.storage, keys), strict=True)
+        ]
         expected = after + 1
         for seq, _, _ in records:
             if seq != expected:
@@ -215,8 +217,8 @@ class Journal:
         """Read the scope's current state (None if it was never created) and track it for later saves."""
         # The manifest is read beside the snapshot (at once, not one after the other): its schema
         # version is checked like every other file's.
-        found_latest, found_manifest = await map_concurrently(
-            self.storage.read, [self.layout.latest, self.layout.manifest]
+        found_latest, found_manifest = await read_many(
+            self.storage, [self.layout.latest, self.layout.manifest]
         )
         latest = self._parse_latest(found_latest)
         if found_manifest is not None:

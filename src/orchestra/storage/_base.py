@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final, Protocol, TypeAlias, final, runtime_checkable
 
 from orchestra.errors import StorageSecurityError
 
-__all__ = ["ABSENT", "Absent", "Expect", "ForwardingStorage", "Storage", "validate_key"]
+__all__ = [
+    "ABSENT",
+    "Absent",
+    "Expect",
+    "ForwardingStorage",
+    "Storage",
+    "read_many",
+    "validate_key",
+    "write_many",
+]
 
 
 @final
@@ -96,6 +106,34 @@ class ForwardingStorage:
 
     async def delete_prefix(self, prefix: str) -> int:
         return await self.inner.delete_prefix(prefix)
+
+
+async def read_many(storage: Storage, keys: Sequence[str]) -> list[tuple[bytes, str] | None]:
+    """``[await storage.read(key) for key in keys]``, read at once.
+
+    A storage may offer ``read_many`` itself (local files read a batch in one worker thread: a thread hop
+    per small file costs more than the read); otherwise the reads run concurrently.
+    """
+    batch = getattr(storage, "read_many", None)
+    if batch is not None:
+        return list(await batch(keys))
+    from orchestra._concurrency import map_concurrently
+
+    return await map_concurrently(storage.read, keys)
+
+
+async def write_many(storage: Storage, items: Sequence[tuple[str, bytes]]) -> None:
+    """Write each ``(key, data)`` unconditionally, at once (in one worker thread where the storage offers
+    ``write_many``, as local files do; otherwise concurrently)."""
+    batch = getattr(storage, "write_many", None)
+    if batch is not None:
+        await batch(items)
+        return
+    from orchestra._concurrency import map_concurrently
+
+    for key, _ in items:  # a bad key refuses the whole batch before anything is written
+        validate_key(key)
+    await map_concurrently(lambda item: storage.write(*item), items)
 
 
 _FORBIDDEN = re.compile(r"[\x00\\]")

@@ -7,9 +7,11 @@ bad key fails fast, and runs the blocking work in a worker thread so the loop ne
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
 import anyio.to_thread
 
+from orchestra._concurrency import map_concurrently
 from orchestra.storage._base import Expect, validate_key, validate_prefix
 
 __all__ = ["BlockingStorage"]
@@ -17,6 +19,8 @@ __all__ = ["BlockingStorage"]
 
 class BlockingStorage(abc.ABC):
     """Implements ``Storage`` by running ``_read``, ``_write``, ... in worker threads."""
+
+    batch_io = False  # see read_many and write_many
 
     @abc.abstractmethod
     def _read(self, key: str) -> tuple[bytes, str] | None: ...
@@ -37,9 +41,29 @@ class BlockingStorage(abc.ABC):
         validate_key(key)
         return await anyio.to_thread.run_sync(self._read, key)
 
+    async def read_many(self, keys: Sequence[str]) -> list[tuple[bytes, str] | None]:
+        """Several reads: in one worker thread when ``batch_io`` (a backend whose calls are quick, where the
+        hop to a thread costs more than the call), else concurrently."""
+        for key in keys:
+            validate_key(key)
+        if self.batch_io:
+            return await anyio.to_thread.run_sync(lambda: [self._read(key) for key in keys])
+        return await map_concurrently(self.read, keys)
+
     async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
         validate_key(key)
         return await anyio.to_thread.run_sync(self._write, key, bytes(data), expect)
+
+    async def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Several unconditional writes, batched like ``read_many``."""
+        for key, _ in items:
+            validate_key(key)
+        if self.batch_io:
+            await anyio.to_thread.run_sync(
+                lambda: [self._write(key, bytes(data), None) for key, data in items]
+            )
+        else:
+            await map_concurrently(lambda item: self.write(*item), items)
 
     async def delete(self, key: str) -> None:
         validate_key(key)

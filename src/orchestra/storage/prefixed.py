@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from orchestra.storage._base import Expect, Storage, validate_key
+from collections.abc import Sequence
+
+from orchestra.storage._base import Expect, Storage, read_many, validate_key, write_many
 
 __all__ = ["PrefixedStorage"]
 
@@ -21,8 +23,14 @@ class PrefixedStorage:
     async def read(self, key: str) -> tuple[bytes, str] | None:
         return await self.inner.read(self.prefix + validate_key(key))
 
+    async def read_many(self, keys: Sequence[str]) -> list[tuple[bytes, str] | None]:
+        return await read_many(self.inner, [self.prefix + validate_key(key) for key in keys])
+
     async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
         return await self.inner.write(self.prefix + validate_key(key), data, expect=expect)
+
+    async def write_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        await write_many(self.inner, [(self.prefix + validate_key(key), data) for key, data in items])
 
     async def delete(self, key: str) -> None:
         await self.inner.delete(self.prefix + validate_key(key))
