@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra._concurrency import map_concurrently
@@ -62,8 +61,9 @@ class RunStore:
     of a turn whose "executing" record is already durable, and the records of calls that store nothing.
 
     Those records are written after the answer (``save_later``, then ``flush``), and group-committed: a
-    flush writes every record queued by then in one batch, and a flush that waited for another finds its
-    records already written. Until written, ``get`` and ``list`` read them from memory.
+    flush writes every record queued by then in one batch (one worker thread for local files), and the
+    flushes asked for meanwhile leave their records to it. Until written, ``get`` and ``list`` read them
+    from memory.
     """
 
     def __init__(self, storage: Storage, unsynced: Storage | None = None) -> None:
@@ -71,7 +71,7 @@ class RunStore:
         self._unsynced = unsynced or storage
         self._pending: dict[str, RunRecord] = {}
         self._queued: list[RunRecord] = []
-        self._flushing = anyio.Lock()
+        self._flushing = False
 
     @staticmethod
     def _key(record: RunRecord) -> str:
@@ -83,8 +83,11 @@ class RunStore:
         return [(key, data), (f"run-index/{record.run_id}", key.encode())]
 
     async def save(self, record: RunRecord) -> None:
-        """Write the record and its index entry durably, now (concurrently: their fsyncs overlap)."""
-        await map_concurrently(lambda item: self.storage.write(*item), self._writes(record))
+        """Write the record durably, now, and its index entry beside it without fsync: a killed process
+        loses neither, and a power cut only the index entry (the listing still finds the record)."""
+        (key, data), (index_key, index) = self._writes(record)
+        targets = [(self.storage, key, data), (self._unsynced, index_key, index)]
+        await map_concurrently(lambda t: t[0].write(t[1], t[2]), targets)
 
     def save_later(self, record: RunRecord) -> None:
         """Queue the record for the next ``flush`` (without fsync); readable at once."""
@@ -92,17 +95,22 @@ class RunStore:
         self._queued.append(record)
 
     async def flush(self) -> None:
-        """Write every queued record (see the class docstring)."""
-        async with self._flushing:
-            batch, self._queued = self._queued, []
-            if not batch:
-                return
-            try:
-                await write_many(self._unsynced, [w for record in batch for w in self._writes(record)])
-            finally:
-                for record in batch:
-                    if self._pending.get(record.run_id) is record:
-                        del self._pending[record.run_id]
+        """Write every queued record (see the class docstring). While a flush runs, another returns at once:
+        the running one loops until the queue is empty, so no request waits on another's batch."""
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                try:
+                    await write_many(self._unsynced, [w for record in batch for w in self._writes(record)])
+                finally:
+                    for record in batch:
+                        if self._pending.get(record.run_id) is record:
+                            del self._pending[record.run_id]
+        finally:
+            self._flushing = False
 
     async def delete(self, record: RunRecord) -> None:
         self._pending.pop(record.run_id, None)
