@@ -14,7 +14,8 @@ Each class also inherits the nearest builtin, so callers can catch either::
     │   └── ModelAuthenticationError           the provider refused the credentials
     ├── AgentError (RuntimeError)
     │   ├── ConcurrencyError                   a second, overlapping invocation of one agent
-    │   └── MaxCyclesError                     the model never ended its turn
+    │   ├── MaxCyclesError                     the model never ended its turn
+    │   └── StructuredOutputError              no valid structured output within the retries
     ├── StorageError (OSError)
     │   ├── StorageConflictError               a conditional write lost (somebody else wrote first)
     │   ├── StorageSecurityError               a symlink or a key that escapes the storage root
@@ -53,6 +54,7 @@ __all__ = [
     "StorageError",
     "StorageSecurityError",
     "StorageUnavailableError",
+    "StructuredOutputError",
 ]
 
 
@@ -117,6 +119,10 @@ class ConcurrencyError(AgentError):
 
 class MaxCyclesError(AgentError):
     """The model kept calling tools past the agent's cycle limit."""
+
+
+class StructuredOutputError(AgentError):
+    """The model gave no valid structured output within the retries (the message names the fields)."""
 
 
 class StorageError(OrchestraError, OSError):

@@ -1,6 +1,7 @@
 """Bedrock (boto3 Converse) and OpenAI-compatible providers against local servers speaking their protocols."""
 
 import pytest
+from pydantic import BaseModel
 
 from orchestra import Agent, tool
 from orchestra.conversation import SlidingWindowConversationManager
@@ -260,3 +261,46 @@ def test_bedrock_client_is_built_once_and_shared(converse):
     )
     assert model is again
     assert Agent(model=model).model.client is Agent(model=again).model.client
+
+
+# -- structured output: the forced final tool, checked by each provider's own request types ------------
+
+
+class Forecast(BaseModel):
+    """A weather forecast."""
+
+    city: str
+    celsius: float
+
+
+async def test_openai_structured_output_forces_the_final_tool(chat):
+    chat.queue(
+        ChatCompletionsServer.text("Paris, 12C."),
+        ChatCompletionsServer.tool_calls(("call_1", "Forecast", {"city": "Paris", "celsius": 12})),
+    )
+    result = await Agent(model=openai_model(chat)).invoke_async("weather?", output_type=Forecast)
+    assert result.output == Forecast(city="Paris", celsius=12)
+    first, second = (r.body for r in chat.requests)
+    assert "tool_choice" not in first
+    assert first["tools"][0]["function"]["parameters"]["required"] == ["city", "celsius"]
+    assert second["tool_choice"] == {"type": "function", "function": {"name": "Forecast"}}
+    # On exit the server checks both requests with the openai package's request types.
+
+
+async def test_bedrock_structured_output_forces_the_final_tool(converse):
+    converse.queue(
+        ConverseServer.stream("Paris, 12C."),
+        ConverseServer.stream(("t1", "Forecast", {"city": "Paris", "celsius": 12})),
+    )
+    result = await Agent(model=bedrock_model(converse)).invoke_async("weather?", output_type=Forecast)
+    assert result.output == Forecast(city="Paris", celsius=12)
+    second = converse.requests[1].body
+    assert second["toolConfig"]["toolChoice"] == {"tool": {"name": "Forecast"}}
+    assert [t["toolSpec"]["name"] for t in second["toolConfig"]["tools"]] == ["Forecast"]
+    from tests.models.provider_rules import bedrock_problems
+
+    assert [bedrock_problems(r.body | {"modelId": "m"}) for r in converse.requests] == [[], []]
+    # The oracle (botocore's Converse shape) does check the choice: a malformed one is refused.
+    assert bedrock_problems(
+        second | {"modelId": "m", "toolConfig": {**second["toolConfig"], "toolChoice": {"tool": {}}}}
+    )

@@ -18,6 +18,7 @@ from orchestra.agent.result import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from orchestra.agent.structured import OutputTool, supports_tool_choice
 from orchestra.errors import AgentError, ContextWindowOverflowError, MaxCyclesError
 from orchestra.history import EMPTY_REPLY, is_blank_text
 from orchestra.hooks import (
@@ -150,6 +151,7 @@ async def run_tool(
     invocation_state: dict[str, Any],
     interrupts: dict[str, Interrupt] | None = None,
     turn: TurnControl | None = None,
+    output: OutputTool | None = None,
 ) -> ToolResultDict:
     """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts."""
     hooks = agent.hooks
@@ -159,7 +161,11 @@ async def run_tool(
     if before.cancel is not None:
         result = tool_result(tool_use_id, f"Error: the tool call was cancelled: {before.cancel}", "error")
     else:
-        agent_tool = agent.tool_registry.get(tool_use["name"])
+        agent_tool: Any = (
+            output
+            if output is not None and tool_use["name"] == output.name
+            else agent.tool_registry.get(tool_use["name"])
+        )
         if agent_tool is None:
             available = ", ".join(agent.tool_registry.names) or "none"
             result = tool_result(
@@ -185,7 +191,11 @@ async def run_tool(
 
 
 async def _run_tools(
-    agent: Agent, pending: PendingTools, invocation_state: dict[str, Any], turn: TurnControl
+    agent: Agent,
+    pending: PendingTools,
+    invocation_state: dict[str, Any],
+    turn: TurnControl,
+    output: OutputTool | None,
 ) -> list[ToolResultDict] | None:
     """Run the pending tool calls concurrently; None when one of them interrupted (pending is updated)."""
     raised: dict[str, Interrupt] = {}
@@ -193,7 +203,7 @@ async def _run_tools(
     async def one(tool_use: dict[str, Any]) -> None:
         try:
             pending.completed[tool_use["toolUseId"]] = await run_tool(
-                agent, tool_use, invocation_state, pending.interrupts, turn
+                agent, tool_use, invocation_state, pending.interrupts, turn, output
             )
         except InterruptException as signal:
             raised[signal.interrupt.id] = signal.interrupt
@@ -209,9 +219,16 @@ async def _run_tools(
 
 
 async def run_invocation(
-    agent: Agent, prompt: Any, invocation_state: dict[str, Any], checkpoint: Checkpoint
+    agent: Agent,
+    prompt: Any,
+    invocation_state: dict[str, Any],
+    checkpoint: Checkpoint,
+    output: OutputTool | None = None,
 ) -> AsyncGenerator[AgentStreamEvent, None]:
     """One invocation of ``agent``: the body of ``Agent.stream_async``.
+
+    With ``output`` (structured output, see ``orchestra.agent.structured``) the model also sees the output
+    tool, and the invocation ends only when it was called with valid input (or raises past its retries).
 
     If it does not finish (an exception, a cancellation, the caller closing the stream), ``checkpoint``
     rolls the history back to where it started; ``AfterInvocation`` then sees the rolled-back history
@@ -243,6 +260,7 @@ async def run_invocation(
 
         message: MessageDict = agent.messages[-1] if agent.messages else {"role": "assistant", "content": []}
         stop_reason = "end_turn"
+        force_output = False
         while True:
             if pending is None:
                 metrics.cycles += 1
@@ -256,7 +274,8 @@ async def run_invocation(
                 tool_uses: list[dict[str, Any]] = []
                 usage = Usage()
                 try:
-                    async with aclosing(_stream_model(agent, checkpoint)) as model_events:
+                    model_stream = _stream_model(agent, checkpoint, output, force_output)
+                    async with aclosing(model_stream) as model_events:
                         async for event in model_events:
                             if isinstance(event, TextDelta):
                                 text.append(event.text)
@@ -288,16 +307,27 @@ async def run_invocation(
                 await agent._append_message(stored, invocation_state)
                 yield MessageEvent(stored)
                 if not tool_uses:
-                    break
+                    if output is None:
+                        break
+                    # The model answered without the output tool: ask for it (forced where possible).
+                    reminder = output.missed()
+                    output.check(agent.name)
+                    reminder_message: MessageDict = {"role": "user", "content": [{"text": reminder}]}
+                    await agent._append_message(reminder_message, invocation_state)
+                    yield MessageEvent(reminder_message)
+                    force_output = True
+                    continue
                 pending = PendingTools(tool_uses, {}, {})
             metrics.tool_calls += sum(1 for t in pending.tool_uses if t["toolUseId"] not in pending.completed)
             turn = TurnControl()
-            results = await _run_tools(agent, pending, invocation_state, turn)
+            results = await _run_tools(agent, pending, invocation_state, turn, output)
             if results is None:
                 agent._pending_tools = pending
                 stop_reason = "interrupt"
                 break
             agent._pending_tools = pending = None
+            if output is not None and output.value is None:
+                output.check(agent.name)  # invalid output tool input past the retries
             for tool_outcome in results:
                 yield ToolResultEvent(tool_outcome)
             tool_message: MessageDict = {"role": "user", "content": [{"toolResult": r} for r in results]}
@@ -322,7 +352,14 @@ async def run_invocation(
             if agent._pending_tools
             else []
         )
-        result = AgentResult(message, stop_reason, invocation_state, metrics, open_interrupts)
+        result = AgentResult(
+            message,
+            stop_reason,
+            invocation_state,
+            metrics,
+            open_interrupts,
+            output=output.value if output is not None else None,
+        )
         checkpoint.close()
     except BaseException as exc:
         checkpoint.roll_back()
@@ -333,13 +370,22 @@ async def run_invocation(
     yield ResultEvent(result)
 
 
-async def _stream_model(agent: Agent, checkpoint: Checkpoint) -> AsyncGenerator[Any, None]:
+async def _stream_model(
+    agent: Agent, checkpoint: Checkpoint, output: OutputTool | None = None, force_output: bool = False
+) -> AsyncGenerator[Any, None]:
     """Stream one model turn; on a context-window overflow let the conversation manager reduce and retry."""
+    model = agent.model
+    specs = agent.tool_registry.specs()
+    options: dict[str, Any] = {}
+    if output is not None:
+        specs = [*specs, output.spec]
+        if force_output and supports_tool_choice(model):
+            options["tool_choice"] = output.name
     while True:
         started = False
         try:
-            events = agent.model.stream(
-                agent.messages, tool_specs=agent.tool_registry.specs(), system_prompt=agent.system_prompt
+            events = model.stream(
+                agent.messages, tool_specs=specs, system_prompt=agent.system_prompt, **options
             )
             # Close the provider's stream in this task when we stop early (a task group inside it must
             # be left by the task that entered it).

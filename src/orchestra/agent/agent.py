@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from pydantic import BaseModel
+
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
@@ -18,6 +20,7 @@ from orchestra.agent._direct import ToolCaller
 from orchestra.agent._loop import Checkpoint, PendingTools, run_invocation
 from orchestra.agent.result import AgentResult, AgentStreamEvent, ResultEvent
 from orchestra.agent.state import JSONState
+from orchestra.agent.structured import DEFAULT_MAX_RETRIES, OutputTool, resolve_output_type
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
 from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError
 from orchestra.history import repair_history
@@ -80,6 +83,11 @@ class Agent:
         hooks: hook providers to register.
         record_direct_tool_call: whether ``agent.tool.NAME(...)`` calls are recorded in the history.
         max_cycles: the most model calls in one invocation before ``MaxCyclesError``.
+        output_type: a pydantic model class: every invocation returns a validated instance in
+            ``result.output`` (an invocation's own ``output_type=`` overrides it). See
+            ``orchestra.agent.structured``.
+        max_output_retries: how many invalid or missing structured outputs the model may give before
+            ``StructuredOutputError``.
     """
 
     def __init__(
@@ -97,6 +105,8 @@ class Agent:
         hooks: Iterable[HookProvider] | None = None,
         record_direct_tool_call: bool = True,
         max_cycles: int = 50,
+        output_type: type[BaseModel] | str | None = None,
+        max_output_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
         self.name = name or "agent"
         self.agent_id = validate_id(agent_id or "default", "agent_id")
@@ -118,6 +128,10 @@ class Agent:
         if max_cycles < 1:
             raise ConfigurationError(f"max_cycles must be at least 1, got {max_cycles}")
         self.max_cycles = max_cycles
+        self.output_type = resolve_output_type(output_type) if output_type is not None else None
+        if max_output_retries < 0:
+            raise ConfigurationError(f"max_output_retries must be 0 or more, got {max_output_retries}")
+        self.max_output_retries = max_output_retries
         self.hooks = HookRegistry()
         for provider in hooks or []:
             self.hooks.add_hook(provider)
@@ -191,7 +205,13 @@ class Agent:
 
     # -- invocation -----------------------------------------------------------------------------------
 
-    def __call__(self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None) -> AgentResult:
+    def __call__(
+        self,
+        prompt: Any = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        output_type: type[BaseModel] | None = None,
+    ) -> AgentResult:
         """Invoke the agent and wait for the result (works inside a running event loop too).
 
         Args:
@@ -199,16 +219,22 @@ class Agent:
                 to continue from the current history.
             invocation_state: a dict shared by reference with every hook and tool of this invocation;
                 returned as ``result.state``. Defaults to a new empty dict.
+            output_type: a pydantic model class for ``result.output`` (overrides ``Agent(output_type=)``).
         """
-        return run_sync(self.invoke_async, prompt, invocation_state=invocation_state)
+        return run_sync(self.invoke_async, prompt, invocation_state=invocation_state, output_type=output_type)
 
     async def invoke_async(
-        self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None
+        self,
+        prompt: Any = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        output_type: type[BaseModel] | None = None,
     ) -> AgentResult:
         """Invoke the agent and return the result."""
         result: AgentResult | None = None
+        stream = self.stream_async(prompt, invocation_state=invocation_state, output_type=output_type)
         # aclosing: a cancelled invocation must release the agent at once, not when the GC finalizes it.
-        async with aclosing(self.stream_async(prompt, invocation_state=invocation_state)) as events:
+        async with aclosing(stream) as events:
             async for event in events:
                 if isinstance(event, ResultEvent):
                     result = event.result
@@ -216,14 +242,25 @@ class Agent:
         return result
 
     def stream_async(
-        self, prompt: Any = None, *, invocation_state: dict[str, Any] | None = None
+        self,
+        prompt: Any = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        output_type: type[BaseModel] | None = None,
     ) -> AgentStream:
         """Invoke the agent, yielding text chunks, tool calls and results, messages, and the result last.
 
         Stopping early (``aclose()``, ``aclosing``, or dropping the stream after a ``break``) ends the
         invocation: the history is rolled back to where it started and the agent is free at once.
         """
-        return AgentStream(self, prompt, {} if invocation_state is None else invocation_state)
+        chosen = resolve_output_type(output_type) if output_type is not None else self.output_type
+        output = OutputTool(chosen, self.max_output_retries) if chosen is not None else None
+        if output is not None and output.name in self.tool_registry:
+            raise ConfigurationError(
+                f"agent {self.name!r} has a tool named {output.name!r}, the name of its output type's final "
+                "tool; rename the tool or the output type"
+            )
+        return AgentStream(self, prompt, {} if invocation_state is None else invocation_state, output)
 
     def exclusive(self, what: str) -> _Exclusive:
         """Hold the agent for one operation; a second, overlapping one raises ``ConcurrencyError``."""
@@ -327,8 +364,11 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
     ``ConcurrencyError`` from a stream nobody reads.
     """
 
-    def __init__(self, agent: Agent, prompt: Any, invocation_state: dict[str, Any]) -> None:
+    def __init__(
+        self, agent: Agent, prompt: Any, invocation_state: dict[str, Any], output: OutputTool | None = None
+    ) -> None:
         self._agent = agent
+        self._output = output
         self._prompt = prompt
         self._invocation_state = invocation_state
         self._hold = agent.exclusive("invoke")
@@ -347,7 +387,9 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
         self._log = agent.log.bind(invocation_id=secrets.token_hex(4))
         self._log.debug("invocation.start")
         self._checkpoint = Checkpoint(agent)
-        self._events = run_invocation(agent, self._prompt, self._invocation_state, self._checkpoint)
+        self._events = run_invocation(
+            agent, self._prompt, self._invocation_state, self._checkpoint, self._output
+        )
         return self._events
 
     def _finish(self) -> None:

@@ -49,6 +49,8 @@ class AgentResult:
         state: the invocation state dict passed to the invocation (the same object).
         metrics: token usage, cycles, tool calls and latency.
         interrupts: the open questions when ``stop_reason == "interrupt"``.
+        output: the validated structured output (an instance of the invocation's ``output_type``), or
+            None without one; ``str(result)`` is then its JSON, the text of the closing message.
     """
 
     message: MessageDict
@@ -56,6 +58,7 @@ class AgentResult:
     state: dict[str, Any]
     metrics: AgentMetrics
     interrupts: list[Interrupt] = field(default_factory=list)
+    output: Any = None
 
     @property
     def text(self) -> str:

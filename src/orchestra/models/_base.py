@@ -71,6 +71,10 @@ class Model(Protocol):
     Implementations must not mutate ``messages``: the list is the agent's own history, passed by
     reference so that a long conversation is never copied per call. A provider that cannot fit the
     request in its context window raises :class:`~orchestra.errors.ContextWindowOverflowError`.
+
+    A model may also take a keyword ``tool_choice: str | None``, the name of a tool it must call: structured
+    output passes it to force its final tool on the models that take it (the built-in ones do) and asks
+    in words on the others.
     """
 
     @property

@@ -112,8 +112,12 @@ class BedrockModel:
         messages: Sequence[MessageDict],
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
+        tool_choice: str | None = None,
     ) -> dict[str, Any]:
-        """The Converse request for one model turn (``converse`` and ``converse_stream`` take the same)."""
+        """The Converse request for one model turn (``converse`` and ``converse_stream`` take the same).
+
+        ``tool_choice`` names a tool the model must call (structured output forces its final tool so).
+        """
         if not tool_specs and any(_holds_tool_blocks(m) for m in messages):
             # Converse refuses tool blocks without a toolConfig; an agent without tools (or a summary
             # request) still sees what the tools did, as text.
@@ -123,6 +127,8 @@ class BedrockModel:
             request["system"] = [{"text": system_prompt}]
         if tool_specs:
             request["toolConfig"] = {"tools": [{"toolSpec": dict(spec)} for spec in tool_specs]}
+            if tool_choice is not None:
+                request["toolConfig"]["toolChoice"] = {"tool": {"name": tool_choice}}
         inference = {
             key: value
             for key, value in (("maxTokens", self.max_tokens), ("temperature", self.temperature))
@@ -166,8 +172,9 @@ class BedrockModel:
         *,
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[ModelEvent]:
-        request = self.request_body(messages, tool_specs, system_prompt)
+        request = self.request_body(messages, tool_specs, system_prompt, tool_choice)
         if not self.streaming:
             try:
                 response = await anyio.to_thread.run_sync(lambda: self.client.converse(**request))

@@ -197,8 +197,9 @@ class OpenAIModel:
         messages: Sequence[MessageDict],
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
+        tool_choice: str | None = None,
     ) -> dict[str, Any]:
-        """The Chat Completions request body for one model turn."""
+        """The Chat Completions request body for one model turn (``tool_choice`` names a tool to force)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": to_chat_messages(messages, system_prompt),
@@ -208,6 +209,8 @@ class OpenAIModel:
         }
         if tool_specs:
             body["tools"] = to_chat_tools(tool_specs)
+            if tool_choice is not None:
+                body["tool_choice"] = {"type": "function", "function": {"name": tool_choice}}
         return body
 
     async def stream(
@@ -216,8 +219,9 @@ class OpenAIModel:
         *,
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[ModelEvent]:
-        body = self.request_body(messages, tool_specs, system_prompt)
+        body = self.request_body(messages, tool_specs, system_prompt, tool_choice)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = f"{self.base_url}/chat/completions"
         async with contextlib.AsyncExitStack() as stack:

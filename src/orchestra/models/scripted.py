@@ -47,6 +47,7 @@ class ModelRequest:
     tool_specs: list[ToolSpec]
     system_prompt: str | None
     message_count: int = 0
+    tool_choice: str | None = None
 
     @property
     def last_text(self) -> str:
@@ -98,10 +99,14 @@ class _RecordingModel:
         return self._name
 
     def _record(
-        self, messages: Sequence[MessageDict], tool_specs: Sequence[ToolSpec], system_prompt: str | None
+        self,
+        messages: Sequence[MessageDict],
+        tool_specs: Sequence[ToolSpec],
+        system_prompt: str | None,
+        tool_choice: str | None = None,
     ) -> int:
         kept = list(messages[-self.keep_messages :]) if self.keep_messages else []
-        request = ModelRequest(kept, list(tool_specs), system_prompt, len(messages))
+        request = ModelRequest(kept, list(tool_specs), system_prompt, len(messages), tool_choice)
         self.requests.append(request)
         # Deterministic, cheap estimate: only the newest message and the system prompt are counted, so the
         # cost of a call does not grow with the history.
@@ -154,8 +159,9 @@ class ScriptedModel(_RecordingModel):
         *,
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[ModelEvent]:
-        input_tokens = self._record(messages, tool_specs, system_prompt)
+        input_tokens = self._record(messages, tool_specs, system_prompt, tool_choice)
         if self.follow_history:
             self._position = sum(1 for m in messages if m["role"] == "assistant")
         if self._position >= len(self.replies):
@@ -202,8 +208,9 @@ class FunctionModel(_RecordingModel):
         *,
         tool_specs: Sequence[ToolSpec] = (),
         system_prompt: str | None = None,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[ModelEvent]:
-        input_tokens = self._record(messages, tool_specs, system_prompt)
+        input_tokens = self._record(messages, tool_specs, system_prompt, tool_choice)
         await self._delay()
         reply = self.fn(messages, list(tool_specs))  # type: ignore[arg-type]
         if inspect.isawaitable(reply):

@@ -1,0 +1,178 @@
+"""Structured output: the model ends its turn by calling a final tool whose input schema is the output type's.
+
+A tool is the one mechanism every provider shares (Bedrock, OpenAI-compatible servers and the test models
+alike), so no provider's "JSON mode" is needed. The model sees the output tool beside the agent's own
+tools. When it calls it, the input is validated with the pydantic model: valid input ends the turn (the
+closing assistant message is the output as JSON); invalid input goes back as an error tool result naming
+the fields, and the model tries again. When the model ends its turn without calling it, the agent asks
+for it once more and, where the model supports ``tool_choice``, forces it. Past ``max_retries`` failed
+attempts the invocation raises ``StructuredOutputError`` (and its turn is rolled back like any failure).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ValidationError
+
+from orchestra._imports import import_object
+from orchestra.errors import ConfigurationError, StructuredOutputError
+from orchestra.models import Model, ToolSpec
+from orchestra.tools import ToolContext, ToolResultDict, tool_result
+
+__all__ = ["OutputTool", "model_from_schema", "resolve_output_type", "supports_tool_choice"]
+
+DEFAULT_MAX_RETRIES = 3
+_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def resolve_output_type(value: Any) -> type[BaseModel]:
+    """An output type: a pydantic model class, or ``"package.module:Class"`` naming one."""
+    if isinstance(value, str):
+        value = import_object(value)
+    if not (isinstance(value, type) and issubclass(value, BaseModel)):
+        raise ConfigurationError(
+            f"output_type must be a pydantic BaseModel subclass (or 'module:Class' naming one), not {value!r}"
+        )
+    return value
+
+
+class OutputTool:
+    """The final tool of a structured-output invocation (see the module docstring)."""
+
+    def __init__(self, output_type: type[BaseModel], max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+        self.output_type = output_type
+        self.max_retries = max_retries
+        self.name = _NAME.sub("_", output_type.__name__)[:64]
+        schema = output_type.model_json_schema()
+        description = schema.pop("description", None) or f"A {output_type.__name__}."
+        self.spec: ToolSpec = {
+            "name": self.name,
+            "description": f"Give your final answer with this tool (and only then): {description}",
+            "inputSchema": {"json": schema},
+        }
+        self.value: BaseModel | None = None
+        self.failures = 0
+        self.last_problem = "the model never called it"
+
+    async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
+        tool_use_id = tool_use["toolUseId"]
+        try:
+            value = self.output_type.model_validate(tool_use.get("input") or {})
+        except ValidationError as exc:
+            self.failures += 1
+            self.last_problem = describe_errors(exc)
+            return tool_result(
+                tool_use_id,
+                f"Error: invalid {self.name}: {self.last_problem}. Call {self.name} again with every field "
+                "valid.",
+                "error",
+            )
+        self.value = value
+        context.end_turn(value.model_dump_json())
+        return tool_result(tool_use_id, f"{self.name} accepted.")
+
+    def missed(self) -> str:
+        """The model ended its turn without the tool: count it, and the reminder to send it."""
+        self.failures += 1
+        self.last_problem = "the model ended its turn without calling it"
+        return f"Give your final answer now by calling the {self.name} tool."
+
+    def check(self, agent_name: str) -> None:
+        """Raise ``StructuredOutputError`` once the attempts are spent."""
+        if self.failures > self.max_retries:
+            raise StructuredOutputError(
+                f"agent {agent_name!r}: no valid {self.output_type.__name__} after {self.failures} attempts "
+                f"(the last: {self.last_problem}); raise max_output_retries or make the fields easier to fill"
+            )
+
+
+def describe_errors(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or 'input'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )
+
+
+@functools.cache
+def _accepts_tool_choice(model_type: type) -> bool:
+    stream = getattr(model_type, "stream", None)
+    if stream is None:
+        return False
+    try:
+        parameters = inspect.signature(stream).parameters
+    except (TypeError, ValueError):
+        return False
+    return "tool_choice" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def supports_tool_choice(model: Model) -> bool:
+    """Whether ``model.stream`` takes ``tool_choice`` (the built-in models do; a custom one may not)."""
+    return _accepts_tool_choice(type(model))
+
+
+# -- JSON Schema -> pydantic model (YAML's inline output_schema) --------------------------------------------
+
+_SCALARS: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def model_from_schema(schema: Mapping[str, Any], name: str = "Output") -> type[BaseModel]:
+    """A pydantic model for a JSON Schema object (properties, required, nested objects, arrays, enums).
+
+    Raises:
+        ConfigurationError: the schema uses something this subset does not cover (the message names it).
+    """
+    if schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), Mapping):
+        raise ConfigurationError(f"output_schema {name}: must be an object schema with 'properties'")
+    required = set(schema.get("required", ()))
+    fields: dict[str, Any] = {}
+    for field_name, field_schema in schema["properties"].items():
+        where = f"{name}.{field_name}"
+        annotation = _annotation(field_schema, where)
+        default = ... if field_name in required else field_schema.get("default")
+        if field_name not in required and "default" not in field_schema:
+            annotation = annotation | None
+        fields[field_name] = (
+            annotation,
+            pydantic.Field(default, description=field_schema.get("description")),
+        )
+    model: type[BaseModel] = pydantic.create_model(_NAME.sub("_", name), **fields)
+    if schema.get("description"):
+        model.__doc__ = schema["description"]
+    return model
+
+
+def _annotation(schema: Any, where: str) -> Any:
+    if not isinstance(schema, Mapping):
+        raise ConfigurationError(f"output_schema {where}: a property's schema is a mapping, not {schema!r}")
+    if "enum" in schema:
+        values = tuple(schema["enum"])
+        if not values:
+            raise ConfigurationError(f"output_schema {where}: enum is empty")
+        return Literal[values]
+    kind = schema.get("type")
+    if kind in _SCALARS:
+        return _SCALARS[kind]
+    if kind == "array":
+        return list[_annotation(schema.get("items", {"type": "string"}), f"{where}[]")]  # type: ignore[misc]
+    if kind == "object":
+        if "properties" in schema:
+            return model_from_schema(schema, where.replace(".", "_"))
+        return dict[str, Any]
+    supported = ", ".join([*_SCALARS, "array", "object", "enum"])
+    raise ConfigurationError(
+        f"output_schema {where}: type {json.dumps(kind)} is not supported here (use one of {supported}, "
+        "or output_type: module:Class for anything richer)"
+    )
