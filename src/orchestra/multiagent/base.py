@@ -193,7 +193,16 @@ class MultiAgentBase:
         record = self._fields.get(f"node/{node_id}")
         if record is None or record.get("result") is None:
             return None
-        return NodeResult.model_validate(record["result"])
+        return self._restored_result(node_id, record["result"])
+
+    def _restored_result(self, node_id: str, data: dict[str, Any]) -> NodeResult:
+        """A node result from the run document: a structured output (stored as JSON) is its model again."""
+        result = NodeResult.model_validate(data)
+        node = self.nodes.get(node_id)
+        output_type = node.agent.output_type if node is not None and node.kind == "agent" else None
+        if output_type is not None and isinstance(result.output, dict):
+            result.output = output_type.model_validate(result.output)
+        return result
 
     def _agent_fields(self, node_id: str) -> tuple[dict[str, Any], list[Any]]:
         data = self.nodes[node_id].agent.agent_data()

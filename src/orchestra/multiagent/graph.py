@@ -337,7 +337,7 @@ class Graph(MultiAgentBase):
     def _restore_results(self) -> None:
         """Rebuild the latest result of every node from the run document."""
         self._results = {
-            node_id: NodeResult.model_validate(record["result"])
+            node_id: self._restored_result(node_id, record["result"])
             for node_id, record in self._node_records()
             if record.get("result") is not None
         }

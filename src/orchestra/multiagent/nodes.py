@@ -234,7 +234,8 @@ class Node:
         return NodeResult(
             node_id=self.node_id,
             status=Status.INTERRUPTED if interrupted else Status.COMPLETED,
-            output=result.text,
+            # A structured output is what conditions see (state.output(node).total); else the text.
+            output=result.output if result.output is not None else result.text,
             message=result.message,
             usage=result.metrics.usage,
             interrupts=result.interrupts,

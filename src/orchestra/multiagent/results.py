@@ -30,7 +30,13 @@ def output_text(output: Any) -> str:
         return ""
     if isinstance(output, str):
         return output
-    return json.dumps(output, default=str)
+    if isinstance(output, BaseModel):  # a structured output
+        return output.model_dump_json()
+    return json.dumps(output, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)
 
 
 class NodeResult(BaseModel):

@@ -369,7 +369,7 @@ class Swarm(MultiAgentBase):
         for node_id in self.nodes:
             record = self._fields.get(f"node/{node_id}")
             if record and record.get("result"):
-                results[node_id] = NodeResult.model_validate(record["result"])
+                results[node_id] = self._restored_result(node_id, record["result"])
         status = Status(run["status"])
         return SwarmResult(
             status=status,

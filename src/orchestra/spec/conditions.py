@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from orchestra._imports import import_object
-from orchestra.spec.models import ConditionSpec
+from orchestra.spec.models import ConditionSpec, FieldTest
 
 if TYPE_CHECKING:
     from orchestra.multiagent.graph import GraphState
@@ -71,6 +74,8 @@ class SpecCondition:
         if spec.not_ is not None:
             inner = self._build(spec.not_)
             return lambda state, inv: not inner(state, inv)
+        if spec.field_test is not None:
+            return _field_condition(spec.field_test, source)
         assert spec.call is not None
         fn = import_object(spec.call)
         if not callable(fn):
@@ -78,3 +83,49 @@ class SpecCondition:
         if _wants_invocation_state(fn):
             return lambda state, inv: bool(fn(state, invocation_state=inv))
         return lambda state, _: bool(fn(state))
+
+
+_MISSING = object()
+
+
+def field_of(output: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of a structured output (a pydantic model or a dict), or ``_MISSING``."""
+    value = output
+    for part in path.split("."):
+        if isinstance(value, BaseModel):
+            value = getattr(value, part, _MISSING) if part in type(value).model_fields else _MISSING
+        elif isinstance(value, dict):
+            value = value.get(part, _MISSING)
+        else:
+            return _MISSING
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "lt": operator.lt,
+    "le": operator.le,
+    "in_": lambda value, allowed: value in allowed,
+}
+
+
+def _field_condition(test: FieldTest, source: str) -> Callable[[GraphState, dict[str, Any]], bool]:
+    node = test.of or source
+    name = next(k for k in _COMPARISONS if getattr(test, k) is not None)
+    compare, expected = _COMPARISONS[name], getattr(test, name)
+
+    def holds(state: GraphState, _: dict[str, Any]) -> bool:
+        value = field_of(state.output(node), test.field)
+        if value is _MISSING:
+            return False
+        try:
+            return bool(compare(value, expected))
+        except TypeError:  # e.g. a string compared with a number: the condition does not hold
+            return False
+
+    return holds

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestra._imports import import_object
 from orchestra.agent import Agent
+from orchestra.agent.structured import model_from_schema, resolve_output_type
 from orchestra.conversation import (
     NullConversationManager,
     SlidingWindowConversationManager,
@@ -355,6 +356,20 @@ def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
     ):
         provider = agent.model.provider
         problem((*path, "model"), f"the {provider} provider needs a model name ({provider}:<model>)")
+    if agent.output_type is not None:
+        try:
+            resolve_output_type(agent.output_type)
+        except ConfigurationError as exc:
+            problem((*path, "output_type"), str(exc))
+        except Exception as exc:  # importing user code may raise anything
+            problem(
+                (*path, "output_type"), f"importing {agent.output_type!r} raised {type(exc).__name__}: {exc}"
+            )
+    if agent.output_schema is not None:
+        try:
+            _output_type(agent)
+        except ConfigurationError as exc:
+            problem((*path, "output_schema"), str(exc))
     if agent.model is not None and agent.model.provider == "scripted":
         for index, reply in enumerate(agent.model.replies or []):
             try:
@@ -447,7 +462,19 @@ def _build_agent(spec: AgentSpec, override: Model | str | None, session_manager:
         conversation_manager=conversation,
         max_cycles=spec.max_cycles,
         session_manager=session_manager,
+        output_type=_output_type(spec),
+        max_output_retries=spec.max_output_retries,
     )
+
+
+def _output_type(spec: AgentSpec) -> Any:
+    """The agent's structured output type: imported, or a model made from its inline JSON Schema."""
+    if spec.output_schema is not None:
+        title = (
+            spec.output_schema.get("title") or f"{spec.name.title().replace('-', '').replace('_', '')}Output"
+        )
+        return model_from_schema(spec.output_schema, str(title))
+    return spec.output_type
 
 
 def _build(

@@ -101,6 +101,47 @@ class AgentSpec(_Spec):
     state: dict[str, Any] = Field(default_factory=dict, description="Initial agent state (JSON).")
     conversation_manager: ConversationManagerSpec | None = None
     max_cycles: int = Field(default=50, gt=0)
+    output_type: str | None = Field(
+        default=None,
+        pattern=IMPORT_PATH,
+        description="Structured output: package.module:Class, a pydantic model (see output_schema).",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="Structured output: an inline JSON Schema object (or use output_type)."
+    )
+    max_output_retries: int = Field(default=3, ge=0)
+
+    @model_validator(mode="after")
+    def _one_output(self) -> AgentSpec:
+        if self.output_type is not None and self.output_schema is not None:
+            raise ValueError("give output_type or output_schema, not both")
+        return self
+
+
+class FieldTest(_Spec):
+    """``when: {field: total, gt: 100}``: a field of a node's structured output, compared.
+
+    ``field`` is a dotted path (``customer.name``) into the output of ``of`` (default: the edge's source);
+    exactly one comparison. A missing field, or a value that cannot be compared, is false.
+    """
+
+    field: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    of: str | None = Field(default=None, pattern=ID_PATTERN)
+    eq: Any = None
+    ne: Any = None
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    in_: list[Any] | None = Field(default=None, alias="in")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_comparison(cls, values: Any) -> Any:
+        return _exactly_one(values, ("eq", "ne", "gt", "ge", "lt", "le", "in"), "a field condition")
+
+
+_FIELD_TEST_KEYS = ("field", "of", "eq", "ne", "gt", "ge", "lt", "le", "in")
 
 
 class ConditionSpec(_Spec):
@@ -111,6 +152,8 @@ class ConditionSpec(_Spec):
     - ``state_equals``: every key has this value in the orchestrator's shared state;
     - ``status``: ``{node: status}``: those nodes' latest statuses (completed, failed, ...);
     - ``all`` / ``any`` / ``not``: combine conditions;
+    - ``field`` with one of ``eq``/``ne``/``gt``/``ge``/``lt``/``le``/``in``: a field of the source node's
+      structured output (see ``FieldTest``);
     - ``call``: an import path to ``fn(state) -> bool`` (a plain string ``when: pkg.mod:fn`` means the same).
     """
 
@@ -122,13 +165,28 @@ class ConditionSpec(_Spec):
     any_: list[ConditionSpec] | None = Field(default=None, alias="any", min_length=1)
     not_: ConditionSpec | None = Field(default=None, alias="not")
     call: str | None = Field(default=None, pattern=IMPORT_PATH)
+    field_test: FieldTest | None = Field(default=None, alias="field")
 
     @model_validator(mode="before")
     @classmethod
     def _one_kind(cls, values: Any) -> Any:
         if isinstance(values, str):
             return {"call": values}
-        keys = ("output_contains", "output_matches", "state_equals", "status", "all", "any", "not", "call")
+        if isinstance(values, dict) and isinstance(values.get("field"), str):
+            # {field: total, gt: 100}: the comparison sits beside the field; it is one condition.
+            tested = {k: v for k, v in values.items() if k in _FIELD_TEST_KEYS}
+            values = {**{k: v for k, v in values.items() if k not in _FIELD_TEST_KEYS}, "field": tested}
+        keys = (
+            "output_contains",
+            "output_matches",
+            "state_equals",
+            "status",
+            "all",
+            "any",
+            "not",
+            "call",
+            "field",
+        )
         return _exactly_one(values, keys, "a condition")
 
 
