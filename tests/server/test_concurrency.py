@@ -182,3 +182,31 @@ async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, strea
     await runtime.flush_records("acme")
     runs = await Runtime(config).runs("acme").list(["chat"], "s1")
     assert [r.input for r in runs] == ["first"]
+
+
+async def test_a_structured_output_is_answered_and_recorded_as_json(tmp_path):
+    """An agent with output_schema answers its output as a JSON object, over real HTTP, and its run
+    record keeps the same object."""
+    import httpx
+
+    from orchestra.server import hash_key
+    from tests.server.conftest import Server
+
+    (tmp_path / "extract.yaml").write_text(
+        "version: 1\nkind: agent\nid: extract\nagents:\n  - name: extract\n"
+        "    model: {provider: scripted, replies: [{tool: Invoice, input: {customer: ACME, total: 12.5}}]}\n"
+        "    output_schema: {title: Invoice, properties: {customer: {type: string}, total: {type: number}},"
+        " required: [customer, total]}\n"
+    )
+    config = tmp_path / "server.yaml"
+    config.write_text(
+        f"version: 1\nstorage: file:{tmp_path}/store\nagents:\n  - {{id: extract, spec: extract.yaml, workspace: w}}\n"
+        f"api_keys:\n  - {{workspace: w, sha256: {hash_key('k')}}}\n"
+    )
+    with Server(config) as running:
+        async with httpx.AsyncClient(base_url=running.url, headers={"Authorization": "Bearer k"}) as http:
+            answer = await http.post("/api/v1/agents/extract/invoke", json={"input": "read it"})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["output"] == {"customer": "ACME", "total": 12.5}
+            run = await http.get(f"/api/v1/runs/{answer.json()['run_id']}")
+            assert run.json()["output"] == {"customer": "ACME", "total": 12.5}

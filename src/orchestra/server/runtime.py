@@ -184,7 +184,8 @@ class Runtime:
             record.error = f"{type(outcome).__name__}: {outcome}"
         elif isinstance(outcome, AgentResult):
             record.status = "interrupted" if outcome.stop_reason == "interrupt" else "completed"
-            record.output = str(outcome)
+            # A structured output is answered as JSON (an object), else the text.
+            record.output = outcome.output if outcome.output is not None else str(outcome)
             record.usage = _usage(outcome.metrics.usage)
         else:
             assert isinstance(outcome, MultiAgentResult)
