@@ -16,7 +16,7 @@ def test_quickstart_runs(capsys, monkeypatch):
     assert "messages in the history: 8" in out
 
 
-PYTHON_EXAMPLES = ["review_loop", "fan_out", "support_swarm", "nested"]
+PYTHON_EXAMPLES = ["review_loop", "fan_out", "support_swarm", "nested", "invoice_triage"]
 
 
 @pytest.mark.parametrize("name", PYTHON_EXAMPLES)
