@@ -65,8 +65,17 @@ session: {storage: file:./.orchestra, save_on: node}
 of every agent.
 
 **Conditions** (`when:`) are built in and run no code: `output_contains`, `output_matches` (a regular
-expression), `state_equals`, `status`, combined with `all`, `any` and `not`; or an import path to a
-function `fn(state)` (or `fn(state, invocation_state)`) returning a bool.
+expression), `state_equals`, `status`, a field of the source node's structured output
+(`{field: total, gt: 100}`; also `eq`, `ne`, `ge`, `lt`, `le`, `in`, a dotted path such as
+`customer.name`, and `of: <node>` to test another node), combined with `all`, `any` and `not`; or an
+import path to a function `fn(state)` (or `fn(state, invocation_state)`) returning a bool.
+
+**Structured output**: an agent with `output_type: package.module:Class` (a pydantic model) or an
+inline `output_schema` (a JSON Schema object: properties, required, nested objects, arrays, enums)
+ends each turn with a validated object. It is the node's output (what field conditions test, and what
+the next node gets, as JSON), persisted with the run and restored on resume; `orchestra run --json` and
+the HTTP API answer it as a JSON object. `max_output_retries` (default 3) bounds the model's invalid
+attempts before the run fails with `StructuredOutputError`.
 
 **Secrets**: `${ENV_VAR}` in any string is replaced by the environment variable (an unset variable is
 an error), so keys never need to be in the file.
