@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from typing import TYPE_CHECKING, Any, cast
 
+from orchestra import tracing
 from orchestra._concurrency import map_concurrently
 from orchestra.agent.result import (
     AgentMetrics,
@@ -154,6 +155,29 @@ async def run_tool(
     output: OutputTool | None = None,
 ) -> ToolResultDict:
     """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts."""
+    if not tracing.enabled():
+        return await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output)
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool_use["name"],
+        "gen_ai.tool.call.id": tool_use["toolUseId"],
+    }
+    with tracing.span(f"execute_tool {tool_use['name']}", attributes) as tool_span:
+        tool_span.content("gen_ai.tool.call.arguments", tool_use.get("input"))
+        result = await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output)
+        tool_span.set(orchestra__tool__status=result.get("status"))
+        tool_span.content("gen_ai.tool.call.result", result.get("content"))
+        return result
+
+
+async def _run_tool(
+    agent: Agent,
+    tool_use: dict[str, Any],
+    invocation_state: dict[str, Any],
+    interrupts: dict[str, Interrupt] | None,
+    turn: TurnControl | None,
+    output: OutputTool | None,
+) -> ToolResultDict:
     hooks = agent.hooks
     before = await hooks.invoke(BeforeToolCall(agent, tool_use, invocation_state))
     tool_use_id = tool_use["toolUseId"]
@@ -234,140 +258,160 @@ async def run_invocation(
     rolls the history back to where it started; ``AfterInvocation`` then sees the rolled-back history
     (hooks run for exceptions, not for cancellations, where nothing may be awaited).
     """
-    started = time.perf_counter()
-    metrics = AgentMetrics()
-    hooks = agent.hooks
-    await hooks.invoke(BeforeInvocation(agent, invocation_state))
-    try:
-        pending = agent._pending_tools
-        if is_interrupt_responses(prompt):
-            if pending is None:
-                raise AgentError(f"agent {agent.name!r} got interrupt responses but is not interrupted")
-            for interrupt_id, response in interrupt_responses(prompt).items():
-                if interrupt_id not in pending.interrupts:
-                    raise AgentError(f"agent {agent.name!r} has no open interrupt {interrupt_id!r}")
-                pending.interrupts[interrupt_id].response = response
-        else:
-            if pending is not None:
-                open_ids = ", ".join(i.id for i in pending.interrupts.values() if i.response is None)
-                raise AgentError(
-                    f"agent {agent.name!r} is interrupted and waits for responses to {open_ids}; invoke "
-                    "it with [{'interruptResponse': {'interruptId': ..., 'response': ...}}]"
-                )
-            for prompt_message in prompt_messages(prompt):
-                await agent._append_message(prompt_message, invocation_state)
-                yield MessageEvent(prompt_message)
-
-        message: MessageDict = agent.messages[-1] if agent.messages else {"role": "assistant", "content": []}
-        stop_reason = "end_turn"
-        force_output = False
-        while True:
-            if pending is None:
-                metrics.cycles += 1
-                if metrics.cycles > agent.max_cycles:
-                    raise MaxCyclesError(
-                        f"agent {agent.name!r}: the model kept calling tools for {agent.max_cycles} cycles "
-                        "without ending its turn; raise Agent(max_cycles=...) or check the tools' results"
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent.name,
+        "gen_ai.agent.id": agent.agent_id,
+    }
+    with tracing.span(f"invoke_agent {agent.name}", attributes) as agent_span:
+        started = time.perf_counter()
+        metrics = AgentMetrics()
+        hooks = agent.hooks
+        await hooks.invoke(BeforeInvocation(agent, invocation_state))
+        try:
+            pending = agent._pending_tools
+            if is_interrupt_responses(prompt):
+                if pending is None:
+                    raise AgentError(f"agent {agent.name!r} got interrupt responses but is not interrupted")
+                for interrupt_id, response in interrupt_responses(prompt).items():
+                    if interrupt_id not in pending.interrupts:
+                        raise AgentError(f"agent {agent.name!r} has no open interrupt {interrupt_id!r}")
+                    pending.interrupts[interrupt_id].response = response
+            else:
+                if pending is not None:
+                    open_ids = ", ".join(i.id for i in pending.interrupts.values() if i.response is None)
+                    raise AgentError(
+                        f"agent {agent.name!r} is interrupted and waits for responses to {open_ids}; invoke "
+                        "it with [{'interruptResponse': {'interruptId': ..., 'response': ...}}]"
                     )
-                await hooks.invoke(BeforeModelCall(agent, invocation_state))
-                text: list[str] = []
-                tool_uses: list[dict[str, Any]] = []
-                usage = Usage()
-                try:
-                    model_stream = _stream_model(agent, checkpoint, output, force_output)
-                    async with aclosing(model_stream) as model_events:
-                        async for event in model_events:
-                            if isinstance(event, TextDelta):
-                                text.append(event.text)
-                                yield TextChunkEvent(event.text)
-                            elif isinstance(event, ToolUseEvent):
-                                tool_use = {
-                                    "toolUseId": event.tool_use_id,
-                                    "name": event.name,
-                                    "input": event.input,
-                                }
-                                tool_uses.append(tool_use)
-                                yield ToolCallEvent(tool_use)
-                            elif isinstance(event, UsageEvent):
-                                usage = event.usage
-                            elif isinstance(event, StreamStop):
-                                stop_reason = event.reason
-                except Exception as exc:
-                    await hooks.invoke(AfterModelCall(agent, invocation_state, exception=exc))
-                    raise
-                metrics.usage = metrics.usage + usage
-                reply = "".join(text)
-                content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
-                content.extend({"toolUse": t} for t in tool_uses)
-                message = {"role": "assistant", "content": content}
-                await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
-                # No provider accepts an empty assistant message: an empty reply is stored as a marker,
-                # while the result keeps what the model said (nothing).
-                stored = message if content else {"role": "assistant", "content": [{"text": EMPTY_REPLY}]}
-                await agent._append_message(stored, invocation_state)
-                yield MessageEvent(stored)
-                if not tool_uses:
-                    if output is None:
-                        break
-                    # The model answered without the output tool: ask for it (forced where possible).
-                    reminder = output.missed()
-                    output.check(agent.name)
-                    reminder_message: MessageDict = {"role": "user", "content": [{"text": reminder}]}
-                    await agent._append_message(reminder_message, invocation_state)
-                    yield MessageEvent(reminder_message)
-                    force_output = True
-                    continue
-                pending = PendingTools(tool_uses, {}, {})
-            metrics.tool_calls += sum(1 for t in pending.tool_uses if t["toolUseId"] not in pending.completed)
-            turn = TurnControl()
-            results = await _run_tools(agent, pending, invocation_state, turn, output)
-            if results is None:
-                agent._pending_tools = pending
-                stop_reason = "interrupt"
-                break
-            agent._pending_tools = pending = None
-            if output is not None and output.value is None:
-                output.check(agent.name)  # invalid output tool input past the retries
-            for tool_outcome in results:
-                yield ToolResultEvent(tool_outcome)
-            tool_message: MessageDict = {"role": "user", "content": [{"toolResult": r} for r in results]}
-            await agent._append_message(tool_message, invocation_state)
-            yield MessageEvent(tool_message)
-            if turn.ended:
-                # A tool ended the turn (a handoff): close it with an assistant message, no model call.
-                closing = " ".join(turn.messages)
-                message = {
-                    "role": "assistant",
-                    "content": [{"text": closing if closing.strip() else EMPTY_REPLY}],
-                }
-                await agent._append_message(message, invocation_state)
-                yield MessageEvent(message)
-                stop_reason = "end_turn"
-                break
+                for prompt_message in prompt_messages(prompt):
+                    await agent._append_message(prompt_message, invocation_state)
+                    yield MessageEvent(prompt_message)
 
-        await agent.conversation_manager.apply_management(agent)
-        metrics.latency_ms = (time.perf_counter() - started) * 1000
-        open_interrupts = (
-            [i for i in agent._pending_tools.interrupts.values() if i.response is None]
-            if agent._pending_tools
-            else []
-        )
-        result = AgentResult(
-            message,
-            stop_reason,
-            invocation_state,
-            metrics,
-            open_interrupts,
-            output=output.value if output is not None else None,
-        )
-        checkpoint.close()
-    except BaseException as exc:
-        checkpoint.roll_back()
-        if isinstance(exc, Exception):
-            await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
-        raise
-    await hooks.invoke(AfterInvocation(agent, invocation_state, result=result))
-    yield ResultEvent(result)
+            message: MessageDict = (
+                agent.messages[-1] if agent.messages else {"role": "assistant", "content": []}
+            )
+            stop_reason = "end_turn"
+            force_output = False
+            while True:
+                if pending is None:
+                    metrics.cycles += 1
+                    if metrics.cycles > agent.max_cycles:
+                        raise MaxCyclesError(
+                            f"agent {agent.name!r}: the model kept calling tools for {agent.max_cycles} cycles "
+                            "without ending its turn; raise Agent(max_cycles=...) or check the tools' results"
+                        )
+                    await hooks.invoke(BeforeModelCall(agent, invocation_state))
+                    text: list[str] = []
+                    tool_uses: list[dict[str, Any]] = []
+                    usage = Usage()
+                    chat_attributes = {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.request.model": agent.model.name,
+                    }
+                    with tracing.span(f"chat {agent.model.name}", chat_attributes) as chat_span:
+                        chat_span.content("gen_ai.input.messages", agent.messages[-1:])
+                        try:
+                            model_stream = _stream_model(agent, checkpoint, output, force_output)
+                            async with aclosing(model_stream) as model_events:
+                                async for event in model_events:
+                                    if isinstance(event, TextDelta):
+                                        text.append(event.text)
+                                        yield TextChunkEvent(event.text)
+                                    elif isinstance(event, ToolUseEvent):
+                                        tool_use = {
+                                            "toolUseId": event.tool_use_id,
+                                            "name": event.name,
+                                            "input": event.input,
+                                        }
+                                        tool_uses.append(tool_use)
+                                        yield ToolCallEvent(tool_use)
+                                    elif isinstance(event, UsageEvent):
+                                        usage = event.usage
+                                    elif isinstance(event, StreamStop):
+                                        stop_reason = event.reason
+                        except Exception as exc:
+                            await hooks.invoke(AfterModelCall(agent, invocation_state, exception=exc))
+                            raise
+                        chat_span.usage(usage)
+                    metrics.usage = metrics.usage + usage
+                    reply = "".join(text)
+                    content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
+                    content.extend({"toolUse": t} for t in tool_uses)
+                    message = {"role": "assistant", "content": content}
+                    await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
+                    # No provider accepts an empty assistant message: an empty reply is stored as a marker,
+                    # while the result keeps what the model said (nothing).
+                    stored = message if content else {"role": "assistant", "content": [{"text": EMPTY_REPLY}]}
+                    await agent._append_message(stored, invocation_state)
+                    yield MessageEvent(stored)
+                    if not tool_uses:
+                        if output is None:
+                            break
+                        # The model answered without the output tool: ask for it (forced where possible).
+                        reminder = output.missed()
+                        output.check(agent.name)
+                        reminder_message: MessageDict = {"role": "user", "content": [{"text": reminder}]}
+                        await agent._append_message(reminder_message, invocation_state)
+                        yield MessageEvent(reminder_message)
+                        force_output = True
+                        continue
+                    pending = PendingTools(tool_uses, {}, {})
+                metrics.tool_calls += sum(
+                    1 for t in pending.tool_uses if t["toolUseId"] not in pending.completed
+                )
+                turn = TurnControl()
+                results = await _run_tools(agent, pending, invocation_state, turn, output)
+                if results is None:
+                    agent._pending_tools = pending
+                    stop_reason = "interrupt"
+                    break
+                agent._pending_tools = pending = None
+                if output is not None and output.value is None:
+                    output.check(agent.name)  # invalid output tool input past the retries
+                for tool_outcome in results:
+                    yield ToolResultEvent(tool_outcome)
+                tool_message: MessageDict = {"role": "user", "content": [{"toolResult": r} for r in results]}
+                await agent._append_message(tool_message, invocation_state)
+                yield MessageEvent(tool_message)
+                if turn.ended:
+                    # A tool ended the turn (a handoff): close it with an assistant message, no model call.
+                    closing = " ".join(turn.messages)
+                    message = {
+                        "role": "assistant",
+                        "content": [{"text": closing if closing.strip() else EMPTY_REPLY}],
+                    }
+                    await agent._append_message(message, invocation_state)
+                    yield MessageEvent(message)
+                    stop_reason = "end_turn"
+                    break
+
+            await agent.conversation_manager.apply_management(agent)
+            metrics.latency_ms = (time.perf_counter() - started) * 1000
+            open_interrupts = (
+                [i for i in agent._pending_tools.interrupts.values() if i.response is None]
+                if agent._pending_tools
+                else []
+            )
+            result = AgentResult(
+                message,
+                stop_reason,
+                invocation_state,
+                metrics,
+                open_interrupts,
+                output=output.value if output is not None else None,
+            )
+            checkpoint.close()
+        except BaseException as exc:
+            checkpoint.roll_back()
+            if isinstance(exc, Exception):
+                await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
+            raise
+        await hooks.invoke(AfterInvocation(agent, invocation_state, result=result))
+        agent_span.usage(metrics.usage)
+        agent_span.set(orchestra__stop_reason=stop_reason)
+        agent_span.content("gen_ai.output.messages", [message])
+        yield ResultEvent(result)
 
 
 async def _stream_model(

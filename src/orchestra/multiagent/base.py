@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 import structlog
 
+from orchestra import tracing
 from orchestra._concurrency import unwrap_group
 from orchestra._ids import validate_id
 from orchestra._json import decode_bytes, encode_bytes
@@ -535,7 +536,18 @@ class MultiAgentBase:
             context["session_id"] = self.session_manager.session_id
         # Every log line of the run (its nodes and agents included) carries these ids.
         with structlog.contextvars.bound_contextvars(**context):
-            return await self._run_logged(invocation_state, emit, responses, resumed)
+            attributes = {
+                "gen_ai.operation.name": "invoke_workflow",
+                "orchestra.run.kind": self.kind,
+                "orchestra.run.id": self.id,
+                "orchestra.run.resumed": resumed,
+            }
+            self._resumed_run = resumed
+            with tracing.span(f"invoke_workflow {self.id}", attributes) as run_span:
+                result = await self._run_logged(invocation_state, emit, responses, resumed)
+                run_span.set(orchestra__run__status=result.status.value)
+                run_span.usage(result.usage)
+                return result
 
     async def _run_logged(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any], resumed: bool

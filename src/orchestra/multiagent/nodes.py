@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio.to_thread
 import structlog
 
+from orchestra import tracing
 from orchestra._context import current_orchestrator
 from orchestra._logging import get_logger
 from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
@@ -172,6 +173,27 @@ class Node:
         responses: dict[str, Any],
     ) -> NodeResult:
         """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
+        if not tracing.enabled():
+            return await self._execute_logged(node_input, orchestrator, emit, responses)
+        attributes = {
+            "orchestra.node.id": self.node_id,
+            "orchestra.node.kind": self.kind,
+            "orchestra.node.attempt": node_input.execution_count,
+            "orchestra.run.resumed": getattr(orchestrator, "_resumed_run", False),
+        }
+        with tracing.span(f"execute_node {self.node_id}", attributes) as node_span:
+            result = await self._execute_logged(node_input, orchestrator, emit, responses)
+            node_span.set(orchestra__node__status=result.status.value)
+            node_span.usage(result.usage)
+            return result
+
+    async def _execute_logged(
+        self,
+        node_input: NodeInput,
+        orchestrator: MultiAgentBase,
+        emit: Emit | None,
+        responses: dict[str, Any],
+    ) -> NodeResult:
         if not _logged.isEnabledFor(logging.INFO):  # per node: nothing to pay for when nobody listens
             return await self._execute(node_input, orchestrator, emit, responses)
         with structlog.contextvars.bound_contextvars(node_id=self.node_id):

@@ -1,0 +1,113 @@
+"""OpenTelemetry spans, following the GenAI semantic conventions, when the ``[otel]`` extra is installed.
+
+- ``invoke_agent {name}`` per agent invocation, ``chat {model}`` per model call, ``execute_tool {name}``
+  per tool call, with token usage attributes (``gen_ai.usage.input_tokens``/``output_tokens``);
+- ``invoke_workflow {id}`` per Graph or Swarm run and ``execute_node {node}`` per node execution
+  (``orchestra.node.id``, ``.status``, ``.attempt``, ``orchestra.run.resumed``).
+
+Spans nest through the current OpenTelemetry context, which lives in context variables: nested
+orchestrators, concurrent nodes (anyio copies the context into each task) and agents used as tools
+all get the right parent. The HTTP server continues an incoming ``traceparent``; Temporal workers
+propagate the context through activity headers (temporalio's ``TracingInterceptor``).
+
+Without the extra nothing is imported: ``span()`` is a no-op context manager and costs one global check.
+Message contents go into spans only with ``ORCHESTRA_TRACE_CONTENT=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = ["configure_otlp", "content_enabled", "enabled", "span"]
+
+try:  # the [otel] extra
+    from opentelemetry import trace as _trace
+except ImportError:  # pragma: no cover - exercised by the "extra absent" test in a subprocess
+    _trace = None  # type: ignore[assignment]
+
+_TRACER_NAME = "orchestra"
+CONTENT_ENV_VAR = "ORCHESTRA_TRACE_CONTENT"
+
+
+def enabled() -> bool:
+    """Whether the OpenTelemetry API is installed (spans go to whatever provider is configured)."""
+    return _trace is not None
+
+
+def content_enabled() -> bool:
+    """Whether message contents may be recorded (``ORCHESTRA_TRACE_CONTENT=1``)."""
+    return os.environ.get(CONTENT_ENV_VAR) == "1"
+
+
+class _Span:
+    """The handle ``span()`` yields: set attributes now or at the end (a no-op without the extra)."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, otel_span: Any = None) -> None:
+        self._span = otel_span
+
+    def set(self, **attributes: Any) -> None:
+        if self._span is not None:
+            for key, value in attributes.items():
+                if value is not None:
+                    self._span.set_attribute(key.replace("__", "."), value)
+
+    def content(self, key: str, value: Any) -> None:
+        """Record a message content attribute, only when ``ORCHESTRA_TRACE_CONTENT=1``."""
+        if self._span is not None and content_enabled():
+            self._span.set_attribute(key, json.dumps(value, default=str))
+
+    def usage(self, usage: Any) -> None:
+        self.set(
+            gen_ai__usage__input_tokens=usage.input_tokens, gen_ai__usage__output_tokens=usage.output_tokens
+        )
+
+
+_NOOP = _Span()
+
+
+@contextlib.contextmanager
+def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[_Span]:
+    """A span named ``name``, current inside the block; errors mark it failed (``error.type``)."""
+    if _trace is None:
+        yield _NOOP
+        return
+    tracer = _trace.get_tracer(_TRACER_NAME)
+    with tracer.start_as_current_span(
+        name, attributes=dict(attributes or {}), record_exception=True
+    ) as current:
+        handle = _Span(current)
+        try:
+            yield handle
+        except BaseException as exc:
+            current.set_attribute("error.type", type(exc).__name__)
+            raise
+
+
+def configure_otlp(endpoint: str, service_name: str = "orchestra") -> None:
+    """Send spans to an OTLP/HTTP collector at ``endpoint`` (``http://host:4318``; ``/v1/traces`` is added).
+
+    Raises:
+        RuntimeError: the ``[otel]`` extra (SDK and exporter) is not installed; the message says how to.
+    """
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise RuntimeError(
+            "--otlp-endpoint needs the OpenTelemetry SDK and exporter: pip install 'orchestra[otel]'"
+        ) from None
+    url = endpoint.rstrip("/")
+    if not url.endswith("/v1/traces"):
+        url += "/v1/traces"
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    assert _trace is not None  # the SDK imported, so the API did
+    _trace.set_tracer_provider(provider)
