@@ -62,3 +62,28 @@ def build_storage(kind: str, request: pytest.FixtureRequest, tmp_path, moto_url:
 def storage(request: pytest.FixtureRequest, tmp_path, moto_url: str):
     """Each storage backend in turn (and a prefixed view over local files)."""
     return build_storage(request.param, request, tmp_path, moto_url)
+
+
+# -- OpenTelemetry: the SDK's in-memory exporter (tests/tracing, tests/temporal/test_tracing.py) ------------
+
+_SPAN_EXPORTER: list = []
+
+
+@pytest.fixture
+def spans():
+    """The spans finished during the test (an SDK provider is installed once per process: the global
+    provider can be set only once)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if not _SPAN_EXPORTER:
+        _SPAN_EXPORTER.append(InMemorySpanExporter())
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_SPAN_EXPORTER[0]))
+        trace.set_tracer_provider(provider)
+    exporter = _SPAN_EXPORTER[0]
+    exporter.clear()
+    yield exporter
+    exporter.clear()

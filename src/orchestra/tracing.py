@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["configure_otlp", "content_enabled", "enabled", "span"]
+__all__ = ["configure_otlp", "content_enabled", "continued", "enabled", "span"]
 
 try:  # the [otel] extra
     from opentelemetry import trace as _trace
@@ -87,6 +87,21 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[_Sp
         except BaseException as exc:
             current.set_attribute("error.type", type(exc).__name__)
             raise
+
+
+@contextlib.contextmanager
+def continued(headers: Mapping[str, str]) -> Iterator[None]:
+    """Inside the block, spans continue the trace named by ``headers`` (W3C ``traceparent``), if any."""
+    if _trace is None:
+        yield
+        return
+    from opentelemetry import context, propagate
+
+    token = context.attach(propagate.extract(headers))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def configure_otlp(endpoint: str, service_name: str = "orchestra") -> None:

@@ -147,3 +147,37 @@ def test_spans_do_not_leak_between_concurrent_agents(spans):
     roots = [s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent")]
     assert len(roots) == 5
     assert all(s.parent is None for s in roots)
+
+
+async def test_the_server_continues_an_incoming_traceparent(spans, tmp_path):
+    """Over real HTTP: the invocation's span joins the caller's trace and names the run and session."""
+    import httpx
+
+    from orchestra.server import hash_key
+    from tests.server.conftest import Server
+
+    (tmp_path / "chat.yaml").write_text(
+        "version: 1\nkind: agent\nid: chat\nagents:\n  - {name: chat, model: echo}\n"
+    )
+    config = tmp_path / "server.yaml"
+    config.write_text(
+        f"version: 1\nstorage: file:{tmp_path}/store\nagents:\n  - {{id: chat, spec: chat.yaml, workspace: w}}\n"
+        f"api_keys:\n  - {{workspace: w, sha256: {hash_key('k')}}}\n"
+    )
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {"Authorization": "Bearer k", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    with Server(config) as running:
+        async with httpx.AsyncClient(base_url=running.url, headers=headers) as http:
+            answer = await http.post("/api/v1/agents/chat/invoke", json={"input": "hi", "session_id": "s1"})
+            assert answer.status_code == 200, answer.text
+            streamed = await http.post("/api/v1/agents/chat/invoke?stream=true", json={"input": "again"})
+            assert "event: result" in streamed.text
+    found = [s for s in spans.get_finished_spans() if s.name == "invoke chat"]
+    assert len(found) == 2
+    first = found[0]
+    assert format(first.context.trace_id, "032x") == trace_id
+    assert first.parent.span_id == 0x00F067AA0BA902B7
+    assert first.attributes["orchestra.run.id"] == answer.json()["run_id"]
+    assert first.attributes["orchestra.session.id"] == "s1"
+    agent = next(s for s in spans.get_finished_spans() if s.name == "invoke_agent chat")
+    assert agent.parent.span_id == first.context.span_id

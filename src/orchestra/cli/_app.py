@@ -77,6 +77,30 @@ ModelOption = Annotated[
         help="A model for every agent, overriding the file: openai:<m>, bedrock:<id>, ollama:<m>, scripted.",
     ),
 ]
+OtlpOption = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp-endpoint",
+        metavar="URL",
+        envvar="ORCHESTRA_OTLP_ENDPOINT",
+        help="Send OpenTelemetry traces to this OTLP/HTTP collector (http://host:4318); needs "
+        "pip install 'orchestra[otel]'.",
+    ),
+]
+
+
+def _start_tracing(endpoint: str | None, service: str) -> None:
+    if endpoint is None:
+        return
+    from orchestra.tracing import configure_otlp
+
+    try:
+        configure_otlp(endpoint, service)
+    except RuntimeError as exc:
+        raise fail(str(exc), 2) from None
+    os.environ["ORCHESTRA_OTLP_ENDPOINT"] = endpoint  # server worker processes configure it too
+
+
 JsonOption = Annotated[
     bool, typer.Option("--json", metavar="", help="Print the result as JSON instead of a table and text.")
 ]
@@ -313,11 +337,13 @@ def run(
     model: ModelOption = None,
     on: OnOption = None,
     as_json: JsonOption = False,
+    otlp_endpoint: OtlpOption = None,
 ) -> None:
     """Run a pipeline, showing each node's status live, then its output.
 
     Example: [bold]orchestra run examples/graphs/review_loop.yaml --input "Write about tides"[/]
     """
+    _start_tracing(otlp_endpoint, "orchestra-run")
     loaded = _load_spec(file)
     task = _read_input(input, loaded.spec.input)
     if task is None:
@@ -476,6 +502,7 @@ def serve(
             "dashboard cookie is Secure), comma-separated, or '*'.",
         ),
     ] = None,
+    otlp_endpoint: OtlpOption = None,
 ) -> None:
     """Host agents and pipelines over HTTP, with a dashboard at /.
 
@@ -489,6 +516,7 @@ def serve(
         load_config(config)
     except OrchestraError as exc:
         raise fail(str(exc)) from None
+    _start_tracing(otlp_endpoint, "orchestra-serve")  # the app factory configures each worker process
     os.environ[CONFIG_ENV_VAR] = str(config.resolve())
     err.print(f"serving {config} on http://{host}:{port} ({workers} worker(s))", highlight=False)
     uvicorn.run(
@@ -585,6 +613,7 @@ def worker(
             help="On SIGTERM, let running nodes finish for this long before exiting.",
         ),
     ] = 300.0,
+    otlp_endpoint: OtlpOption = None,
 ) -> None:
     """Host pipelines on a Temporal task queue: run their workflows and their nodes as activities.
 
@@ -595,6 +624,8 @@ def worker(
     Example: [bold]orchestra worker --temporal 127.0.0.1:7233 --task-queue pipelines examples/graphs/*.yaml[/]
     """
     from orchestra.cli._temporal import run_worker
+
+    _start_tracing(otlp_endpoint, "orchestra-worker")
     from orchestra.temporal import TemporalConnection
 
     connection = TemporalConnection(

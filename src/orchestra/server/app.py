@@ -407,7 +407,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         },
     )
     async def invoke(
-        agent_id: str, body: InvokeRequest, ws: Workspace, stream: Annotated[bool, Query()] = False
+        agent_id: str,
+        body: InvokeRequest,
+        ws: Workspace,
+        request: Request,
+        stream: Annotated[bool, Query()] = False,
     ) -> Any:
         """Invoke an agent or pipeline; with ``?stream=true`` events come as server-sent events."""
         target = hosted(agent_id, ws)
@@ -432,6 +436,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise ApiError(422, "input_too_long", f"input is over {config.limits.max_input_chars} characters")
         history = [t.model_dump() for t in body.history] if body.history is not None else None
         invocation = Invocation(target, task, body.session_id, history)
+        # W3C trace context: the run's spans continue the caller's trace.
+        invocation.trace_headers = {
+            k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))
+        }
         if stream:
             return StreamingResponse(_sse(runtime, ws, invocation), media_type="text/event-stream")
         record, outcome = await runtime.invoke(ws, invocation)
@@ -612,5 +620,11 @@ async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterat
 
 
 def create_app_from_env() -> FastAPI:
-    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG``."""
+    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG`` (and traces to
+    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter)."""
+    endpoint = os.environ.get("ORCHESTRA_OTLP_ENDPOINT")
+    if endpoint:
+        from orchestra.tracing import configure_otlp
+
+        configure_otlp(endpoint, "orchestra-serve")
     return create_app(load_config(os.environ[CONFIG_ENV_VAR]))

@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from orchestra import tracing
 from orchestra._concurrency import unwrap_group
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.agent import deferred_initialization
@@ -82,6 +83,22 @@ class Invocation:
         self.history = history
         self.mode: Mode = "session" if session_id else "stateless" if history is not None else "none"
         self.run_id = str(uuid7())
+        self.trace_headers: dict[str, str] = {}  # the request's traceparent/tracestate, if any
+
+    def traced(self) -> Any:
+        """The span of this invocation, continuing the caller's trace (``traceparent``) if it sent one."""
+        attributes = {
+            "orchestra.hosted.id": self.hosted.id,
+            "orchestra.run.id": self.run_id,
+            "orchestra.session.id": self.session_id,
+            "orchestra.memory_mode": self.mode,
+        }
+        stack = contextlib.ExitStack()
+        stack.enter_context(tracing.continued(self.trace_headers))
+        stack.enter_context(
+            tracing.span(f"invoke {self.hosted.id}", {k: v for k, v in attributes.items() if v})
+        )
+        return stack
 
 
 def _history_messages(history: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -210,36 +227,39 @@ class Runtime:
         not persisted (and gets no run record); the caller should retry.
         """
         async with self._session_turn(workspace, invocation):
-            record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
-            runs = self.runs(workspace)
-            try:
-                target = await self._build_and_claim(invocation, record, runs)
-            except Exception as exc:
-                await runs.delete(record)  # the "executing" record of a turn that will store nothing
-                if isinstance(exc, SessionConflictError):  # two processes created the session at once
-                    return record, exc
-                raise
-            started = time.perf_counter()
-            outcome: Any
-            try:
-                if isinstance(target, MultiAgentBase):
-                    outcome = await target.invoke_async(
-                        self._task(invocation, target), resume_unfinished=True
-                    )
-                else:
-                    outcome = await target.invoke_async(invocation.task)
-            except Exception as exc:
-                outcome = exc
-            if isinstance(outcome, SessionConflictError):
-                await runs.delete(record)  # nothing of this turn was stored
+            with invocation.traced():
+                return await self._invoke(workspace, invocation)
+
+    async def _invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Any]:
+        record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
+        runs = self.runs(workspace)
+        try:
+            target = await self._build_and_claim(invocation, record, runs)
+        except Exception as exc:
+            await runs.delete(record)  # the "executing" record of a turn that will store nothing
+            if isinstance(exc, SessionConflictError):  # two processes created the session at once
+                return record, exc
+            raise
+        started = time.perf_counter()
+        outcome: Any
+        try:
+            if isinstance(target, MultiAgentBase):
+                outcome = await target.invoke_async(self._task(invocation, target), resume_unfinished=True)
             else:
-                self._finish(record, target, outcome, started)
-                runs.save_later(record)  # a stored turn's "executing" record is durable already
-            return record, outcome
+                outcome = await target.invoke_async(invocation.task)
+        except Exception as exc:
+            outcome = exc
+        if isinstance(outcome, SessionConflictError):
+            await runs.delete(record)  # nothing of this turn was stored
+        else:
+            self._finish(record, target, outcome, started)
+            runs.save_later(record)  # a stored turn's "executing" record is durable already
+        return record, outcome
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
         """Run an invocation, yielding ``(event name, JSON data)`` as it goes; the last is ``result``/``error``."""
-        async with self._session_turn(workspace, invocation):
+        async with self._session_turn(workspace, invocation), contextlib.AsyncExitStack() as stack:
+            stack.enter_context(invocation.traced())
             record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
             started = time.perf_counter()
             outcome: Any = None

@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
+from orchestra import tracing
 from orchestra.errors import ConfigurationError
 from orchestra.spec import LoadedSpec
 from orchestra.temporal._types import WORKFLOW_NAME, RunRequest
@@ -123,6 +124,12 @@ DEFAULT_GRACEFUL_SHUTDOWN = timedelta(minutes=5)
 async def connect(target: TemporalTarget, connection: TemporalConnection | None = None) -> Client:
     """A client for ``target``; ``connection`` defaults to ``TemporalConnection.from_env()``."""
     options = (connection or TemporalConnection.from_env()).client_options()
+    if tracing.enabled():
+        # Spans cross the wire in the workflow and activity headers; workers made from this client
+        # use the interceptor too, so a node's spans continue the trace of the run that started it.
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+
+        options["interceptors"] = [TracingInterceptor()]
     return await Client.connect(target.address, namespace=target.namespace, **options)
 
 
