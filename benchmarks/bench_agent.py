@@ -7,7 +7,12 @@ With ``--long``, a second object: 5,000 turns (a 10,000-message conversation) wi
 the mean call of the first and last 100 turns, their ratio, and the process's peak RSS (the test
 models used to copy the whole history on every call).
 
-    python benchmarks/bench_agent.py [--turns 300] [--long]
+With ``--tracing``, the cost of OpenTelemetry tracing per turn (a tool call and an answer: two model
+calls, one tool), each setup in fresh processes, alternated, best of 5: the ``[otel]`` extra absent (as
+if not installed: nothing imported), the API installed with no SDK configured (no-op spans), and the
+SDK recording to memory. The ratios are to "absent"; "absent_again" measures the noise of the same setup.
+
+    python benchmarks/bench_agent.py [--turns 300] [--long] [--tracing]
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import json
 import resource
 import time
+from typing import Any
 
 import anyio
 
@@ -67,14 +73,79 @@ async def run_long(turns: int = 5000) -> dict[str, float]:
     }
 
 
+_TRACING_RUN = """
+import sys, time, anyio
+setup = sys.argv[1]
+if setup == "absent":
+    sys.modules["opentelemetry"] = None  # as if the [otel] extra were not installed
+elif setup == "sdk":
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    trace.set_tracer_provider(provider)
+from orchestra import Agent, tool
+from orchestra.conversation import NullConversationManager
+from orchestra.testing import ScriptedModel, ToolCall
+
+@tool
+def add(a: int, b: int) -> int:
+    \"\"\"Add.
+
+    Args:
+        a: first
+        b: second
+    \"\"\"
+    return a + b
+
+async def main(turns):
+    replies = [r for i in range(turns) for r in (ToolCall("add", {"a": i, "b": 1}), f"done {i}")]
+    agent = Agent(model=ScriptedModel(replies), tools=[add], conversation_manager=NullConversationManager())
+    started = time.perf_counter()
+    for i in range(turns):
+        await agent.invoke_async(f"turn {i}")
+    print((time.perf_counter() - started) / turns * 1e6)
+anyio.run(main, int(sys.argv[2]))
+"""
+
+
+def run_tracing(turns: int = 400, rounds: int = 5) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    setups = ["absent", "absent_again", "noop", "sdk"]
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for setup in setups:
+            real = "absent" if setup == "absent_again" else setup
+            out = subprocess.run(
+                [sys.executable, "-c", _TRACING_RUN, real, str(turns)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            best[setup] = min(best.get(setup, float("inf")), float(out))
+    return {
+        "benchmark": "agent_tracing_cost",
+        "turn": "one tool call + one answer (2 model calls)",
+        **{f"{setup}_us_per_turn": round(best[setup], 1) for setup in setups},
+        **{f"{setup}_over_absent": round(best[setup] / best["absent"], 3) for setup in setups[1:]},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--long", action="store_true", help="also run the 10,000-message conversation")
+    parser.add_argument("--tracing", action="store_true", help="also measure what tracing costs per turn")
     args = parser.parse_args()
     print(json.dumps(anyio.run(run, args.turns)))
     if args.long:
         print(json.dumps(anyio.run(run_long)))
+    if args.tracing:
+        print(json.dumps(run_tracing()))
 
 
 if __name__ == "__main__":
