@@ -44,3 +44,20 @@ def test_python_and_yaml_examples_are_the_same_pipeline(name):
             [src, dst, bool(condition)] for src, dst, condition in structure.get("edges", [])
         )
     assert shape == same
+
+
+def test_the_tracing_example_prints_the_span_tree():
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "python" / "traced_run.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "completed"
+    assert lines[1].startswith("invoke_workflow fan-out")
+    assert "  execute_node cost_analyst  (17 output tokens)" in lines
+    assert "      chat scripted  (17 output tokens)" in lines
