@@ -173,7 +173,7 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nagents:\n  - name: writer\n    model: scripted\n  - name: reviewer\n    model: scripted\nnodes:\n  - agent: writer\n  - agent: reviewer\nedges:\n  - from: writer\n    to: reviewer\n    when: {output_contains: ok, output_matches: ok}\n",
-        "pipeline.yaml:15:11: edges[0].when: a condition needs exactly one of output_contains, output_matches, state_equals, status, all, any, not, call (found: output_contains, output_matches)",
+        "pipeline.yaml:15:11: edges[0].when: a condition needs exactly one of output_contains, output_matches, state_equals, status, all, any, not, call, field (found: output_contains, output_matches)",
         id="condition_two_keys",
     ),
     pytest.param(
@@ -188,7 +188,7 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nagents:\n  - name: writer\n    model: scripted\n  - name: reviewer\n    model: scripted\nnodes:\n  - agent: writer\n  - agent: reviewer\nedges:\n  - from: writer\n    to: reviewer\n    when: {output_contain: ok}\n",
-        "pipeline.yaml:15:11: edges[0].when: a condition needs exactly one of output_contains, output_matches, state_equals, status, all, any, not, call (found: none)",
+        "pipeline.yaml:15:11: edges[0].when: a condition needs exactly one of output_contains, output_matches, state_equals, status, all, any, not, call, field (found: none)",
         id="condition_unknown_key",
     ),
     pytest.param(

@@ -163,3 +163,16 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         worker.terminate()
         worker.wait(30)
         worker.stderr.close()
+
+
+async def test_structured_output_routes_the_same_on_temporal(temporal_address, tmp_path):
+    """A node's structured output crosses the activity boundary as JSON: field conditions route the run
+    as locally, and the stored output is the object."""
+    loaded = parse_file(EXAMPLES / "invoice_triage.yaml")
+    storage = f"file:{tmp_path}/store"
+    summary, _ = await run_on(temporal_address, "q-invoice", loaded, storage, "s1", loaded.spec.input)
+    assert summary["status"] == "completed"
+    assert summary["execution_order"] == ["extract", "approve"]
+    doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", loaded.spec.id)
+    stored = doc.fields["node/extract"]["result"]["output"]
+    assert stored == {"customer": "ACME", "total": 2150.0, "overdue": True}
