@@ -19,7 +19,12 @@ class ToolRegistry:
         self._tools: dict[str, AgentTool] = {}
         self._specs: list[ToolSpec] | None = None
         for item in tools:
-            self.add(item)
+            provider = getattr(item, "agent_tools", None)
+            if callable(provider) and not callable(getattr(item, "invoke", None)):
+                for provided in provider():  # a tool provider: an MCP client's tools
+                    self.add(provided)
+            else:
+                self.add(item)
 
     def add(self, item: Any) -> AgentTool:
         """Register a tool (or a plain function, wrapped with ``@tool``)."""

@@ -1,0 +1,125 @@
+"""MCP tools against real MCP servers started with the official SDK, over stdio and streamable HTTP."""
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestra import Agent
+from orchestra.models import ScriptedModel
+from orchestra.models.scripted import ToolCall
+from orchestra.tools.mcp import MCPClient
+
+SERVER = str(Path(__file__).parent / "mcp_server.py")
+pytestmark = pytest.mark.timeout(120)
+
+
+def stdio(**options):
+    return MCPClient.stdio(sys.executable, [SERVER], **options)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def http_server():
+    port = free_port()
+    process = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp", process
+    process.kill()
+    process.wait(10)
+
+
+async def test_stdio_tools_are_called_by_the_model():
+    async with stdio() as client:
+        agent = Agent(model=ScriptedModel([ToolCall("add", {"a": 2, "b": 3}), "5"]), tools=[client])
+        assert sorted(agent.tool_registry.names) == ["add", "crash", "hang", "picture"]
+        result = await agent.invoke_async("2+3?")
+    assert str(result) == "5"
+    tool_result = agent.messages[2]["content"][0]["toolResult"]
+    assert tool_result["status"] == "success"
+    assert tool_result["content"][0] == {"text": "5"}
+    assert tool_result["content"][-1] == {"json": {"result": 5}}  # the structured content
+    spec = next(s for s in agent.tool_registry.specs() if s["name"] == "add")
+    assert spec["inputSchema"]["json"]["required"] == ["a", "b"]
+
+
+async def test_images_map_to_image_blocks_and_names_can_be_filtered_and_prefixed():
+    async with stdio(include=["picture", "add"], prefix="srv_") as client:
+        agent = Agent(model=ScriptedModel([ToolCall("srv_picture", {}), "seen"]), tools=[client])
+        assert sorted(agent.tool_registry.names) == ["srv_add", "srv_picture"]
+        await agent.invoke_async("show me")
+    content = agent.messages[2]["content"][0]["toolResult"]["content"]
+    assert content[0] == {"text": "a red pixel"}
+    assert content[1]["image"]["format"] == "png"
+    assert content[1]["image"]["source"]["bytes"].startswith(b"\x89PNG")
+
+
+async def test_a_server_that_dies_mid_call_is_an_error_result_and_a_log_line(caplog):
+    async with stdio(timeout=10) as client:
+        agent = Agent(model=ScriptedModel([ToolCall("crash", {}), "it failed"]), tools=[client])
+        started = time.monotonic()
+        result = await agent.invoke_async("try it")
+        assert time.monotonic() - started < 10
+    assert str(result) == "it failed"
+    tool_result = agent.messages[2]["content"][0]["toolResult"]
+    assert tool_result["status"] == "error"
+    assert "failed" in tool_result["content"][0]["text"]
+
+
+async def test_a_hanging_call_times_out_instead_of_hanging():
+    async with stdio(timeout=2) as client:
+        agent = Agent(model=ScriptedModel([ToolCall("hang", {}), "gave up"]), tools=[client])
+        started = time.monotonic()
+        await agent.invoke_async("try")
+        assert time.monotonic() - started < 8
+    error = agent.messages[2]["content"][0]["toolResult"]
+    assert error["status"] == "error"
+    assert "no answer in time" in error["content"][0]["text"]
+
+
+async def test_streamable_http_server(http_server):
+    url, _ = http_server
+    async with MCPClient.http(url, headers={"X-Test": "1"}) as client:
+        agent = Agent(model=ScriptedModel([ToolCall("add", {"a": 20, "b": 22}), "42"]), tools=[client])
+        await agent.invoke_async("20+22?")
+    assert agent.messages[2]["content"][0]["toolResult"]["content"][0] == {"text": "42"}
+
+
+async def test_a_dead_http_server_fails_the_call_quickly(http_server):
+    url, process = http_server
+    async with MCPClient.http(url, timeout=3) as client:
+        agent = Agent(model=ScriptedModel([ToolCall("add", {"a": 1, "b": 1}), "no"]), tools=[client])
+        process.kill()
+        process.wait(10)
+        started = time.monotonic()
+        await agent.invoke_async("1+1?")
+        assert time.monotonic() - started < 10
+    assert agent.messages[2]["content"][0]["toolResult"]["status"] == "error"
+
+
+def test_an_unreachable_server_is_one_clear_error():
+    client = MCPClient.http(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=2)
+    with pytest.raises(ConnectionError, match=r"MCP server http:http://127.0.0.1:\d+/mcp: could not connect"):
+        client.start()
+
+
+def test_an_agent_starts_the_client_itself_and_close_ends_the_server():
+    client = stdio()
+    agent = Agent(model=ScriptedModel([ToolCall("add", {"a": 1, "b": 2}), "3"]), tools=[client])
+    assert client.started
+    assert str(agent("1+2?")) == "3"
+    client.close()
+    assert not client.started
