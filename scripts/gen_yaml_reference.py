@@ -70,6 +70,11 @@ expression), `state_equals`, `status`, a field of the source node's structured o
 `customer.name`, and `of: <node>` to test another node), combined with `all`, `any` and `not`; or an
 import path to a function `fn(state)` (or `fn(state, invocation_state)`) returning a bool.
 
+**MCP servers** in an agent's `tools`: `{mcp: {command: npx, args: [...], env: {...}}}` starts a server
+over stdio, `{mcp: {url: "https://host/mcp", headers: {...}}}` connects over streamable HTTP; both take
+`include` / `exclude` (tool names), `prefix` (prepended to each tool's name) and `timeout` (seconds a
+call may take, default 30). Needs `pip install 'orchestra[mcp]'`.
+
 **Structured output**: an agent with `output_type: package.module:Class` (a pydantic model) or an
 inline `output_schema` (a JSON Schema object: properties, required, nested objects, arrays, enums)
 ends each turn with a validated object. It is the node's output (what field conditions test, and what

@@ -1,7 +1,7 @@
 """A real MCP server (the official SDK's MCPServer) for the MCP tests: stdio, or streamable HTTP on a port.
 
-    python tests/tools/mcp_server.py                 # stdio
-    python tests/tools/mcp_server.py http PORT       # http://127.0.0.1:PORT/mcp
+python tests/tools/mcp_server.py                 # stdio
+python tests/tools/mcp_server.py http PORT       # http://127.0.0.1:PORT/mcp
 """
 
 import base64

@@ -123,3 +123,40 @@ def test_an_agent_starts_the_client_itself_and_close_ends_the_server():
     assert str(agent("1+2?")) == "3"
     client.close()
     assert not client.started
+
+
+def test_yaml_agents_take_mcp_servers(tmp_path, http_server):
+    from orchestra.spec import load, parse_text
+
+    url, _ = http_server
+    (tmp_path / "agent.yaml").write_text(
+        f"""version: 1
+kind: agent
+id: calc
+agents:
+  - name: calc
+    tools:
+      - mcp: {{command: {sys.executable}, args: [{SERVER}], include: [add]}}
+      - mcp: {{url: "{url}", prefix: remote_}}
+    model:
+      provider: scripted
+      replies:
+        - [{{tool: add, input: {{a: 1, b: 2}}}}, {{tool: remote_add, input: {{a: 3, b: 4}}}}]
+        - "3 and 7"
+"""
+    )
+    agent = load(tmp_path / "agent.yaml")
+    assert "add" in agent.tool_registry.names
+    assert "remote_picture" in agent.tool_registry.names
+    assert str(agent("add")) == "3 and 7"
+    results = [b["toolResult"]["content"][0] for b in agent.messages[2]["content"]]
+    assert results == [{"text": "3"}, {"text": "7"}]
+    for item in agent.tool_registry:
+        if hasattr(item, "client"):
+            item.client.close()
+    with pytest.raises(
+        Exception, match=r"tools\[0\].server.mcp: an mcp server needs exactly one of command, url"
+    ):
+        parse_text(
+            "version: 1\nkind: agent\nid: x\nagents:\n  - name: x\n    tools: [{mcp: {}}]\n", "bad.yaml"
+        )

@@ -43,6 +43,7 @@ from orchestra.spec.models import (
     IMPORT_PATH,
     AgentSpec,
     ConditionSpec,
+    McpToolsSpec,
     ModelSpec,
     NodeSpec,
     PipelineSpec,
@@ -337,6 +338,8 @@ def _check_import(path: str, where: Path_, problem: Any, what: str) -> Any:
 
 def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
     for index, tool_path in enumerate(agent.tools):
+        if not isinstance(tool_path, str):
+            continue  # an MCP server: connected when the agent is built
         if tool_path not in VENDED_TOOLS and ":" not in tool_path:
             problem(
                 (*path, "tools", index),
@@ -457,7 +460,7 @@ def _build_agent(spec: AgentSpec, override: Model | str | None, session_manager:
         name=spec.name,
         description=spec.description,
         system_prompt=spec.system_prompt,
-        tools=[import_object(VENDED_TOOLS.get(t, t)) for t in spec.tools],
+        tools=[_tool(t) for t in spec.tools],
         state=spec.state,
         conversation_manager=conversation,
         max_cycles=spec.max_cycles,
@@ -465,6 +468,24 @@ def _build_agent(spec: AgentSpec, override: Model | str | None, session_manager:
         output_type=_output_type(spec),
         max_output_retries=spec.max_output_retries,
     )
+
+
+def _tool(item: str | McpToolsSpec) -> Any:
+    if isinstance(item, str):
+        return import_object(VENDED_TOOLS.get(item, item))
+    from orchestra.tools.mcp import MCPClient
+
+    server = item.mcp
+    options = {
+        "prefix": server.prefix,
+        "include": server.include,
+        "exclude": server.exclude,
+        "timeout": server.timeout,
+    }
+    if server.command is not None:
+        return MCPClient.stdio(server.command, server.args, server.env, **options)
+    assert server.url is not None
+    return MCPClient.http(server.url, server.headers, **options)
 
 
 def _output_type(spec: AgentSpec) -> Any:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 __all__ = [
     "AgentSpec",
@@ -85,6 +85,37 @@ class ConversationManagerSpec(_Spec):
     preserve_recent_messages: int = Field(default=10, ge=0)
 
 
+class McpServerSpec(_Spec):
+    """An MCP server whose tools the agent gets: ``command`` (+ ``args``, ``env``) for stdio, or ``url``."""
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    headers: dict[str, str] | None = None
+    prefix: str | None = Field(default=None, pattern=r"^[a-zA-Z0-9_-]{1,32}$")
+    include: list[str] | None = None
+    exclude: list[str] = Field(default_factory=list)
+    timeout: float = Field(default=30.0, gt=0, description="Seconds a tool call may take.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_transport(cls, values: Any) -> Any:
+        return _exactly_one(values, ("command", "url"), "an mcp server")
+
+
+class McpToolsSpec(_Spec):
+    """``{mcp: {...}}`` in an agent's ``tools``: every tool of an MCP server."""
+
+    mcp: McpServerSpec
+
+
+ToolItem = Annotated[
+    Annotated[str, Tag("import")] | Annotated[McpToolsSpec, Tag("server")],
+    Discriminator(lambda value: "server" if isinstance(value, dict | McpToolsSpec) else "import"),
+]
+
+
 class AgentSpec(_Spec):
     """An agent definition; nodes refer to it by name (each node gets its own agent built from it)."""
 
@@ -95,8 +126,10 @@ class AgentSpec(_Spec):
         default=None,
         description="A model string (openai:gpt-4o, bedrock:<id>, ollama:<m>, scripted) or options.",
     )
-    tools: list[str] = Field(
-        default_factory=list, description="package.module:tool import paths, or 'notebook'."
+    tools: list[ToolItem] = Field(
+        default_factory=list,
+        description="package.module:tool import paths, 'notebook', or {mcp: {command: ..., args: [...]}} / "
+        "{mcp: {url: ...}} for an MCP server's tools.",
     )
     state: dict[str, Any] = Field(default_factory=dict, description="Initial agent state (JSON).")
     conversation_manager: ConversationManagerSpec | None = None
