@@ -61,3 +61,20 @@ def test_the_tracing_example_prints_the_span_tree():
     assert lines[1].startswith("invoke_workflow fan-out")
     assert "  execute_node cost_analyst  (17 output tokens)" in lines
     assert "      chat scripted  (17 output tokens)" in lines
+
+
+def test_the_mcp_example_calls_a_real_server():
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "python" / "mcp_tools.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "tools: calc_add, calc_picture",
+        "the server answered: 42",
+        "agent said: 19 + 23 = 42",
+    ]
