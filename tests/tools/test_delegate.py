@@ -86,3 +86,32 @@ def test_an_inner_model_error_and_a_bad_input_are_error_results():
     assert "flaky failed" in failed["content"][0]["text"]
     empty = caller.messages[4]["content"][0]["toolResult"]
     assert "needs a non-empty 'input' string" in empty["content"][0]["text"]
+
+
+async def test_an_inner_agent_is_saved_in_the_callers_session_and_restored_after_a_restart(tmp_path):
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import LocalFileStorage
+
+    def build():
+        helper_model = ScriptedModel(["first answer", "second answer"], follow_history=True)
+        helper = Agent(name="helper", model=helper_model, description="Answers.")
+        caller = Agent(
+            model=ScriptedModel(
+                [ToolCall("helper", {"input": "q1"}), "done 1", ToolCall("helper", {"input": "q2"}), "done 2"],
+                follow_history=True,
+            ),
+            tools=[helper.as_tool()],
+            session_manager=SnapshotSessionManager("s1", storage=LocalFileStorage(tmp_path)),
+        )
+        return caller, helper, helper_model
+
+    caller, helper, _ = build()
+    await caller.invoke_async("ask once")
+    assert helper.agent_id == "default-helper"
+    assert len(helper.messages) == 2
+
+    caller, helper, helper_model = build()  # a new process: the same session, fresh objects
+    await caller.invoke_async("ask again")
+    assert str(helper.messages[-1]["content"][0]["text"]) == "second answer"
+    assert helper_model.requests[-1].message_count == 3  # its first turn was restored before the call
+    assert len(caller.messages) == 8

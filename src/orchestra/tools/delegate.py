@@ -4,7 +4,8 @@
 it with ``{"input": "..."}``; the inner target runs with the caller's invocation state (the same dict) and
 keeps its own conversation; its text is the tool result. A failure of the inner run (a model error, a
 failed node, an interrupt nobody can answer from inside a tool) is an error result the caller's model
-reads, never an exception that stops the caller.
+reads, never an exception that stops the caller. An inner agent used by an agent with a session is
+saved in that session too (see ``DelegateTool._share_session``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class DelegateTool:
         if not isinstance(request, str) or not request.strip():
             return tool_result(tool_use_id, f"Error: {self._name} needs a non-empty 'input' string", "error")
         try:
+            await self._share_session(context.agent)
             result = await self.target.invoke_async(request, invocation_state=context.invocation_state)
         except Exception as exc:
             return tool_result(
@@ -79,6 +81,23 @@ class DelegateTool:
                 "error",
             )
         return tool_result(tool_use_id, str(result))
+
+
+    async def _share_session(self, caller: Any) -> None:
+        """An inner agent without a session of its own is saved in its caller's session, as a second agent
+        of it (agent id ``<caller id>-<tool name>``): attached at its first call, which also restores what
+        an earlier process saved, so its conversation survives a restart with the caller's."""
+        inner = self.target
+        manager = getattr(caller, "session_manager", None)
+        if not _is_agent(inner) or manager is None or inner.session_manager is not None:
+            return
+        from orchestra.hooks import AgentInitialized
+
+        if inner.agent_id in ("default", caller.agent_id):
+            inner.agent_id = f"{caller.agent_id}-{self._name}"[:128]
+        inner.session_manager = manager
+        inner.hooks.add_hook(manager)
+        await inner.hooks.invoke(AgentInitialized(inner))
 
 
 def _is_agent(target: Any) -> bool:
