@@ -78,3 +78,13 @@ def test_the_mcp_example_calls_a_real_server():
         "the server answered: 42",
         "agent said: 19 + 23 = 42",
     ]
+
+
+def test_the_agents_as_tools_example_delegates(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["agents_as_tools.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "agents_as_tools.py"), run_name="__main__")
+    assert capsys.readouterr().out.splitlines() == [
+        "tool said: Tides are caused mainly by the Moon's gravity.",
+        "tool said: The note is accurate.",
+        "assistant: Tides come mainly from the Moon's gravity (checked by the review pipeline).",
+    ]
