@@ -97,7 +97,12 @@ async def test_an_inner_agent_is_saved_in_the_callers_session_and_restored_after
         helper = Agent(name="helper", model=helper_model, description="Answers.")
         caller = Agent(
             model=ScriptedModel(
-                [ToolCall("helper", {"input": "q1"}), "done 1", ToolCall("helper", {"input": "q2"}), "done 2"],
+                [
+                    ToolCall("helper", {"input": "q1"}),
+                    "done 1",
+                    ToolCall("helper", {"input": "q2"}),
+                    "done 2",
+                ],
                 follow_history=True,
             ),
             tools=[helper.as_tool()],

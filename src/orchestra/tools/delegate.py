@@ -82,7 +82,6 @@ class DelegateTool:
             )
         return tool_result(tool_use_id, str(result))
 
-
     async def _share_session(self, caller: Any) -> None:
         """An inner agent without a session of its own is saved in its caller's session, as a second agent
         of it (agent id ``<caller id>-<tool name>``): attached at its first call, which also restores what
