@@ -67,8 +67,9 @@ class MCPClient:
         self._portal_cm: Any = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._session: Any = None
-        self._stop: anyio.Event | None = None
-        self._stopped: threading.Event | None = None
+        self._stop: anyio.Event | None = None  # set to end the connection (on the portal's loop)
+        self._ready: anyio.Event | None = None  # set once connected, or once connecting failed
+        self._failure: BaseException | None = None
         self._tools: list[MCPTool] = []
         self._lock = threading.Lock()
 
@@ -131,7 +132,7 @@ class MCPClient:
             self._portal_cm = anyio.from_thread.start_blocking_portal()
             self._portal = self._portal_cm.__enter__()
             self._ready = self._portal.call(anyio.Event)
-            self._failure: BaseException | None = None
+            self._failure = None
             ready: Any = self._portal.start_task_soon(self._serve)
             try:
                 self._portal.call(self._wait_ready)
@@ -158,15 +159,18 @@ class MCPClient:
                     if (self.include is None or tool.name in self.include) and tool.name not in self.exclude
                 ]
                 self._session = session
+                assert self._ready is not None
                 self._ready.set()
                 await self._stop.wait()
         except BaseException as exc:
             self._failure = exc
             raise
         finally:
-            self._ready.set()
+            if self._ready is not None:
+                self._ready.set()
 
     async def _wait_ready(self) -> None:
+        assert self._ready is not None
         with anyio.fail_after(self.connect_timeout + 5):
             await self._ready.wait()
         if self._session is None:
