@@ -17,6 +17,7 @@ Message contents go into spans only with ``ORCHESTRA_TRACE_CONTENT=1``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -71,14 +72,21 @@ class _Span:
 _NOOP = _Span()
 
 
+@functools.cache
+def _tracer() -> Any:
+    # Looked up once: before a provider is set this is OpenTelemetry's proxy tracer, which follows the
+    # global provider when one is set later, so caching it is safe and saves a lookup per span.
+    assert _trace is not None
+    return _trace.get_tracer(_TRACER_NAME)
+
+
 @contextlib.contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[_Span]:
     """A span named ``name``, current inside the block; errors mark it failed (``error.type``)."""
     if _trace is None:
         yield _NOOP
         return
-    tracer = _trace.get_tracer(_TRACER_NAME)
-    with tracer.start_as_current_span(
+    with _tracer().start_as_current_span(
         name, attributes=dict(attributes or {}), record_exception=True
     ) as current:
         handle = _Span(current)

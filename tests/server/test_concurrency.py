@@ -210,3 +210,34 @@ async def test_a_structured_output_is_answered_and_recorded_as_json(tmp_path):
             assert answer.json()["output"] == {"customer": "ACME", "total": 12.5}
             run = await http.get(f"/api/v1/runs/{answer.json()['run_id']}")
             assert run.json()["output"] == {"customer": "ACME", "total": 12.5}
+
+
+async def test_a_failed_flush_keeps_the_records_for_the_next_one():
+    """Storage that fails while run records are written after the answer loses none of them: they stay
+    readable from memory and the next flush writes them."""
+    from orchestra.errors import StorageUnavailableError
+    from orchestra.server.runs import RunRecord, RunStore
+    from orchestra.storage import InMemoryStorage
+    from orchestra.storage._base import ForwardingStorage
+
+    class Flaky(ForwardingStorage):
+        down = True
+
+        async def write(self, key, data, *, expect=None):
+            if self.down:
+                raise StorageUnavailableError("storage down")
+            return await self.inner.write(key, data, expect=expect)
+
+    storage = InMemoryStorage()
+    flaky = Flaky(storage)
+    runs = RunStore(storage, flaky)
+    record = RunRecord(
+        run_id="r1", agent_id="a", kind="agent", mode="none", started_at="t", status="completed"
+    )
+    runs.save_later(record)
+    with pytest.raises(StorageUnavailableError):
+        await runs.flush()
+    assert (await runs.get("r1")).status == "completed"  # still readable
+    flaky.down = False
+    await runs.flush()
+    assert (await RunStore(storage).get("r1")).status == "completed"  # written, read from storage

@@ -25,6 +25,7 @@ from orchestra._imports import import_object
 from orchestra.errors import ConfigurationError, StructuredOutputError
 from orchestra.models import Model, ToolSpec
 from orchestra.tools import ToolContext, ToolResultDict, tool_result
+from orchestra.tools._tool import validation_problems
 
 __all__ = ["OutputTool", "model_from_schema", "resolve_output_type", "supports_tool_choice"]
 
@@ -67,7 +68,7 @@ class OutputTool:
             value = self.output_type.model_validate(tool_use.get("input") or {})
         except ValidationError as exc:
             self.failures += 1
-            self.last_problem = describe_errors(exc)
+            self.last_problem = validation_problems(exc)
             return tool_result(
                 tool_use_id,
                 f"Error: invalid {self.name}: {self.last_problem}. Call {self.name} again with every field "
@@ -91,13 +92,6 @@ class OutputTool:
                 f"agent {agent_name!r}: no valid {self.output_type.__name__} after {self.failures} attempts "
                 f"(the last: {self.last_problem}); raise max_output_retries or make the fields easier to fill"
             )
-
-
-def describe_errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in error['loc']) or 'input'}: {error['msg']}"
-        for error in exc.errors(include_url=False)
-    )
 
 
 @functools.cache

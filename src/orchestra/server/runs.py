@@ -105,10 +105,12 @@ class RunStore:
                 batch, self._queued = self._queued, []
                 try:
                     await write_many(self._unsynced, [w for record in batch for w in self._writes(record)])
-                finally:
-                    for record in batch:
-                        if self._pending.get(record.run_id) is record:
-                            del self._pending[record.run_id]
+                except BaseException:
+                    self._queued[:0] = batch  # not lost: still readable, and the next flush writes them
+                    raise
+                for record in batch:
+                    if self._pending.get(record.run_id) is record:
+                        del self._pending[record.run_id]
         finally:
             self._flushing = False
 

@@ -137,6 +137,14 @@ class AgentTool(Protocol):
         ...
 
 
+def validation_problems(exc: ValidationError) -> str:
+    """A pydantic validation error as one line naming each field: ``total: Input should be ...; ...``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}"
+        for err in exc.errors(include_url=False)
+    )
+
+
 def tool_result(tool_use_id: str, value: Any, status: str = "success") -> ToolResultDict:
     """Turn what a tool returned into a tool result block."""
     if isinstance(value, dict) and "status" in value and "content" in value:
@@ -269,10 +277,7 @@ class FunctionTool:
         try:
             validated = self.input_model.model_validate(raw_input)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}"
-                for err in exc.errors(include_url=False)
-            )
+            problems = validation_problems(exc)
             return tool_result(
                 tool_use_id, f"Error: invalid input for tool {self._name!r}: {problems}", "error"
             )
