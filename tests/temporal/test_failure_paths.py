@@ -42,7 +42,7 @@ id: slow
 input: go
 nodes:
   - {id: slow, function: 'tests.support:sleep_forever'}
-limits: {node_timeout: 1}
+limits: {node_timeout: 2}
 """
 
 
@@ -69,7 +69,7 @@ async def test_a_node_timeout_is_final_not_retried(temporal_address, tmp_path, m
     loaded = parse_text(TIMEOUT, "slow.yaml")
     summary, _ = await run_on(temporal_address, "q-timeout", loaded, f"file:{tmp_path}/store", "s1", "go")
     assert summary["status"] == "failed"
-    assert "node_timeout (1s) exceeded by node 'slow'" in (summary["reason"] or summary["error"] or "")
+    assert "node_timeout (2s) exceeded by node 'slow'" in (summary["reason"] or summary["error"] or "")
     assert counts.read_text().count("ran") == 1
 
 
