@@ -17,6 +17,10 @@ def spec_mark(node_input: Any) -> str:
     return f"ran {node_input.node_id}"
 
 
+def ten_kb_output(node_input: Any) -> str:
+    return f"{node_input.node_id} saw k={node_input.invocation_state['k']} " + "o" * 10_000
+
+
 def spec_condition(state: Any, invocation_state: dict[str, Any]) -> bool:
     return bool(invocation_state.get("allow")) and state.text("source").startswith("APPROVED")
 

@@ -208,27 +208,24 @@ def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
 ):
     example = Path(__file__).parent.parent.parent / "examples" / "graphs" / "fan_out.yaml"
     worker = worker_process(temporal_address, "q-no-bucket", example)
+    on = f"temporal://{temporal_address}/default?task_queue=q-no-bucket"
+    storage = f"s3://no-such-bucket/runs?endpoint_url={moto_url}"
     try:
         started = time.monotonic()
-        result = CliRunner().invoke(
-            app,
-            [
-                "run",
-                str(example),
-                "--on",
-                f"temporal://{temporal_address}/default?task_queue=q-no-bucket",
-                "--storage",
-                f"s3://no-such-bucket/runs?endpoint_url={moto_url}",
-                "--session-id",
-                "s1",
-            ],
+        # A new run stores its task before it starts: that write fails, and nothing starts.
+        run = CliRunner().invoke(app, ["run", str(example), "--on", on, "--storage", storage, "--session-id", "s1"])
+        # A resume starts at once, and the worker's first read of the session fails it, not retried.
+        resume = CliRunner().invoke(
+            app, ["resume", str(example), "--on", on, "--storage", storage, "--session-id", "s1"]
         )
         assert time.monotonic() - started < 60  # not hours of retries
     finally:
         worker.terminate()
         worker.wait(30)
         worker.stderr.close()
-    assert result.exit_code == 1
-    assert "the run failed on Temporal" in result.stderr
-    assert "NoSuchBucket" in result.stderr
-    assert "retrying will not help" in result.stderr
+    assert run.exit_code == 1
+    assert run.stderr.count("\n") == 1 and "The specified bucket does not exist" in run.stderr
+    assert resume.exit_code == 1
+    assert "the run failed on Temporal" in resume.stderr
+    assert "NoSuchBucket" in resume.stderr
+    assert "retrying will not help" in resume.stderr

@@ -27,6 +27,10 @@ class RunRequest:
     # The pipeline version the run was started with (``spec_hash``): a worker hosting another version
     # refuses its nodes. Empty: any version (runs started before the check existed).
     spec_hash: str = ""
+    # Storage keys of the task and the invocation state, which ``start_run`` writes there so that the
+    # history holds keys, not the data (empty: given by value above, as before).
+    task_ref: str = ""
+    invocation_state_ref: str = ""
 
 
 @dataclass
@@ -54,6 +58,10 @@ class NodeRequest:
     responses: dict[str, Any] = field(default_factory=dict)
     invocation_state: dict[str, Any] = field(default_factory=dict)
     spec_hash: str = ""
+    invocation_state_ref: str = ""
+    # A swarm turn whose task is by reference: the activity composes the prompt from the saved run and
+    # this activation (``{"node", "input", "from"}``) instead of receiving it in ``prompt``.
+    swarm_next: dict[str, Any] | None = None
 
 
 @dataclass
@@ -84,3 +92,5 @@ class CommitRequest:
     node_id: str | None = None
     node_kind: str | None = None
     blob: str | None = None
+    task_ref: str | None = None  # the first commit of a run whose task is by reference stores it
+    run_id: str = ""  # tells a retried commit whose blobs it already deleted that it has nothing to do

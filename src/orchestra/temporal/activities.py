@@ -29,12 +29,24 @@ from orchestra.spec import LoadedSpec, build
 from orchestra.storage import Storage, storage_from_uri
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
 
-__all__ = ["PipelineActivities", "spec_hash"]
+__all__ = ["PipelineActivities", "input_key", "spec_hash"]
 
 
 def spec_hash(loaded: LoadedSpec) -> str:
     """A pipeline version: the hash of its parsed spec (what workers and runs compare)."""
     return hashlib.sha256(loaded.spec.model_dump_json().encode()).hexdigest()[:16]
+
+
+def input_key(session_id: str, spec_id: str, run_id: str, name: str) -> str:
+    """Where a run's input (``task``, ``state``: its invocation state) waits for the workflow's activities."""
+    return f"{ScopeLayout(session_id, 'multiAgent', spec_id).prefix}temporal/{run_id}/input-{name}.json"
+
+
+async def _read_json(storage: Storage, key: str, what: str) -> Any:
+    found = await storage.read(key)
+    if found is None:
+        raise ApplicationError(f"{key}: the run's {what} is missing from storage", non_retryable=True)
+    return json.loads(found[0])
 
 
 # Every node's activity loads the run from storage: fold the journal often so a load stays short.
@@ -49,10 +61,10 @@ def _extend(old: list[Any], new: list[Any]) -> list[Any]:
 
 
 def _light(fields: dict[str, Any]) -> dict[str, Any]:
-    """The run document without what the workflow never needs: outputs, messages, agent state."""
+    """The run document without what the workflow never needs: the task, outputs, messages, agent state."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        if name.startswith("agent/") or name == "state":
+        if name.startswith("agent/") or name in ("state", "task"):
             continue
         if name.startswith("node/") and isinstance(value, dict) and value.get("result"):
             result = {k: v for k, v in value["result"].items() if k not in ("output", "message")}
@@ -115,6 +127,7 @@ class PipelineActivities:
     def __init__(self, specs: dict[str, LoadedSpec]) -> None:
         self.specs = specs
         self._storages: dict[str, Storage] = {}
+        self._invocation_states: dict[str, dict[str, Any]] = {}  # by key: a run's nodes share one
 
     def _storage(self, uri: str) -> Storage:
         if uri not in self._storages:
@@ -136,6 +149,16 @@ class PipelineActivities:
                 non_retryable=True,
             )
         return loaded
+
+    async def _invocation_state(self, storage: Storage, request: NodeRequest) -> dict[str, Any]:
+        key = request.invocation_state_ref
+        if not key:
+            return request.invocation_state
+        if key not in self._invocation_states:
+            if len(self._invocation_states) >= 64:  # a few runs' worth; the oldest goes first
+                del self._invocation_states[next(iter(self._invocation_states))]
+            self._invocation_states[key] = await _read_json(storage, key, "invocation state")
+        return dict(self._invocation_states[key])
 
     @activity.defn(name="orchestra.describe")
     async def describe(self, spec_id: str) -> dict[str, Any]:
@@ -186,15 +209,19 @@ class PipelineActivities:
                 s: orchestrator._results[s].output for s in request.activation if s in orchestrator._results
             }
             task = request.prompt if request.prompt is not None else orchestrator._fields.get("task")
+        elif request.swarm_next is not None:  # the task is by reference: compose the turn's prompt here
+            assert isinstance(orchestrator, Swarm)
+            inputs, task = {}, orchestrator._compose_input(request.node_id, request.swarm_next)
         else:
             inputs, task = {}, request.prompt
+        invocation_state = await self._invocation_state(storage, request)
         state_before = orchestrator.state.to_dict()
         node_input = NodeInput(
             node_id=request.node_id,
             task=task,
             inputs=inputs,
             state=orchestrator.state,
-            invocation_state=request.invocation_state,
+            invocation_state=invocation_state,
             execution_count=request.execution_count,
         )
         result = await self._run(node, node_input, orchestrator, request)
@@ -202,7 +229,7 @@ class PipelineActivities:
         if isinstance(orchestrator, Graph) and result.status == Status.COMPLETED:
             orchestrator._record_result(result)
             try:
-                fired = orchestrator._evaluate_edges(request.node_id, request.invocation_state)
+                fired = orchestrator._evaluate_edges(request.node_id, invocation_state)
             except _ConditionError as exc:
                 result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=str(exc))
         handoff = orchestrator._pending_handoff if isinstance(orchestrator, Swarm) else None
@@ -281,19 +308,43 @@ class PipelineActivities:
             ):
                 fields[name] = {**record, "result": stored.get("result")}
         logs = {name: _extend(doc.logs.get(name, []), items) for name, items in request.logs.items()}
+        # A retried commit may find its inputs deleted by the attempt that saved them: then the journal
+        # already holds them (same run, same execution), and the inputs are left as saved.
+        same_run = bool(request.run_id) and (doc.fields.get("run") or {}).get("run_id") == request.run_id
+        if request.task_ref:
+            found = await storage.read(request.task_ref)
+            if found is not None:
+                fields["task"] = json.loads(found[0])
+            elif same_run:
+                fields.pop("task", None)
+            else:
+                raise RuntimeError(f"{request.task_ref}: the run's task is missing")
         if request.blob is not None and request.node_id is not None:
-            found = await storage.read(request.blob)
-            if found is None:
-                raise RuntimeError(f"{request.blob}: the node's data is missing")
-            blob = json.loads(found[0])
             name = f"node/{request.node_id}"
-            fields[name] = {**fields.get(name, doc.fields.get(name, {})), "result": blob["result"]}
-            fields["state"] = _merged_state(doc.fields.get("state"), blob)
-            if "agent" in blob:
-                fields[f"agent/{request.node_id}"] = blob["agent"]
-                log = f"agent/{request.node_id}/messages"
-                logs[log] = _extend(doc.logs.get(log, []), _decode_messages(blob["messages"], request.blob))
+            found = await storage.read(request.blob)
+            if found is not None:
+                blob = json.loads(found[0])
+                fields[name] = {**fields.get(name, doc.fields.get(name, {})), "result": blob["result"]}
+                fields["state"] = _merged_state(doc.fields.get("state"), blob)
+                if "agent" in blob:
+                    fields[f"agent/{request.node_id}"] = blob["agent"]
+                    log = f"agent/{request.node_id}/messages"
+                    logs[log] = _extend(doc.logs.get(log, []), _decode_messages(blob["messages"], request.blob))
+            elif same_run and _holds_execution(doc.fields.get(name), fields.get(name)):
+                fields[name] = {**fields.get(name, {}), "result": (doc.fields.get(name) or {}).get("result")}
+            else:
+                raise RuntimeError(f"{request.blob}: the node's data is missing")
         if journal.seq == -1:
             await journal.create(Document(fields=fields, logs=logs))
         else:
             await journal.save(fields, logs, request.unset)
+        # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
+        for key in (request.blob, request.task_ref):
+            if key:
+                await storage.delete(key)
+
+
+def _holds_execution(stored: dict[str, Any] | None, record: dict[str, Any] | None) -> bool:
+    """Whether the journal's node record already has the result of the execution being committed."""
+    result = (stored or {}).get("result") or {}
+    return record is not None and result.get("execution_count") == record.get("executions")

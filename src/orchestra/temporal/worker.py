@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,10 +17,11 @@ from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from orchestra import tracing
+from orchestra._json import dumps
 from orchestra.errors import ConfigurationError
 from orchestra.spec import LoadedSpec
 from orchestra.temporal._types import WORKFLOW_NAME, RunRequest
-from orchestra.temporal.activities import PipelineActivities
+from orchestra.temporal.activities import PipelineActivities, input_key
 from orchestra.temporal.workflow import PipelineWorkflow
 
 __all__ = [
@@ -158,13 +161,38 @@ def create_worker(client: Client, task_queue: str, specs: Iterable[LoadedSpec], 
 
 
 async def start_run(client: Client, target: TemporalTarget, request: RunRequest) -> WorkflowHandle[Any, Any]:
-    """Start the workflow of a run (``request.resume`` to continue a saved one)."""
+    """Start the workflow of a run (``request.resume`` to continue a saved one).
+
+    The task and the invocation state are written to the run's storage first and the workflow gets their
+    keys: a workflow's input stays in its history for good, and Temporal refuses payloads over 2 MB.
+    """
+    request = await by_reference(request)
     return await client.start_workflow(
         WORKFLOW_NAME,
         request,
         id=workflow_id(request.spec_id, request.session_id),
         task_queue=target.task_queue,
     )
+
+
+async def by_reference(request: RunRequest) -> RunRequest:
+    """``request`` with its task and invocation state moved to storage (their keys in their place)."""
+    if request.task is None and not request.invocation_state:
+        return request
+    from orchestra.storage import storage_from_uri
+
+    storage = storage_from_uri(request.storage)
+    run_id = request.run_id or secrets.token_hex(8)
+    changes: dict[str, Any] = {"run_id": run_id}
+    if request.task is not None:
+        changes["task_ref"] = input_key(request.session_id, request.spec_id, run_id, "task")
+        await storage.write(changes["task_ref"], dumps(request.task).encode())
+        changes["task"] = None
+    if request.invocation_state:
+        changes["invocation_state_ref"] = input_key(request.session_id, request.spec_id, run_id, "state")
+        await storage.write(changes["invocation_state_ref"], dumps(request.invocation_state).encode())
+        changes["invocation_state"] = {}
+    return dataclasses.replace(request, **changes)
 
 
 async def running_handle(client: Client, spec_id: str, session_id: str) -> WorkflowHandle[Any, Any] | None:

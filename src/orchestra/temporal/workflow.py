@@ -109,12 +109,16 @@ class PipelineWorkflow:
                 }
             skeleton._update_run(status=Status.EXECUTING.value, reason=None, error=None, interrupts=[])
         else:
-            if request.task is None:
+            if request.task is None and not request.task_ref:
                 return {"status": "failed", "reason": f"{skeleton.kind} {skeleton.id!r} has no run to resume"}
             skeleton._start_fresh_document(request.task, run_id=request.run_id or workflow.info().workflow_id)
         # The session shows the run (its task, its status) from the start; a fresh run starts from the
         # spec's state, as locally (the nodes' changes merge into it).
-        await self._commit(skeleton, initial_state=skeleton.state.to_dict() if fresh else None)
+        await self._commit(
+            skeleton,
+            initial_state=skeleton.state.to_dict() if fresh else None,
+            task_ref=request.task_ref if fresh else None,
+        )
         started = workflow.now()
         while True:
             if isinstance(skeleton, Graph):
@@ -156,6 +160,7 @@ class PipelineWorkflow:
             node_id=node_id,
             execution_count=record["executions"],
             invocation_state=request.invocation_state,
+            invocation_state_ref=request.invocation_state_ref,
             spec_hash=request.spec_hash,
             **options,
         )
@@ -213,6 +218,7 @@ class PipelineWorkflow:
         node_id: str | None = None,
         blob: str | None = None,
         initial_state: dict[str, Any] | None = None,
+        task_ref: str | None = None,
     ) -> None:
         request = self._request
         assert request is not None
@@ -232,6 +238,8 @@ class PipelineWorkflow:
                 node_id,
                 kind,
                 blob or None,
+                task_ref or None,
+                str(orchestrator.run.get("run_id") or ""),
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
@@ -324,8 +332,10 @@ class PipelineWorkflow:
             failure = swarm._limit_before_turn(node_id)
             if failure is not None:
                 break
+            activation = swarm._fields["next"]
             node_input = swarm._begin_turn(node_id, {})
-            request = self._node_request(swarm, node_id, prompt=node_input.task, responses=responses)
+            # The activity composes the turn's prompt from the saved run (the task stays out of the history).
+            request = self._node_request(swarm, node_id, swarm_next=activation, responses=responses)
             outcome = await self._execute(swarm, request, swarm.node_timeout)
             result = self._result(node_id, outcome, node_input.execution_count)
             failure, interrupts, _ = swarm._end_turn(result, outcome.handoff)
