@@ -63,13 +63,22 @@ class NodeTable:
         elif isinstance(event, HandoffEvent):
             self.handoffs += 1
 
-    def set_progress(self, statuses: dict[str, str], executions: dict[str, int]) -> None:
-        """Update from a Temporal workflow's ``progress`` query."""
-        for node_id, status in statuses.items():
+    def set_progress(self, progress: dict[str, Any], outputs: dict[str, Any] | None = None) -> None:
+        """Update from a Temporal workflow's ``progress`` query (and the outputs saved so far)."""
+        executions = progress.get("executions", {})
+        seconds = progress.get("seconds", {})
+        for node_id, status in progress["nodes"].items():
             row = self.rows.get(node_id)
-            if row is not None:
-                row["status"] = "running" if status == "executing" else status
-                row["runs"] = executions.get(node_id, row["runs"])
+            if row is None:
+                continue
+            status = "running" if status == "executing" else status
+            if status == "running" and row["status"] != "running":
+                row["started"] = time.perf_counter()
+            row["status"] = status
+            row["runs"] = executions.get(node_id, row["runs"])
+            row["seconds"] = seconds.get(node_id, row["seconds"])
+            if outputs and node_id in outputs:
+                row["output"] = output_text(outputs[node_id]).replace("\n", " ")[:60]
 
     def render(self) -> Table:
         table = Table(title=None, expand=False)

@@ -60,6 +60,22 @@ def _temporal_failure(exc: Exception, address: str, again: str) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'} (on {address})"
 
 
+async def _saved_outputs(uri: str, session_id: str, scope_id: str) -> dict[str, Any]:
+    """Each node's latest output as saved in the session so far (for the live table)."""
+    from orchestra.session.admin import load_scope
+    from orchestra.storage import storage_from_uri
+
+    try:
+        doc = await load_scope(storage_from_uri(uri), session_id, "multiAgent", scope_id)
+    except OrchestraError:  # not saved yet, or being compacted: the next poll shows it
+        return {}
+    return {
+        name[len("node/") :]: record["result"].get("output")
+        for name, record in doc.fields.items()
+        if name.startswith("node/") and isinstance(record, dict) and record.get("result")
+    }
+
+
 def run_on_temporal(
     file: Path,
     loaded: LoadedSpec,
@@ -118,6 +134,8 @@ def run_on_temporal(
             )
             handle = await start_run(client, target, request)
         outcome = asyncio.ensure_future(handle.result())
+        shown: set[str] = set()
+        outputs: dict[str, Any] = {}
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -135,7 +153,12 @@ def run_on_temporal(
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=0.25)
                 progress = await handle.query(PipelineWorkflow.progress)
-                table.set_progress(progress["nodes"], progress.get("executions", {}))
+                finished = {n for n, status in progress["nodes"].items() if status in ("completed", "failed")}
+                if finished != shown and not as_json:  # outputs are in the session, not in the workflow
+                    outputs.update(await _saved_outputs(uri, session_id, skeleton.scope_id))
+                    shown.clear()
+                    shown.update(finished)
+                table.set_progress(progress, outputs)
                 if live is not None:
                     live.update(table.render())
                 if done:

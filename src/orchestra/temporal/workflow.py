@@ -66,8 +66,11 @@ class PipelineWorkflow:
             n: (orchestrator._fields.get(f"node/{n}") or {}).get("status", "pending")
             for n in orchestrator.nodes
         }
-        executions = {
-            n: (orchestrator._fields.get(f"node/{n}") or {}).get("executions", 0) for n in orchestrator.nodes
+        records = {n: orchestrator._fields.get(f"node/{n}") or {} for n in orchestrator.nodes}
+        executions = {n: record.get("executions", 0) for n, record in records.items()}
+        seconds = {
+            n: ((record.get("result") or {}).get("execution_time_ms") or 0.0) / 1000
+            for n, record in records.items()
         }
         run = orchestrator.run
         return {
@@ -75,6 +78,7 @@ class PipelineWorkflow:
             "reason": run.get("reason"),
             "nodes": nodes,
             "executions": executions,
+            "seconds": seconds,
             "interrupts": run.get("interrupts", []),
         }
 
