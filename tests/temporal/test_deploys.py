@@ -213,7 +213,9 @@ def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
     try:
         started = time.monotonic()
         # A new run stores its task before it starts: that write fails, and nothing starts.
-        run = CliRunner().invoke(app, ["run", str(example), "--on", on, "--storage", storage, "--session-id", "s1"])
+        run = CliRunner().invoke(
+            app, ["run", str(example), "--on", on, "--storage", storage, "--session-id", "s1"]
+        )
         # A resume starts at once, and the worker's first read of the session fails it, not retried.
         resume = CliRunner().invoke(
             app, ["resume", str(example), "--on", on, "--storage", storage, "--session-id", "s1"]
@@ -224,7 +226,8 @@ def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
         worker.wait(30)
         worker.stderr.close()
     assert run.exit_code == 1
-    assert run.stderr.count("\n") == 1 and "The specified bucket does not exist" in run.stderr
+    assert run.stderr.count("\n") == 1
+    assert "The specified bucket does not exist" in run.stderr
     assert resume.exit_code == 1
     assert "the run failed on Temporal" in resume.stderr
     assert "NoSuchBucket" in resume.stderr

@@ -102,7 +102,13 @@ async def test_a_5_mb_task_and_10_kb_outputs_stay_out_of_the_history(temporal_ad
     task = "x" * 5_000_000
     store = tmp_path / "store"
     summary, client = await run_on(
-        temporal_address, "q-big-task", loaded, f"file:{store}", "s1", task, invocation_state={"k": "v" * 1000}
+        temporal_address,
+        "q-big-task",
+        loaded,
+        f"file:{store}",
+        "s1",
+        task,
+        invocation_state={"k": "v" * 1000},
     )
     assert summary["status"] == "completed", summary
     history = await client.get_workflow_handle("orchestra-chain-s1").fetch_history()
@@ -113,5 +119,30 @@ async def test_a_5_mb_task_and_10_kb_outputs_stay_out_of_the_history(temporal_ad
     assert doc.fields["task"] == task
     assert doc.fields["node/n9"]["result"]["output"] == "n9 saw k=" + "v" * 1000 + " " + "o" * 10_000
     # Every node's blob, and the task's, were deleted once committed; the invocation state stays.
-    left = sorted(p.name for p in store.rglob("*") if "temporal" in p.parts and p.is_file() and not p.name.startswith("."))
+    left = sorted(
+        p.name
+        for p in store.rglob("*")
+        if "temporal" in p.parts and p.is_file() and not p.name.startswith(".")
+    )
     assert left == ["input-state.json"], left
+
+
+async def test_a_commit_after_another_workers_commit_reloads_the_journal(tmp_path):
+    """A worker keeps a run's journal between commits; when another worker committed meanwhile (the
+    workflow moved), its save is refused, and it loads the journal again instead of losing that commit."""
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
+    from orchestra.temporal import CommitRequest, PipelineActivities
+
+    storage = f"file:{tmp_path}/store"
+    first, second = PipelineActivities({}), PipelineActivities({})
+
+    def commit(value: str) -> CommitRequest:
+        return CommitRequest("s1", storage, "chain", {"run": {"run_id": "r1"}, value: value}, {})
+
+    await first.commit(commit("a"))
+    await second.commit(commit("b"))  # the workflow moved to another worker
+    await first.commit(commit("c"))  # and back: the first worker's journal is stale
+    doc = await Journal(storage_from_uri(storage), ScopeLayout("s1", "multiAgent", "chain")).load()
+    assert doc is not None
+    assert {k: doc.fields.get(k) for k in "abc"} == {"a": "a", "b": "b", "c": "c"}

@@ -143,11 +143,22 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
             assert data[key] == expected[key], key
         assert data["results"].keys() == expected["results"].keys()
         followed = CliRunner().invoke(
-            app, ["run", str(EXAMPLES / "review_loop.yaml"), "--on", on, "--session-id", "c2", "--storage", storage]
+            app,
+            [
+                "run",
+                str(EXAMPLES / "review_loop.yaml"),
+                "--on",
+                on,
+                "--session-id",
+                "c2",
+                "--storage",
+                storage,
+            ],
         )
         assert followed.exit_code == 0, followed.output
         table = [line for line in followed.stderr.splitlines() if "review" in line and "completed" in line]
-        assert table and "APPROVED" in table[-1], followed.stderr  # the live table shows outputs
+        assert table, followed.stderr
+        assert "APPROVED" in table[-1], followed.stderr  # the live table shows outputs
         assert " 0.00 " not in table[-1], table[-1]  # and seconds (the reviewer takes 0.4 s a turn)
         shown = CliRunner().invoke(app, ["sessions", "show", "c1", "--storage", storage])
         assert "status: completed" in shown.stdout  # Temporal runs are in the session like local ones

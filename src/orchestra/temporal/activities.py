@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orchestra._json import dumps
-from orchestra.errors import StorageUnavailableError
+from orchestra.errors import SessionConflictError, StorageUnavailableError
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
@@ -128,6 +128,7 @@ class PipelineActivities:
         self.specs = specs
         self._storages: dict[str, Storage] = {}
         self._invocation_states: dict[str, dict[str, Any]] = {}  # by key: a run's nodes share one
+        self._journals: dict[tuple[str, str, str], Journal] = {}  # by run scope: see commit()
 
     def _storage(self, uri: str) -> Storage:
         if uri not in self._storages:
@@ -287,14 +288,30 @@ class PipelineActivities:
     @activity.defn(name="orchestra.commit")
     async def commit(self, request: CommitRequest) -> None:
         with _final_if_misconfigured():
-            return await self._commit(request)
+            # A run's commits come one at a time from its workflow, usually on this worker: keep its
+            # journal between them instead of loading it each time. Another worker's commit since makes
+            # the next record exist already, and the save refuses; then load it again.
+            where = (request.storage, request.session_id, request.scope_id)
+            journal = self._journals.pop(where, None)
+            try:
+                journal = await self._commit(request, journal)
+            except SessionConflictError:
+                if journal is None:
+                    raise
+                journal = await self._commit(request, None)
+            if len(self._journals) >= 64:  # runs in flight on this worker; the oldest goes first
+                del self._journals[next(iter(self._journals))]
+            self._journals[where] = journal
 
-    async def _commit(self, request: CommitRequest) -> None:
+    async def _commit(self, request: CommitRequest, journal: Journal | None) -> Journal:
         """Fold the workflow's changes and a node's blob into the session journal (idempotent on retry)."""
         storage = self._storage(request.storage)
-        layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
-        journal = Journal(storage, layout, _COMPACTION)
-        doc = await journal.load() or Document()
+        if journal is not None:
+            doc = journal.current()
+        else:
+            layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
+            journal = Journal(storage, layout, _COMPACTION)
+            doc = await journal.load() or Document()
         fields = dict(request.fields)
         # Results are owned by storage: the workflow only holds their summaries.
         own = f"node/{request.node_id}" if request.node_id else None
@@ -329,7 +346,9 @@ class PipelineActivities:
                 if "agent" in blob:
                     fields[f"agent/{request.node_id}"] = blob["agent"]
                     log = f"agent/{request.node_id}/messages"
-                    logs[log] = _extend(doc.logs.get(log, []), _decode_messages(blob["messages"], request.blob))
+                    logs[log] = _extend(
+                        doc.logs.get(log, []), _decode_messages(blob["messages"], request.blob)
+                    )
             elif same_run and _holds_execution(doc.fields.get(name), fields.get(name)):
                 fields[name] = {**fields.get(name, {}), "result": (doc.fields.get(name) or {}).get("result")}
             else:
@@ -342,6 +361,7 @@ class PipelineActivities:
         for key in (request.blob, request.task_ref):
             if key:
                 await storage.delete(key)
+        return journal
 
 
 def _holds_execution(stored: dict[str, Any] | None, record: dict[str, Any] | None) -> bool:
