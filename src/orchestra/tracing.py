@@ -10,7 +10,8 @@ orchestrators, concurrent nodes (anyio copies the context into each task) and ag
 all get the right parent. The HTTP server continues an incoming ``traceparent``; Temporal workers
 propagate the context through activity headers (temporalio's ``TracingInterceptor``).
 
-Without the extra nothing is imported: ``span()`` is a no-op context manager and costs one global check.
+Without the extra nothing is imported, and without a tracer provider (an SDK's, or ``--otlp-endpoint``)
+nothing is created: ``span()`` is then a no-op context manager that costs one check.
 Message contents go into spans only with ``ORCHESTRA_TRACE_CONTENT=1``.
 """
 
@@ -23,7 +24,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["configure_otlp", "content_enabled", "continued", "enabled", "span"]
+__all__ = ["configure_otlp", "content_enabled", "continued", "enabled", "recording", "span"]
 
 try:  # the [otel] extra
     from opentelemetry import trace as _trace
@@ -80,12 +81,30 @@ def _tracer() -> Any:
     return _trace.get_tracer(_TRACER_NAME)
 
 
+def recording() -> bool:
+    """Whether spans go anywhere: the API is installed and a tracer provider was set (an SDK's). Without
+    one every span would be OpenTelemetry's no-op span, which still costs a context switch per span."""
+    if _trace is None:
+        return False
+    # The API keeps the provider set by set_tracer_provider() in this module global; reading it skips
+    # get_tracer_provider()'s environment lookup, which cost more than the rest of the check per span.
+    provider = getattr(_trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None and not _PROVIDER_FROM_ENV:
+        return False
+    return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+
+
+_UNKNOWN = object()
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
 @contextlib.contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[_Span]:
     """A span named ``name``, current inside the block; errors mark it failed (``error.type``)."""
-    if _trace is None:
+    if not recording():
         yield _NOOP
         return
+    assert _trace is not None
     with _tracer().start_as_current_span(
         name, attributes=dict(attributes or {}), record_exception=True
     ) as current:

@@ -155,7 +155,7 @@ async def run_tool(
     output: OutputTool | None = None,
 ) -> ToolResultDict:
     """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts."""
-    if not tracing.enabled():
+    if not tracing.recording():
         return await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output)
     attributes = {
         "gen_ai.operation.name": "execute_tool",

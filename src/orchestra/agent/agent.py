@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
@@ -39,6 +40,7 @@ from orchestra.tools import ToolRegistry
 
 __all__ = ["Agent", "AgentData", "AgentStream", "deferred_initialization"]
 
+_debug_log = logging.getLogger("orchestra.agent")
 _defer_initialization: ContextVar[bool] = ContextVar("orchestra_defer_agent_initialization", default=False)
 
 
@@ -384,8 +386,9 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
             raise StopAsyncIteration
         self._hold.__enter__()
         agent = self._agent
-        self._log = agent.log.bind(invocation_id=secrets.token_hex(4))
-        self._log.debug("invocation.start")
+        if _debug_log.isEnabledFor(logging.DEBUG):  # nothing to bind or format when nobody listens
+            self._log = agent.log.bind(invocation_id=secrets.token_hex(4))
+            self._log.debug("invocation.start")
         self._checkpoint = Checkpoint(agent)
         self._events = run_invocation(
             agent, self._prompt, self._invocation_state, self._checkpoint, self._output
@@ -402,7 +405,8 @@ class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
         try:
             return await events.__anext__()
         except StopAsyncIteration:
-            self._log.debug("invocation.end")
+            if self._log is not None:
+                self._log.debug("invocation.end")
             self._finish()
             raise
         except BaseException:

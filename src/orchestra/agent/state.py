@@ -75,6 +75,8 @@ class JSONState:
 
     def to_dict(self) -> dict[str, Any]:
         """A copy of the whole state."""
+        if not self._data:  # the common case for agents: nothing to copy
+            return {}
         copied: dict[str, Any] = _copy(self._data)
         return copied
 
