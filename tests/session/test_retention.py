@@ -198,3 +198,33 @@ def test_cli_compact_folds_a_session_and_it_loads_the_same(tmp_path, monkeypatch
     again = CliRunner().invoke(app, ["sessions", "compact", "s1", "--min-age", "soon"])
     assert again.exit_code == 2
     assert "0s, 30m, 12h" in again.output
+
+
+class _SnapshotReads:
+    """Counts the reads of a scope's snapshot files (each as large as the session) through a storage."""
+
+    def __init__(self, inner):
+        self.inner, self.snapshot_reads = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def read(self, key):
+        self.snapshot_reads += "/snapshots/snapshot_" in key
+        return await self.inner.read(key)
+
+
+async def test_a_long_sessions_saves_do_not_read_its_snapshots_while_nothing_is_old_enough_to_fold(storage):
+    """Compactions keep happening as the session grows; the fold after each must not read the whole
+    session back (snapshot_latest and snapshot_base) when its oldest record is too young to fold."""
+    counting = _SnapshotReads(storage)
+    compaction = Compaction(min_bytes=0, ratio=1.0, max_records=5, delete_after=timedelta(minutes=10))
+    agent = Agent(
+        model=ScriptedModel([f"reply {i}" for i in range(60)]),
+        session_manager=manager(counting, compaction),
+    )
+    reads_at_start = counting.snapshot_reads  # the first load
+    for i in range(60):
+        await agent.invoke_async(f"question {i}")
+    assert len(await storage.list(f"{AGENT}journal/")) > 100  # nothing folded: every record is young
+    assert counting.snapshot_reads == reads_at_start

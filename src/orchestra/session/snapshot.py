@@ -34,6 +34,7 @@ __all__ = [
     "SnapshotManifest",
     "decode_model",
     "encode_model",
+    "encode_snapshot",
     "now_iso",
 ]
 
@@ -135,3 +136,13 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
         raise SnapshotError(
             f"{key}: not a valid {cls.__name__} ({problems}); nothing was overwritten"
         ) from None
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    """A snapshot as JSON bytes (binary content as base64). Its ``data`` is JSON already, so it is not
+    passed through pydantic's serializer, which costs about 14 us a message (140 ms for 10,000)."""
+    from orchestra._json import dumps
+
+    head = snapshot.model_dump(mode="python", exclude={"data"})
+    body = {name: snapshot.data if name == "data" else head[name] for name in Snapshot.model_fields}
+    return dumps(body).encode()

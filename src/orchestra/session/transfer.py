@@ -13,12 +13,11 @@ import re
 from typing import Any
 
 from orchestra._ids import validate_id
-from orchestra._json import dumps
 from orchestra.errors import SessionError, SnapshotError
 from orchestra.session._journal import Document, Journal, is_message_log
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session._strands_files import message_from_file
-from orchestra.session.snapshot import Snapshot, decode_model
+from orchestra.session.snapshot import Snapshot, decode_model, encode_snapshot
 
 __all__ = ["fork_scope", "import_scope", "import_strands_snapshot", "strands_snapshot_ids"]
 
@@ -200,4 +199,4 @@ async def import_strands_snapshot(
             "interrupt_state": None,
         },
     )
-    return await import_scope(storage, dumps(snapshot.model_dump(mode="python")).encode(), session_id)
+    return await import_scope(storage, encode_snapshot(snapshot), session_id)
