@@ -9,8 +9,10 @@
   floor of the critical path (three model calls), and the overhead in milliseconds.
 - W4: a Swarm of 3 agents, 30 handoffs then an answer: seconds and model calls.
 - W5: a 50-node chain whose node 25 raises on the first run, then resume: model calls on resume, status.
+- SCALE: a 1 -> 1,000 -> 1 fan-out and a Swarm of 200 handoffs, each next to a tenth of its size, each
+  in a fresh process: seconds, peak RSS, RSS over the imports, and how they grew against size.
 
-    python benchmarks/bench_orchestration.py [--workload W1 W2 W4 W5] [--repeat 3]
+    python benchmarks/bench_orchestration.py [--workload W1 W2 W4 W5 SCALE] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from typing import Any
 
 import anyio
+from _fresh_process import growth, in_fresh_process
 
 from orchestra import Agent
 from orchestra.messages import validate_message
@@ -231,6 +234,67 @@ async def w5() -> dict[str, Any]:
     }
 
 
+async def fan_out(width: int) -> dict[str, Any]:
+    """Scale: entry -> ``width`` agents in parallel -> join, no model latency, no session."""
+    workers = [Agent(name=f"w{i}", model=ScriptedModel([f"part {i}"])) for i in range(width)]
+    entry = Agent(name="entry", model=ScriptedModel(["split"]))
+    join = Agent(name="join", model=ScriptedModel(["joined"]))
+    edges = [("entry", w.name) for w in workers] + [(w.name, "join") for w in workers]
+    graph = Graph([entry, *workers, join], edges=edges)
+    started = time.perf_counter()
+    result = await graph.invoke_async("fan out")
+    assert result.status.value == "completed", result.reason
+    return {"case": "fan_out", "width": width, "seconds": round(time.perf_counter() - started, 4)}
+
+
+async def swarm_handoffs(handoffs: int) -> dict[str, Any]:
+    """Scale: a Swarm of 3 agents handing off ``handoffs`` times, then answering."""
+    names = ["a", "b", "c"]
+
+    def make(name: str) -> Agent:
+        def reply(messages: list[Any], specs: list[Any]) -> Any:
+            prompt = messages[-1]["content"][-1].get("text", "")
+            turn = prompt.count(" -> ") + 1 if "Agents so far:" in prompt else 0
+            if turn >= handoffs:
+                return "the answer"
+            following = names[(names.index(name) + 1) % len(names)]
+            return ToolCall("handoff_to_agent", {"agent_name": following, "message": f"turn {turn}"})
+
+        return Agent(name=name, model=FunctionModel(reply))
+
+    swarm = Swarm(
+        [make(n) for n in names],
+        max_handoffs=handoffs,
+        max_iterations=handoffs + 1,
+        repetitive_handoff_detection_window=0,
+    )
+    started = time.perf_counter()
+    result = await swarm.invoke_async("pass it around")
+    assert result.status.value == "completed", result.reason
+    return {"case": "swarm", "handoffs": handoffs, "seconds": round(time.perf_counter() - started, 4)}
+
+
+def scale() -> None:
+    """Each scale case at its size and at a tenth of it, each in a fresh process (its own peak RSS), and
+    how time and memory grew against size (1.0 is linear)."""
+    for case, key, large in (("fan_out", "width", 1000), ("swarm_handoffs", "handoffs", 200)):
+        small_figures = in_fresh_process(__file__, case, large // 10)
+        large_figures = in_fresh_process(__file__, case, large)
+        print(
+            json.dumps(
+                {
+                    "workload": "scale",
+                    "small": small_figures,
+                    "large": large_figures,
+                    "time_growth_per_size": growth(small_figures, large_figures, key, "seconds"),
+                    "memory_growth_per_size": growth(
+                        small_figures, large_figures, key, "rss_over_imports_mb"
+                    ),
+                }
+            )
+        )
+
+
 async def main(workloads: list[str], repeat: int) -> None:
     for workload in workloads:
         if workload == "W1":
@@ -241,11 +305,13 @@ async def main(workloads: list[str], repeat: int) -> None:
             print(json.dumps(await w4(repeat)))
         elif workload == "W5":
             print(json.dumps(await w5()))
+        elif workload == "SCALE":
+            scale()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", nargs="*", default=["W1", "W2", "W4", "W5"])
+    parser.add_argument("--workload", nargs="*", default=["W1", "W2", "W4", "W5", "SCALE"])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     anyio.run(main, args.workload, args.repeat)

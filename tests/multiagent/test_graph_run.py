@@ -466,3 +466,32 @@ def test_serialize_state_is_plain_json_even_with_images():
     twin = Graph({"looker": Agent(name="looker")}, id="g")
     twin.deserialize_state(payload)
     assert twin.nodes["looker"].agent.messages[0]["content"][1]["image"]["source"]["bytes"] == png
+
+
+async def test_a_wide_join_runs_once_with_every_input_whatever_order_its_predecessors_finish_in():
+    """The join keeps the set of predecessors it still waits for between completions (not a scan of
+    all of them per completion): it must still wait for the last one, in any finishing order."""
+    import random
+
+    width = 60
+    delays = random.Random(7).sample(range(width), width)
+
+    def worker(i: int):
+        async def run(node_input):
+            await anyio.sleep(delays[i] / 2000)
+            return f"part {i}"
+
+        return run
+
+    joined: list[dict] = []
+
+    def join(node_input):
+        joined.append(dict(node_input.inputs))
+        return "joined"
+
+    nodes = {"entry": lambda node_input: "go", **{f"w{i}": worker(i) for i in range(width)}, "join": join}
+    edges = [("entry", f"w{i}") for i in range(width)] + [(f"w{i}", "join") for i in range(width)]
+    result = await Graph(nodes, edges=edges).invoke_async("fan out")
+    assert result.status.value == "completed"
+    assert len(joined) == 1
+    assert joined[0] == {f"w{i}": f"part {i}" for i in range(width)}

@@ -207,6 +207,8 @@ class Graph(MultiAgentBase):
         self._queue: list[str] = []
         self._queued_seq = 0
         self._waiting: set[str] = set()
+        # Per join node: (its incoming dict, the predecessors not in it yet); see _unreported_preds.
+        self._unreported: dict[str, tuple[dict[str, str], set[str]]] = {}
         self._order = {node_id: index for index, node_id in enumerate(ids)}
         self.graph_state = GraphState(self)
         super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
@@ -442,11 +444,15 @@ class Graph(MultiAgentBase):
                 if fired.get(edge.dst, False):
                     self._update_node(edge.dst, back=[*target.get("back", []), node_id])
             else:
-                incoming = dict(target.get("incoming", {}))
+                # Changed in place: copying a 1,000-way join's dict per completion made fan-ins quadratic.
+                incoming = target.setdefault("incoming", {})
                 # An edge absorbed by a join="any" node that already started on another edge is done.
                 absorbed = incoming.get(node_id) == "absorbed"
                 incoming[node_id] = "fired" if fired.get(edge.dst, False) and not absorbed else "skipped"
                 self._update_node(edge.dst, incoming=incoming)
+                cached = self._unreported.get(edge.dst)
+                if cached is not None and cached[0] is incoming:
+                    cached[1].discard(node_id)
         self._queue_ready()
 
     def _queue_ready(self) -> None:
@@ -469,18 +475,24 @@ class Graph(MultiAgentBase):
 
     def _ready_sources(self, node_id: str, record: dict[str, Any], memo: dict[str, bool]) -> list[str] | None:
         incoming: dict[str, str] = record.get("incoming", {})
-        fired = [src for src, outcome in incoming.items() if outcome == "fired"]
         back: list[str] = record.get("back", [])
+        # Checked first and from a kept set: a join waiting on many predecessors answers "not yet" from
+        # the first one still running, instead of scanning all of them per completion.
+        waiting = not back and self.nodes[node_id].join == "all"
+        if waiting and any(self._live(p, memo) for p in self._unreported_preds(node_id, incoming)):
+            return None
+        fired = [src for src, outcome in incoming.items() if outcome == "fired"]
         if back:
             return [*fired, *back]
-        if not fired:
-            return None
-        if self.nodes[node_id].join == "any":
-            return fired
-        pending = [p for p in self._forward_preds[node_id] if p not in incoming]
-        if any(self._live(p, memo) for p in pending):
-            return None
-        return fired
+        return fired or None
+
+    def _unreported_preds(self, node_id: str, incoming: dict[str, str]) -> set[str]:
+        """The forward predecessors with no edge outcome in ``incoming`` yet (kept per incoming dict)."""
+        cached = self._unreported.get(node_id)
+        if cached is None or cached[0] is not incoming:
+            cached = (incoming, {p for p in self._forward_preds[node_id] if p not in incoming})
+            self._unreported[node_id] = cached
+        return cached[1]
 
     def _live(self, node_id: str, memo: dict[str, bool]) -> bool:
         """Whether ``node_id`` may still complete in this run (so an edge from it may still fire)."""
