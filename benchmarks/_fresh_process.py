@@ -2,7 +2,7 @@
 
 A case is a coroutine function ``case(size) -> dict`` in a benchmark module. The child imports orchestra
 first and records its peak RSS then (the baseline every case pays: the interpreter and the imports),
-runs the case, and prints the case's dict with ``peak_rss_mb`` and ``rss_over_imports_mb`` added.
+runs the case, and prints the case's dict with ``peak_rss_mb`` and ``rss_over_imports_mb`` added (Linux: /proc).
 """
 
 from __future__ import annotations
@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Any
 
 _CHILD = """
-import json, resource, sys
+import json, sys
+# Linux keeps a process's peak RSS across fork and exec (so the child would start at the parent's peak):
+# reset it, then read it from /proc (VmHWM).
+with open("/proc/self/clear_refs", "w") as reset:
+    reset.write("5")
+def peak_mb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
 import anyio
 import orchestra, orchestra.multiagent, orchestra.session, orchestra.storage
 sys.path.insert(0, {folder!r})
 module = __import__({module!r})
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 baseline = peak_mb()
 figures = anyio.run(getattr(module, {case!r}), {size!r})
 figures["peak_rss_mb"] = round(peak_mb(), 1)
@@ -37,7 +42,15 @@ def in_fresh_process(module_file: str, case: str, size: int) -> dict[str, Any]:
     return dict(json.loads(output.strip().splitlines()[-1]))
 
 
-def growth(small: dict[str, Any], large: dict[str, Any], size_key: str, value_key: str) -> float:
-    """How ``value_key`` grew per unit of size from ``small`` to ``large`` (1.0: linear, below: better)."""
+def growth(
+    small: dict[str, Any], large: dict[str, Any], size_key: str, value_key: str, min_base: float = 0.0
+) -> float | None:
+    """How ``value_key`` grew per unit of size from ``small`` to ``large`` (1.0: linear, below: better).
+
+    None when the small case's value is under ``min_base`` (a small case's memory can fit in what the
+    imports already reserved: a figure under 1 MB is noise, not a base to divide by).
+    """
+    if small[value_key] <= min_base:
+        return None
     size_ratio = large[size_key] / small[size_key]
     return round((large[value_key] / small[value_key]) / size_ratio, 3)

@@ -288,7 +288,7 @@ def scale() -> None:
                     "large": large_figures,
                     "time_growth_per_size": growth(small_figures, large_figures, key, "seconds"),
                     "memory_growth_per_size": growth(
-                        small_figures, large_figures, key, "rss_over_imports_mb"
+                        small_figures, large_figures, key, "rss_over_imports_mb", min_base=1.0
                     ),
                 }
             )

@@ -13,6 +13,11 @@ to the same run keeping every record (``delete_after=None``).
 
     python benchmarks/bench_sessions.py [--turns 300] [--backend local|s3|all]
     python benchmarks/bench_sessions.py --retention [--turns 10000]
+    python benchmarks/bench_sessions.py --long     # an agent's per-call save over 10,000 messages, RSS
+    python benchmarks/bench_sessions.py --scale    # a 100,000-message session's load next to 10,000
+
+The 300-turn run also measures its floor in the same run: as many fdatasync'd appends of the same size
+to one file as orchestra made writes, and prints the ratio.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _fresh_process import growth, in_fresh_process
 
 from orchestra import Agent
 from orchestra.conversation import NullConversationManager, SlidingWindowConversationManager
 from orchestra.session import Compaction, SnapshotSessionManager
+from orchestra.session._journal import Document, Journal
+from orchestra.session._layout import ScopeLayout
 from orchestra.storage import LocalFileStorage, S3Storage, Storage
 from orchestra.testing import CountingStorage, ScriptedModel
 
@@ -51,6 +59,11 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
     total = time.perf_counter() - started
     exported = await manager.export("default")
     first, last = sum(durations[:50]) / 50, sum(durations[-50:]) / 50
+    floor = (
+        fsynced_appends(counting.writes, counting.bytes_written // counting.writes)
+        if backend == "local"
+        else None
+    )
     return {
         "benchmark": "session_turns",
         "backend": backend,
@@ -64,7 +77,97 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
         "bytes_written": counting.bytes_written,
         "export_bytes": len(exported),
         "bytes_written_over_export": round(counting.bytes_written / len(exported), 3),
+        "floor_seconds_fsynced_appends": round(floor, 3) if floor is not None else None,
+        "total_over_floor": round(total / floor, 2) if floor else None,
+        "target_total_seconds": 0.3 if backend == "local" else None,
     }
+
+
+def fsynced_appends(count: int, size: int) -> float:
+    """The floor for W3: seconds for ``count`` appends of ``size`` bytes to one file, each fdatasync'd."""
+    with tempfile.TemporaryDirectory() as root:
+        fd = os.open(os.path.join(root, "journal.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            started = time.perf_counter()
+            for _ in range(count):
+                os.write(fd, b"x" * size)
+                os.fdatasync(fd)
+            return time.perf_counter() - started
+        finally:
+            os.close(fd)
+
+
+async def long_session(turns: int) -> dict[str, Any]:
+    """An agent with a session on local files, saving after every message, for ``turns`` turns (twice as
+    many messages): the mean call of the first and the last 100 turns (target: ratio <= 1.2)."""
+    with tempfile.TemporaryDirectory() as root:
+        manager = SnapshotSessionManager("long", storage=LocalFileStorage(root), save_latest_on="message")
+        agent = Agent(
+            model=ScriptedModel([f"r{i}" for i in range(turns)]),
+            conversation_manager=NullConversationManager(),
+            session_manager=manager,
+        )
+        durations = []
+        for i in range(turns):
+            started = time.perf_counter()
+            await agent.invoke_async(f"u{i}")
+            durations.append(time.perf_counter() - started)
+    first, last = sum(durations[:100]) / 100, sum(durations[-100:]) / 100
+    return {
+        "case": "agent_session_long",
+        "messages": len(agent.messages),
+        "first_100_mean_us": round(first * 1e6, 1),
+        "last_100_mean_us": round(last * 1e6, 1),
+        "last_100_over_first_100": round(last / first, 3),
+        "target_ratio": 1.2,
+    }
+
+
+async def session_load(messages: int) -> dict[str, Any]:
+    """Load a saved session of ``messages`` short messages (made by ``make_session``) into an agent."""
+    root = os.environ["BENCH_SESSION_ROOT"]
+    started = time.perf_counter()
+    agent = Agent(
+        model=ScriptedModel([]),
+        conversation_manager=NullConversationManager(),
+        session_manager=SnapshotSessionManager(f"m{messages}", storage=LocalFileStorage(root)),
+    )
+    seconds = time.perf_counter() - started
+    assert len(agent.messages) == messages, len(agent.messages)
+    return {"case": "session_load", "messages": messages, "seconds": round(seconds, 4)}
+
+
+async def make_session(root: str, messages: int) -> None:
+    """A saved session of ``messages`` short messages, written as one journal record (fast to make)."""
+    history = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": f"message {i}"}]}
+        for i in range(messages)
+    ]
+    journal = Journal(LocalFileStorage(root), ScopeLayout(f"m{messages}", "agent", "default"))
+    await journal.create(Document(fields={"state": {}, "system_prompt": None}, logs={"messages": history}))
+
+
+def scale() -> None:
+    """A 100,000-message session's load (time, RSS) next to a 10,000-message one, each in a fresh process."""
+    with tempfile.TemporaryDirectory() as root:
+        for size in (10_000, 100_000):
+            anyio.run(make_session, root, size)
+        os.environ["BENCH_SESSION_ROOT"] = root
+        small = in_fresh_process(__file__, "session_load", 10_000)
+        large = in_fresh_process(__file__, "session_load", 100_000)
+    print(
+        json.dumps(
+            {
+                "benchmark": "session_scale",
+                "small": small,
+                "large": large,
+                "time_growth_per_size": growth(small, large, "messages", "seconds"),
+                "memory_growth_per_size": growth(
+                    small, large, "messages", "rss_over_imports_mb", min_base=1.0
+                ),
+            }
+        )
+    )
 
 
 def _files_and_bytes(root: Path) -> tuple[int, int]:
@@ -133,7 +236,15 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--backend", choices=["local", "s3", "all"], default="all")
     parser.add_argument("--retention", action="store_true", help="bytes on disk of a long session")
+    parser.add_argument("--long", action="store_true", help="an agent's save cost over 10,000 messages")
+    parser.add_argument("--scale", action="store_true", help="loading a 100,000-message session")
     args = parser.parse_args()
+    if args.long:
+        print(json.dumps(in_fresh_process(__file__, "long_session", 5000)))
+        return
+    if args.scale:
+        scale()
+        return
     if args.retention:
         turns = args.turns if args.turns != 300 else 10_000
         for delete in (True, False):
