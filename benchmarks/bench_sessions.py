@@ -40,6 +40,7 @@ from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Document, Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.storage import LocalFileStorage, S3Storage, Storage
+from orchestra.storage.memory import InMemoryStorage
 from orchestra.testing import CountingStorage, ScriptedModel
 
 
@@ -97,11 +98,13 @@ def fsynced_appends(count: int, size: int) -> float:
             os.close(fd)
 
 
-async def long_session(turns: int) -> dict[str, Any]:
-    """An agent with a session on local files, saving after every message, for ``turns`` turns (twice as
-    many messages): the mean call of the first and the last 100 turns (target: ratio <= 1.2)."""
+async def long_session(turns: int, in_memory: bool = False) -> dict[str, Any]:
+    """An agent with a session on local files (or in memory: the save's own work without the disk's),
+    saving after every message, for ``turns`` turns (twice as many messages): the mean call of the first
+    and the last 100 turns (target: ratio <= 1.2)."""
     with tempfile.TemporaryDirectory() as root:
-        manager = SnapshotSessionManager("long", storage=LocalFileStorage(root), save_latest_on="message")
+        storage = InMemoryStorage() if in_memory else LocalFileStorage(root)
+        manager = SnapshotSessionManager("long", storage=storage, save_latest_on="message")
         agent = Agent(
             model=ScriptedModel([f"r{i}" for i in range(turns)]),
             conversation_manager=NullConversationManager(),
@@ -115,12 +118,17 @@ async def long_session(turns: int) -> dict[str, Any]:
     first, last = sum(durations[:100]) / 100, sum(durations[-100:]) / 100
     return {
         "case": "agent_session_long",
+        "storage": "memory" if in_memory else "local",
         "messages": len(agent.messages),
         "first_100_mean_us": round(first * 1e6, 1),
         "last_100_mean_us": round(last * 1e6, 1),
         "last_100_over_first_100": round(last / first, 3),
         "target_ratio": 1.2,
     }
+
+
+async def long_session_in_memory(turns: int) -> dict[str, Any]:
+    return await long_session(turns, in_memory=True)
 
 
 async def session_load(messages: int) -> dict[str, Any]:
@@ -240,7 +248,8 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true", help="loading a 100,000-message session")
     args = parser.parse_args()
     if args.long:
-        print(json.dumps(in_fresh_process(__file__, "long_session", 5000)))
+        for case in ("long_session", "long_session_in_memory"):
+            print(json.dumps(in_fresh_process(__file__, case, 5000)))
         return
     if args.scale:
         scale()
