@@ -3,6 +3,7 @@ running node, which then never runs again elsewhere."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter
@@ -232,3 +233,34 @@ def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
     assert "the run failed on Temporal" in resume.stderr
     assert "NoSuchBucket" in resume.stderr
     assert "retrying will not help" in resume.stderr
+
+
+def test_a_task_over_temporals_payload_warning_size_keeps_json_output_clean(temporal_address, tmp_path):
+    """A 700 KB task goes to storage, not into the workflow's input: temporalio has no payload to warn
+    about on stdout (it did above 512 KB), and ``--json`` stays one parseable document."""
+    example = Path(__file__).parent.parent.parent / "examples" / "graphs" / "fan_out.yaml"
+    worker = worker_process(temporal_address, "q-big-json", example)
+    try:
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                str(example),
+                "--on",
+                f"temporal://{temporal_address}/default?task_queue=q-big-json",
+                "--storage",
+                f"file:{tmp_path}/store",
+                "--session-id",
+                "s1",
+                "--input",
+                "-",
+                "--json",
+            ],
+            input="x" * 700_000,
+        )
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        worker.stderr.close()
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["status"] == "completed"

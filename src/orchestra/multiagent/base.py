@@ -353,8 +353,11 @@ class MultiAgentBase:
 
     def topology_hash(self) -> str:
         """A hash of the nodes and edges: a run saved with another topology is not resumed silently."""
-        text = json.dumps(self._topology(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        cached: str | None = self.__dict__.get("_topology_hash")
+        if cached is None:  # nodes and edges are fixed once built; every fresh run record needs the hash
+            text = json.dumps(self._topology(), sort_keys=True)
+            cached = self.__dict__["_topology_hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cached
 
     def _legacy_topology_hash(self) -> str:
         """The hash versions before 0.2 saved (no join modes, conditions only as present or not)."""
@@ -616,8 +619,16 @@ class MultiAgentBase:
             self._finish(Status.COMPLETED)
 
     def _add_usage(self, usage: Usage) -> None:
-        total = Usage.model_validate(self.run["usage"]) + usage
-        self._update_run(usage=total.model_dump(by_alias=True))
+        # Plain arithmetic on the stored record (its keys are Usage's aliases): per node, three pydantic
+        # round trips cost more than the rest of the bookkeeping.
+        total = self.run["usage"]
+        self._update_run(
+            usage={
+                "inputTokens": total.get("inputTokens", 0) + usage.input_tokens,
+                "outputTokens": total.get("outputTokens", 0) + usage.output_tokens,
+                "totalTokens": total.get("totalTokens", 0) + usage.total_tokens,
+            }
+        )
 
 
 _LOG_NAMES = ("execution_order", "node_history", "handoffs")
