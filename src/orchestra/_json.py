@@ -12,18 +12,28 @@ BYTES_MARKER = "__bytes_encoded__"
 """Strands Agents' JSON form of ``bytes``: ``{"__bytes_encoded__": true, "data": "<base64>"}``."""
 
 
+def _strict(obj: Any) -> Any:
+    if isinstance(obj, bytes | bytearray):
+        return base64.b64encode(obj).decode()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _lenient(obj: Any) -> Any:
+    if isinstance(obj, bytes | bytearray):
+        return base64.b64encode(obj).decode()
+    return str(obj)
+
+
+# Made once: json.dumps() with options builds a new encoder per call, which costs more than encoding the
+# small values a journal save encodes by the hundred.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=_strict, ensure_ascii=False).encode
+_ENCODE_LENIENT = json.JSONEncoder(separators=(",", ":"), default=_lenient, ensure_ascii=False).encode
+
+
 def dumps(value: Any, *, lenient: bool = False) -> str:
     """Compact JSON; ``bytes`` become base64 strings. Other non-JSON values raise ``TypeError``, or with
     ``lenient`` become their ``str()`` (for records meant to be read, not loaded back)."""
-
-    def default(obj: Any) -> Any:
-        if isinstance(obj, bytes | bytearray):
-            return base64.b64encode(obj).decode()
-        if lenient:
-            return str(obj)
-        raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-
-    return json.dumps(value, separators=(",", ":"), default=default, ensure_ascii=False)
+    return _ENCODE_LENIENT(value) if lenient else _ENCODE(value)
 
 
 def encode_bytes(value: Any) -> Any:

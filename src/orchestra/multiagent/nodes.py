@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -121,6 +122,26 @@ def _copy_agent_data(data: AgentData) -> AgentData:
     )
 
 
+def _inspect_function(executor: Any) -> tuple[bool, bool]:
+    takes_input = bool(inspect.signature(executor).parameters)
+    is_async = inspect.iscoroutinefunction(executor) or inspect.iscoroutinefunction(
+        getattr(executor, "__call__", None)  # noqa: B004 - async callable objects
+    )
+    return takes_input, is_async
+
+
+_cached_function_shape = functools.lru_cache(maxsize=1024)(_inspect_function)
+
+
+def _function_shape(executor: Any) -> tuple[bool, bool]:
+    """Whether a function node's callable takes the node input, and whether it is async (inspected once
+    per function: a pipeline built per Temporal activity would inspect every function every time)."""
+    try:
+        return _cached_function_shape(executor)
+    except TypeError:  # an unhashable callable object
+        return _inspect_function(executor)
+
+
 class Node:
     """One node of a Graph or Swarm, whatever runs it."""
 
@@ -147,10 +168,7 @@ class Node:
             self.kind = "orchestrator"
         elif callable(executor):
             self.kind = "function"
-            self._takes_input = bool(inspect.signature(executor).parameters)
-            self._is_async = inspect.iscoroutinefunction(executor) or inspect.iscoroutinefunction(
-                getattr(executor, "__call__", None)  # noqa: B004 - async callable objects
-            )
+            self._takes_input, self._is_async = _function_shape(executor)
         else:
             raise GraphError(
                 f"node {node_id!r}: {executor!r} is not a node; use an Agent, a Graph or Swarm, or a function"
