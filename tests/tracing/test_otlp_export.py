@@ -92,3 +92,36 @@ def test_without_the_sdk_the_option_says_how_to_install_it(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "pip install 'orchestra[otel]'" in done.stderr
+
+
+def test_without_a_tracer_provider_no_spans_are_made_and_one_set_later_gets_them():
+    """With the API installed but no provider, orchestra skips spans (OpenTelemetry's no-op spans still
+    cost a context switch each); a provider set after orchestra was imported gets the next run's spans."""
+    code = """
+import anyio
+from opentelemetry import trace
+from orchestra import Agent
+from orchestra.testing import ScriptedModel
+made = []
+original = trace.ProxyTracer.start_as_current_span
+def counting(self, *args, **kwargs):
+    made.append(args[0])
+    return original(self, *args, **kwargs)
+trace.ProxyTracer.start_as_current_span = counting
+agent = Agent(model=ScriptedModel(["one", "two"]))
+anyio.run(agent.invoke_async, "hi")
+print("without a provider:", len(made))
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+anyio.run(agent.invoke_async, "again")
+print("with a provider:", sorted(span.name.split()[0] for span in exporter.get_finished_spans()))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "without a provider: 0" in done.stdout
+    assert "with a provider: ['chat', 'invoke_agent']" in done.stdout
