@@ -38,7 +38,7 @@ from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, Mes
 from orchestra.messages import Message, MessageDict, validate_message
 from orchestra.session._strands_files import file_json, message_from_file, message_to_file
 from orchestra.session.snapshot import now_iso
-from orchestra.storage import ABSENT, Expect, LocalFileStorage, S3Storage, Storage
+from orchestra.storage import ABSENT, Expect, LocalFileStorage, Storage
 
 __all__ = [
     "FileSessionManager",
@@ -519,6 +519,8 @@ class S3SessionManager(RepositorySessionManager):
         client: Any = None,
         endpoint_url: str | None = None,
     ) -> None:
+        from orchestra.storage.s3 import S3Storage
+
         storage = S3Storage(
             bucket,
             prefix=prefix,

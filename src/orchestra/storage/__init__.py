@@ -5,13 +5,28 @@
 ``EncryptedStorage`` wraps any of them to encrypt every value at rest.
 """
 
+import typing as _typing
+
 from orchestra.storage._base import ABSENT, Absent, Expect, Storage, validate_key
 from orchestra.storage._uri import DEFAULT_STORAGE_URI, storage_from_uri
 from orchestra.storage.encrypted import EncryptedStorage, EnvKeyProvider, KeyProvider, KMSKeyProvider
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
 from orchestra.storage.prefixed import PrefixedStorage
-from orchestra.storage.s3 import S3Storage
+
+if _typing.TYPE_CHECKING:
+    from orchestra.storage.s3 import S3Storage
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # S3Storage is imported on first use: boto3 costs every process about 20 MB and a third of a second
+    # at import, and most never touch S3.
+    if name == "S3Storage":
+        from orchestra.storage.s3 import S3Storage
+
+        return S3Storage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ABSENT",
