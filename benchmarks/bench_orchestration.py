@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from typing import Any
 
 import anyio
-from _fresh_process import growth, in_fresh_process
+from _measure import fsynced_appends, growth, in_fresh_process
 
 from orchestra import Agent
 from orchestra.messages import validate_message
@@ -51,21 +50,6 @@ def bare_chain(n: int) -> None:
         reply = validate_message({"role": "assistant", "content": [{"text": f"output of node {i}"}]})
         messages.append(reply)
         text = reply["content"][0]["text"]
-
-
-def fsynced_appends(count: int, size: int) -> float:
-    """The floor for durable saves: seconds for ``count`` appends of ``size`` bytes, each fdatasync'd."""
-    with tempfile.TemporaryDirectory() as root:
-        fd = os.open(os.path.join(root, "journal.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            record = b"x" * size
-            started = time.perf_counter()
-            for _ in range(count):
-                os.write(fd, record)
-                os.fdatasync(fd)
-            return time.perf_counter() - started
-        finally:
-            os.close(fd)
 
 
 async def timed_run(graph: Graph) -> float:
@@ -160,28 +144,34 @@ async def w2(repeat: int) -> dict[str, Any]:
     }
 
 
-async def w4(repeat: int) -> dict[str, Any]:
+def round_robin_swarm(handoffs: int, **options: Any) -> tuple[Swarm, list[FunctionModel]]:
+    """A Swarm of agents a, b, c passing the task round in turn ``handoffs`` times, then answering."""
     names = ["a", "b", "c"]
+    models: list[FunctionModel] = []
+
+    def make(name: str) -> Agent:
+        def reply(messages: list[Any], specs: list[Any]) -> Any:
+            prompt = messages[-1]["content"][-1].get("text", "")
+            turn = prompt.count(" -> ") + 1 if "Agents so far:" in prompt else 0
+            if turn >= handoffs:
+                return "the answer"
+            following = names[(names.index(name) + 1) % len(names)]
+            return ToolCall("handoff_to_agent", {"agent_name": following, "message": f"turn {turn}"})
+
+        model = FunctionModel(reply)
+        models.append(model)
+        return Agent(name=name, model=model)
+
+    swarm = Swarm([make(n) for n in names], max_handoffs=handoffs, max_iterations=handoffs + 1, **options)
+    return swarm, models
+
+
+async def w4(repeat: int) -> dict[str, Any]:
     handoffs = 30
     times = []
     calls = 0
     for _ in range(repeat):
-        models: list[FunctionModel] = []
-
-        def make(name: str, models: list[FunctionModel] = models) -> Agent:
-            def reply(messages: list[Any], specs: list[Any]) -> Any:
-                prompt = messages[-1]["content"][-1].get("text", "")
-                turn = prompt.count(" -> ") + 1 if "Agents so far:" in prompt else 0
-                if turn >= handoffs:
-                    return "the answer"
-                following = names[(names.index(name) + 1) % len(names)]
-                return ToolCall("handoff_to_agent", {"agent_name": following, "message": f"turn {turn}"})
-
-            model = FunctionModel(reply)
-            models.append(model)
-            return Agent(name=name, model=model)
-
-        swarm = Swarm([make(n) for n in names], max_handoffs=handoffs, max_iterations=handoffs + 1)
+        swarm, models = round_robin_swarm(handoffs)
         started = time.perf_counter()
         result = await swarm.invoke_async("pass it around")
         times.append(time.perf_counter() - started)
@@ -249,25 +239,7 @@ async def fan_out(width: int) -> dict[str, Any]:
 
 async def swarm_handoffs(handoffs: int) -> dict[str, Any]:
     """Scale: a Swarm of 3 agents handing off ``handoffs`` times, then answering."""
-    names = ["a", "b", "c"]
-
-    def make(name: str) -> Agent:
-        def reply(messages: list[Any], specs: list[Any]) -> Any:
-            prompt = messages[-1]["content"][-1].get("text", "")
-            turn = prompt.count(" -> ") + 1 if "Agents so far:" in prompt else 0
-            if turn >= handoffs:
-                return "the answer"
-            following = names[(names.index(name) + 1) % len(names)]
-            return ToolCall("handoff_to_agent", {"agent_name": following, "message": f"turn {turn}"})
-
-        return Agent(name=name, model=FunctionModel(reply))
-
-    swarm = Swarm(
-        [make(n) for n in names],
-        max_handoffs=handoffs,
-        max_iterations=handoffs + 1,
-        repetitive_handoff_detection_window=0,
-    )
+    swarm, _ = round_robin_swarm(handoffs, repetitive_handoff_detection_window=0)
     started = time.perf_counter()
     result = await swarm.invoke_async("pass it around")
     assert result.status.value == "completed", result.reason

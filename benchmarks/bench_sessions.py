@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _fresh_process import growth, in_fresh_process
+from _measure import fsynced_appends, growth, in_fresh_process
 
 from orchestra import Agent
 from orchestra.conversation import NullConversationManager, SlidingWindowConversationManager
@@ -82,20 +82,6 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
         "total_over_floor": round(total / floor, 2) if floor else None,
         "target_total_seconds": 0.3 if backend == "local" else None,
     }
-
-
-def fsynced_appends(count: int, size: int) -> float:
-    """The floor for W3: seconds for ``count`` appends of ``size`` bytes to one file, each fdatasync'd."""
-    with tempfile.TemporaryDirectory() as root:
-        fd = os.open(os.path.join(root, "journal.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            started = time.perf_counter()
-            for _ in range(count):
-                os.write(fd, b"x" * size)
-                os.fdatasync(fd)
-            return time.perf_counter() - started
-        finally:
-            os.close(fd)
 
 
 async def long_session(turns: int, in_memory: bool = False) -> dict[str, Any]:

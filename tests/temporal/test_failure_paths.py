@@ -146,3 +146,75 @@ async def test_a_commit_after_another_workers_commit_reloads_the_journal(tmp_pat
     doc = await Journal(storage_from_uri(storage), ScopeLayout("s1", "multiAgent", "chain")).load()
     assert doc is not None
     assert {k: doc.fields.get(k) for k in "abc"} == {"a": "a", "b": "b", "c": "c"}
+
+
+async def test_a_commit_retried_after_it_deleted_its_inputs_keeps_what_it_saved(tmp_path):
+    """A worker can die after a commit saved the journal and deleted the node's blob and the task's, but
+    before Temporal recorded the commit: the retry (on another worker) finds the inputs gone and must
+    keep what the journal holds. Inputs missing for a commit that never happened are an error."""
+    import json
+
+    from orchestra.multiagent import NodeResult, Status
+    from orchestra.temporal import CommitRequest, PipelineActivities
+    from orchestra.temporal.activities import input_key
+
+    uri = f"file:{tmp_path}/store"
+    storage = storage_from_uri(uri)
+    task_key = input_key("s1", "chain", "r1", "task")
+    await storage.write(task_key, b'"the task"')
+    run = {"run_id": "r1", "status": "executing"}
+    first = CommitRequest("s1", uri, "chain", {"run": run, "task": None}, {}, task_ref=task_key, run_id="r1")
+    await PipelineActivities({}).commit(first)
+    await PipelineActivities({}).commit(first)  # the retry, on a worker without the journal cached
+
+    result = NodeResult(node_id="a", status=Status.COMPLETED, output="out a", execution_count=1)
+    blob_key = "session/s1/scopes/multiAgent/chain/temporal/r1/a-1.json"
+    blob = {"result": result.model_dump(mode="json"), "state_changes": {"set": {"k": 1}, "del": []}}
+    await storage.write(blob_key, json.dumps(blob).encode())
+    summary = {k: v for k, v in result.model_dump(mode="json").items() if k != "output"}
+    node = CommitRequest(
+        "s1",
+        uri,
+        "chain",
+        {"run": run, "node/a": {"status": "completed", "executions": 1, "result": summary}},
+        {"execution_order": ["a"]},
+        node_id="a",
+        blob=blob_key,
+        run_id="r1",
+    )
+    await PipelineActivities({}).commit(node)
+    await PipelineActivities({}).commit(node)
+
+    doc = await load_scope(storage, "s1", "multiAgent", "chain")
+    assert doc.fields["task"] == "the task"
+    assert doc.fields["node/a"]["result"]["output"] == "out a"
+    assert doc.fields["state"] == {"k": 1}
+    assert doc.logs["execution_order"] == ["a"]
+    assert await storage.read(task_key) is None
+    assert await storage.read(blob_key) is None
+
+    other_run = CommitRequest("s1", uri, "chain", {}, {}, node_id="a", blob=blob_key, run_id="r2")
+    with pytest.raises(RuntimeError, match="the node's data is missing"):
+        await PipelineActivities({}).commit(other_run)
+
+
+async def test_a_missing_invocation_state_fails_the_node_without_retries(tmp_path):
+    from temporalio.exceptions import ApplicationError
+
+    from orchestra.temporal import NodeRequest, PipelineActivities
+
+    uri = f"file:{tmp_path}/store"
+    request = NodeRequest("chain", "s1", uri, "chain", "r1", "a", 1, invocation_state_ref="gone/state.json")
+    with pytest.raises(ApplicationError, match="invocation state is missing") as raised:
+        await PipelineActivities({})._invocation_state(storage_from_uri(uri), request)
+    assert raised.value.non_retryable
+
+
+async def test_a_hostile_run_id_cannot_place_the_runs_input_elsewhere(tmp_path):
+    from orchestra.temporal import RunRequest
+    from orchestra.temporal.worker import by_reference
+
+    request = RunRequest("chain", "s1", f"file:{tmp_path}/store", task="go", run_id="../../../elsewhere")
+    with pytest.raises(ValueError, match="invalid run_id"):
+        await by_reference(request)
+    assert not any(tmp_path.rglob("*.json"))

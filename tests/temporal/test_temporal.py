@@ -115,46 +115,25 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
     try:
         on = f"temporal://{temporal_address}/default?task_queue=q-cli"
         storage = f"file:{tmp_path}/store"
-        result = CliRunner().invoke(
-            app,
-            [
-                "run",
-                str(EXAMPLES / "review_loop.yaml"),
-                "--on",
-                on,
-                "--session-id",
-                "c1",
-                "--storage",
-                storage,
-                "--json",
-            ],
-        )
+        spec = str(EXAMPLES / "review_loop.yaml")
+
+        def on_temporal(command: str, session: str, *extra: str):
+            return CliRunner().invoke(
+                app, [command, spec, "--on", on, "--session-id", session, "--storage", storage, *extra]
+            )
+
+        result = on_temporal("run", "c1", "--json")
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert data["status"] == "completed"
         assert data["output"] == "APPROVED"
-        local = CliRunner().invoke(
-            app,
-            ["run", str(EXAMPLES / "review_loop.yaml"), "--session-id", "l1", "--storage", storage, "--json"],
-        )
+        local = CliRunner().invoke(app, ["run", spec, "--session-id", "l1", "--storage", storage, "--json"])
         expected = json.loads(local.stdout)
         assert set(data) == set(expected)  # --json has the same shape on Temporal as locally
         for key in ("status", "output", "execution_order", "execution_count", "interrupts"):
             assert data[key] == expected[key], key
         assert data["results"].keys() == expected["results"].keys()
-        followed = CliRunner().invoke(
-            app,
-            [
-                "run",
-                str(EXAMPLES / "review_loop.yaml"),
-                "--on",
-                on,
-                "--session-id",
-                "c2",
-                "--storage",
-                storage,
-            ],
-        )
+        followed = on_temporal("run", "c2")
         assert followed.exit_code == 0, followed.output
         table = [line for line in followed.stderr.splitlines() if "review" in line and "completed" in line]
         assert table, followed.stderr
@@ -162,19 +141,7 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         assert " 0.00 " not in table[-1], table[-1]  # and seconds (the reviewer takes 0.4 s a turn)
         shown = CliRunner().invoke(app, ["sessions", "show", "c1", "--storage", storage])
         assert "status: completed" in shown.stdout  # Temporal runs are in the session like local ones
-        again = CliRunner().invoke(
-            app,
-            [
-                "resume",
-                str(EXAMPLES / "review_loop.yaml"),
-                "--on",
-                on,
-                "--session-id",
-                "c1",
-                "--storage",
-                storage,
-            ],
-        )
+        again = on_temporal("resume", "c1")
         assert again.exit_code == 1
         assert "no run to resume" in again.stderr
     finally:

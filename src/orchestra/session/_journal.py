@@ -129,7 +129,8 @@ def _decode_messages(items: list[Any], key: str) -> list[Any]:
 
 
 def _diff(old: Sequence[Any], new: Sequence[Any]) -> LogOp | None:
-    """The smallest LogOp that turns ``old`` into ``new``, comparing items by identity."""
+    """The smallest LogOp that turns ``old`` into ``new``: an unchanged prefix by list equality (which
+    takes identical items as equal at once), a kept middle run by identity."""
     # The common case, an appended tail: list equality compares the same objects in O(1) each, in C
     # (six times faster than an identity loop; an item replaced by an equal one needs no rewrite either).
     if len(old) <= len(new) and new[: len(old)] == old:
@@ -306,12 +307,7 @@ class Journal:
             f"{dumps(name)}:{text}" for name, text in self._field_text.items() if name not in self._log_refs
         ]
         data += [f"{dumps(name)}:{dumps(items)}" for name, items in self._log_refs.items()]
-        head = self._snapshot(Document(), journal).model_dump(mode="python", exclude={"data"})
-        body = [
-            f"{dumps(name)}:{'{' + ','.join(data) + '}' if name == 'data' else dumps(head[name])}"
-            for name in Snapshot.model_fields
-        ]
-        return ("{" + ",".join(body) + "}").encode()
+        return encode_snapshot(self._snapshot(Document(), journal), "{" + ",".join(data) + "}")
 
     # -- writing --------------------------------------------------------------------------------------
 
@@ -490,10 +486,11 @@ class Journal:
         # Nothing to fold while the oldest record is younger than delete_after: say so from that one
         # record, without reading the snapshots (which are as large as the session).
         oldest = [k for k in await self.storage.list(self.layout.journal, limit=1) if k.endswith(".json")]
-        if oldest:
-            found = await self.storage.read(oldest[0])
-            if found is not None and decode_model(Record, found[0], oldest[0]).t > cutoff:
-                return 0
+        if not oldest:
+            return 0
+        found = await self.storage.read(oldest[0])
+        if found is not None and decode_model(Record, found[0], oldest[0]).t > cutoff:
+            return 0
         latest = await self._read_latest()
         if latest is None or latest[0].journal is None:
             return 0
@@ -525,8 +522,8 @@ class Journal:
             except StorageConflictError:
                 return 0  # another process folded meanwhile; it deletes what it folded
         # Also what an interrupted fold left behind (records at or before the base).
-        oldest = [k for k in await self.storage.list(self.layout.journal, limit=1) if k.endswith(".json")]
-        count = folded_to - self.layout.seq_of(oldest[0]) + 1 if oldest else 0
+        # From the oldest record listed above (a fold running meanwhile only deletes some of them).
+        count = folded_to - self.layout.seq_of(oldest[0]) + 1
         doomed = [
             key
             for key in (await self.storage.list(self.layout.journal, limit=count) if count > 0 else [])

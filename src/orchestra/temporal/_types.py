@@ -59,8 +59,8 @@ class NodeRequest:
     invocation_state: dict[str, Any] = field(default_factory=dict)
     spec_hash: str = ""
     invocation_state_ref: str = ""
-    # A swarm turn whose task is by reference: the activity composes the prompt from the saved run and
-    # this activation (``{"node", "input", "from"}``) instead of receiving it in ``prompt``.
+    # A swarm turn: the activity composes the prompt from the saved run and this activation (``{"node",
+    # "input", "from"}``), so the task stays out of the history (``prompt``: histories recorded before).
     swarm_next: dict[str, Any] | None = None
 
 

@@ -18,6 +18,7 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.errors import SessionConflictError, StorageUnavailableError
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
@@ -39,7 +40,8 @@ def spec_hash(loaded: LoadedSpec) -> str:
 
 def input_key(session_id: str, spec_id: str, run_id: str, name: str) -> str:
     """Where a run's input (``task``, ``state``: its invocation state) waits for the workflow's activities."""
-    return f"{ScopeLayout(session_id, 'multiAgent', spec_id).prefix}temporal/{run_id}/input-{name}.json"
+    prefix = ScopeLayout(session_id, "multiAgent", spec_id).prefix
+    return f"{prefix}temporal/{validate_id(run_id, 'run_id')}/input-{name}.json"
 
 
 async def _read_json(storage: Storage, key: str, what: str) -> Any:
@@ -210,7 +212,7 @@ class PipelineActivities:
                 s: orchestrator._results[s].output for s in request.activation if s in orchestrator._results
             }
             task = request.prompt if request.prompt is not None else orchestrator._fields.get("task")
-        elif request.swarm_next is not None:  # the task is by reference: compose the turn's prompt here
+        elif request.swarm_next is not None:  # a swarm turn: its prompt is composed here, from the saved run
             assert isinstance(orchestrator, Swarm)
             inputs, task = {}, orchestrator._compose_input(request.node_id, request.swarm_next)
         else:

@@ -62,11 +62,8 @@ class PipelineWorkflow:
         orchestrator = self._orchestrator
         if orchestrator is None:
             return {"status": "pending", "nodes": {}, "interrupts": []}
-        nodes = {
-            n: (orchestrator._fields.get(f"node/{n}") or {}).get("status", "pending")
-            for n in orchestrator.nodes
-        }
         records = {n: orchestrator._fields.get(f"node/{n}") or {} for n in orchestrator.nodes}
+        nodes = {n: record.get("status", "pending") for n, record in records.items()}
         executions = {n: record.get("executions", 0) for n, record in records.items()}
         seconds = {
             n: ((record.get("result") or {}).get("execution_time_ms") or 0.0) / 1000

@@ -1,15 +1,19 @@
-"""Run one benchmark case in a fresh Python process, so that its peak RSS is its own.
+"""What the benchmarks share: running a case in a fresh Python process, and the fsync floor.
 
-A case is a coroutine function ``case(size) -> dict`` in a benchmark module. The child imports orchestra
-first and records its peak RSS then (the baseline every case pays: the interpreter and the imports),
-runs the case, and prints the case's dict with ``peak_rss_mb`` and ``rss_over_imports_mb`` added (Linux: /proc).
+``in_fresh_process`` runs one case so that its peak RSS is its own. A case is a coroutine function
+``case(size) -> dict`` in a benchmark module. The child imports orchestra first and records its peak RSS
+then (the baseline every case pays: the interpreter and the imports), runs the case, and prints the
+case's dict with ``peak_rss_mb`` and ``rss_over_imports_mb`` added (Linux: /proc).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +58,19 @@ def growth(
         return None
     size_ratio = large[size_key] / small[size_key]
     return round((large[value_key] / small[value_key]) / size_ratio, 3)
+
+
+def fsynced_appends(count: int, size: int) -> float:
+    """The floor for durable saves: seconds for ``count`` appends of ``size`` bytes to one file, each
+    fdatasync'd (no rename, no folder sync)."""
+    with tempfile.TemporaryDirectory() as root:
+        fd = os.open(os.path.join(root, "journal.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            record = b"x" * size
+            started = time.perf_counter()
+            for _ in range(count):
+                os.write(fd, record)
+                os.fdatasync(fd)
+            return time.perf_counter() - started
+        finally:
+            os.close(fd)
