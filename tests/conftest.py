@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -24,16 +26,38 @@ os.environ.update(
 os.environ.pop("ORCHESTRA_MODEL", None)
 
 
+class OneRequestAtATime:
+    """Serves a WSGI app one request at a time.
+
+    moto checks a conditional PUT's precondition and then stores the object in two steps with no lock
+    between them (moto 5.2, ``S3Response.put_object``), and its threaded server runs requests at once: two
+    concurrent ``If-None-Match: *`` PUTs of one key can both succeed, where S3 lets exactly one win (a
+    race that lost a turn in the two-process server test). One request at a time gives back S3's atomic
+    conditional writes; moto is pure Python under the GIL, so this costs little concurrency.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        with self.lock:
+            return self.app(environ, start_response)
+
+
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
     """The URL of a moto S3 server started for this test session (real HTTP on 127.0.0.1)."""
-    from moto.server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    app = OneRequestAtATime(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    thread.join()
 
 
 @pytest.fixture
