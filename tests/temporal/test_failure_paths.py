@@ -218,3 +218,70 @@ async def test_a_hostile_run_id_cannot_place_the_runs_input_elsewhere(tmp_path):
     with pytest.raises(ValueError, match="invalid run_id"):
         await by_reference(request)
     assert not any(tmp_path.rglob("*.json"))
+
+
+def chain_spec(length: int) -> str:
+    nodes = "".join(f"  - {{id: n{i}, function: 'tests.support:set_own_key'}}\n" for i in range(length))
+    edges = "".join(f"  - {{from: n{i}, to: n{i + 1}}}\n" for i in range(length - 1))
+    return f"version: 1\nkind: graph\nid: chain\nnodes:\n{nodes}edges:\n{edges}"
+
+
+async def test_a_nodes_activity_reads_only_what_was_committed_since_the_workers_last_read(tmp_path):
+    """Point 6: a worker follows the runs it serves, so a node's activity reads the records committed
+    since the last one, not the journal; it gets the same state as a worker that read everything. Of the
+    agents' state, it loads only its own agent's."""
+    import json
+
+    from temporalio.testing import ActivityEnvironment
+
+    from orchestra.session._journal import Document
+    from orchestra.spec import build
+    from orchestra.storage import LocalFileStorage
+    from orchestra.temporal import CommitRequest, NodeRequest, PipelineActivities
+    from orchestra.temporal.activities import _node_view
+
+    reads: list[str] = []
+
+    class CountingStorage(LocalFileStorage):
+        def _read(self, key: str):  # type: ignore[no-untyped-def]
+            reads.append(key)
+            return super()._read(key)
+
+    uri = f"file:{tmp_path}/store"
+    loaded = parse_text(chain_spec(30), "chain.yaml")
+    local = build(loaded, session_id="s1", storage=uri)
+    await local.invoke_async("go")  # a run of 30 saved nodes: the journal the activities follow
+
+    def request(node_id: str) -> NodeRequest:
+        return NodeRequest("chain", "s1", uri, "chain", "r1", node_id, 2, activation=[])
+
+    following = PipelineActivities({"chain": loaded})
+    following._storages[uri] = CountingStorage(tmp_path / "store")
+    env = ActivityEnvironment()
+    await env.run(following.execute_node, request("n1"))
+    for index in range(3):  # the workflow commits three more records
+        await following.commit(CommitRequest("s1", uri, "chain", {"marker": index}, {}))
+
+    reads.clear()
+    outcome = await env.run(following.execute_node, request("n2"))
+    journal_reads = [key for key in reads if "/journal/" in key]
+    assert len(journal_reads) == 3, reads  # the new records...
+    assert reads == journal_reads  # ...and nothing else
+
+    fresh = PipelineActivities({"chain": loaded})
+    again = await env.run(fresh.execute_node, request("n2"))
+    storage = storage_from_uri(uri)
+    blobs = [json.loads((await storage.read(o.blob))[0]) for o in (outcome, again)]
+    assert blobs[0]["state_base"] == blobs[1]["state_base"]  # what it saw is what a full load sees
+    assert blobs[0]["state_base"]["n29"] == "set by n29"
+    assert blobs[0]["result"]["output"] == blobs[1]["result"]["output"] == "n2"
+
+    doc = Document(
+        fields={"run": {}, "agent/a": {"state": {}}, "agent/b": {"state": {"x": 1}}},
+        logs={"agent/a/messages": [{"role": "user"}], "agent/b/messages": [{"role": "user"}] * 1000},
+    )
+    fields, logs = _node_view(doc, "a")
+    assert sorted(fields) == ["agent/a", "run"]
+    assert sorted(logs) == ["agent/a/messages"]
+    fields["run"]["status"] = "changed"  # the shared document stays as committed
+    assert doc.fields["run"] == {}

@@ -263,6 +263,29 @@ class Journal:
         self._track(doc)
         return doc
 
+    async def catch_up(self, doc: Document) -> Document:
+        """``doc``, as this journal last loaded it, brought up to the scope's newest record: for a reader
+        that follows a scope another process writes. Only the records written since are read (if some
+        were folded away meanwhile, the scope is loaded again). What later saves compare with is not
+        updated: a journal that catches up is one that only reads."""
+        try:
+            records = await self._read_records(self.seq)
+        except SnapshotError:
+            return await self.load() or Document()
+        for seq, record, _ in records:
+            doc.apply(record)
+            self.seq = seq
+        return doc
+
+    def field(self, name: str) -> Any:
+        """A field as last saved or loaded (decoded again: the caller may change it), or None."""
+        text = self._field_text.get(name)
+        return None if text is None else json.loads(text)
+
+    def log(self, name: str) -> list[Any]:
+        """A log as last saved or loaded, by reference: read it, do not change it."""
+        return self._log_refs.get(name) or []
+
     async def load_at(self, seq: int) -> Document:
         """The state after record ``seq`` (does not change what this journal tracks)."""
         latest = await self._read_latest()

@@ -9,6 +9,7 @@ the workflow's scheduling changes into the session journal, exactly as a local r
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 from collections.abc import Iterator
@@ -123,6 +124,36 @@ def _merged_state(stored: dict[str, Any] | None, blob: dict[str, Any]) -> dict[s
     return state
 
 
+_RunKey = tuple[str, str, str]  # storage URI, session id, scope id
+
+
+class _RunReader:
+    """A run's document as this worker last read it (see ``PipelineActivities._document``)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.doc: Document | None = None
+        self.lock = anyio.Lock()
+
+
+def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """What one node's activity loads of the run document: the run's own records, each copied a level
+    deep (the orchestrator updates them in place; the document is shared), and of the agents' state only
+    its own agent's, copied whole (every other agent's conversation stays unread)."""
+    own = (f"agent/{node_id}", f"agent/{node_id}/messages")
+    fields = {
+        name: copy.deepcopy(value) if name in own else dict(value) if isinstance(value, dict) else value
+        for name, value in doc.fields.items()
+        if not name.startswith("agent/") or name in own
+    }
+    logs = {
+        name: copy.deepcopy(items) if name in own else items
+        for name, items in doc.logs.items()
+        if not name.startswith("agent/") or name in own
+    }
+    return fields, logs
+
+
 class PipelineActivities:
     """The activities for the pipelines a worker hosts (spec id -> parsed spec)."""
 
@@ -130,7 +161,8 @@ class PipelineActivities:
         self.specs = specs
         self._storages: dict[str, Storage] = {}
         self._invocation_states: dict[str, dict[str, Any]] = {}  # by key: a run's nodes share one
-        self._journals: dict[tuple[str, str, str], Journal] = {}  # by run scope: see commit()
+        self._journals: dict[_RunKey, Journal] = {}  # by run scope: see commit()
+        self._readers: dict[_RunKey, _RunReader] = {}  # by run scope: see _document()
 
     def _storage(self, uri: str) -> Storage:
         if uri not in self._storages:
@@ -162,6 +194,22 @@ class PipelineActivities:
                 del self._invocation_states[next(iter(self._invocation_states))]
             self._invocation_states[key] = await _read_json(storage, key, "invocation state")
         return dict(self._invocation_states[key])
+
+    async def _document(self, storage: Storage, layout: ScopeLayout, where: _RunKey) -> Document | None:
+        """The run document as committed so far (shared: read it, do not change it).
+
+        A worker keeps the runs it serves and reads only the records committed since its last read, so
+        a node's activity costs the same at the end of a long run as at its start."""
+        reader = self._readers.pop(where, None) or _RunReader(Journal(storage, layout))
+        self._readers[where] = reader  # the most recently used last
+        if len(self._readers) > 64:  # runs in flight on this worker; the least recently used goes first
+            del self._readers[next(iter(self._readers))]
+        async with reader.lock:  # parallel nodes of one run read the new records once
+            if reader.doc is None:
+                reader.doc = await reader.journal.load()
+            else:
+                reader.doc = await reader.journal.catch_up(reader.doc)
+            return reader.doc
 
     @activity.defn(name="orchestra.describe")
     async def describe(self, spec_id: str) -> dict[str, Any]:
@@ -200,9 +248,9 @@ class PipelineActivities:
         # Nested graphs and swarms persist (and resume) inside, under the same session.
         orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
         layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
-        doc = await Journal(storage, layout).load()
+        doc = await self._document(storage, layout, (request.storage, request.session_id, request.scope_id))
         if doc is not None:
-            orchestrator.load_document(doc.fields, doc.logs)
+            orchestrator.load_document(*_node_view(doc, request.node_id))
         node = orchestrator.nodes[request.node_id]
         if request.reset:
             node.reset()
@@ -306,30 +354,27 @@ class PipelineActivities:
             self._journals[where] = journal
 
     async def _commit(self, request: CommitRequest, journal: Journal | None) -> Journal:
-        """Fold the workflow's changes and a node's blob into the session journal (idempotent on retry)."""
+        """Fold the workflow's changes and a node's blob into the session journal (idempotent on retry).
+
+        Only the fields and logs this commit touches are read from the journal (decoded), not the whole
+        run document: a commit costs the same at the end of a long run as at its start."""
         storage = self._storage(request.storage)
-        if journal is not None:
-            doc = journal.current()
-        else:
+        if journal is None:
             layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
             journal = Journal(storage, layout, _COMPACTION)
-            doc = await journal.load() or Document()
+            await journal.load()
         fields = dict(request.fields)
         # Results are owned by storage: the workflow only holds their summaries.
         own = f"node/{request.node_id}" if request.node_id else None
         for name, record in list(fields.items()):
-            stored = doc.fields.get(name)
-            if (
-                name.startswith("node/")
-                and name != own
-                and isinstance(record, dict)
-                and isinstance(stored, dict)
-            ):
-                fields[name] = {**record, "result": stored.get("result")}
-        logs = {name: _extend(doc.logs.get(name, []), items) for name, items in request.logs.items()}
+            if name.startswith("node/") and name != own and isinstance(record, dict):
+                stored = journal.field(name)
+                if isinstance(stored, dict):
+                    fields[name] = {**record, "result": stored.get("result")}
+        logs = {name: _extend(journal.log(name), items) for name, items in request.logs.items()}
         # A retried commit may find its inputs deleted by the attempt that saved them: then the journal
         # already holds them (same run, same execution), and the inputs are left as saved.
-        same_run = bool(request.run_id) and (doc.fields.get("run") or {}).get("run_id") == request.run_id
+        same_run = bool(request.run_id) and (journal.field("run") or {}).get("run_id") == request.run_id
         if request.task_ref:
             found = await storage.read(request.task_ref)
             if found is not None:
@@ -341,18 +386,17 @@ class PipelineActivities:
         if request.blob is not None and request.node_id is not None:
             name = f"node/{request.node_id}"
             found = await storage.read(request.blob)
+            stored = journal.field(name)
             if found is not None:
                 blob = json.loads(found[0])
-                fields[name] = {**fields.get(name, doc.fields.get(name, {})), "result": blob["result"]}
-                fields["state"] = _merged_state(doc.fields.get("state"), blob)
+                fields[name] = {**fields.get(name, stored or {}), "result": blob["result"]}
+                fields["state"] = _merged_state(journal.field("state"), blob)
                 if "agent" in blob:
                     fields[f"agent/{request.node_id}"] = blob["agent"]
                     log = f"agent/{request.node_id}/messages"
-                    logs[log] = _extend(
-                        doc.logs.get(log, []), _decode_messages(blob["messages"], request.blob)
-                    )
-            elif same_run and _holds_execution(doc.fields.get(name), fields.get(name)):
-                fields[name] = {**fields.get(name, {}), "result": (doc.fields.get(name) or {}).get("result")}
+                    logs[log] = _extend(journal.log(log), _decode_messages(blob["messages"], request.blob))
+            elif same_run and _holds_execution(stored, fields.get(name)):
+                fields[name] = {**fields.get(name, {}), "result": (stored or {}).get("result")}
             else:
                 raise RuntimeError(f"{request.blob}: the node's data is missing")
         if journal.seq == -1:
