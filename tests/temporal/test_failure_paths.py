@@ -285,3 +285,60 @@ async def test_a_nodes_activity_reads_only_what_was_committed_since_the_workers_
     assert sorted(logs) == ["agent/a/messages"]
     fields["run"]["status"] = "changed"  # the shared document stays as committed
     assert doc.fields["run"] == {}
+
+
+async def test_nodes_that_finished_together_are_committed_in_one_record_in_order(tmp_path):
+    """Parallel nodes that finish in one workflow activation are committed together: one journal record,
+    their state changes applied in the order given (the later writer of a key wins, as locally). A retry
+    after the commit saved and deleted the first blobs applies the rest again, to the same state."""
+    import json
+
+    from orchestra.multiagent import NodeResult, Status
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
+    from orchestra.temporal import CommitRequest, PipelineActivities
+
+    uri = f"file:{tmp_path}/store"
+    storage = storage_from_uri(uri)
+    run = {"run_id": "r1", "status": "executing"}
+    await PipelineActivities({}).commit(CommitRequest("s1", uri, "fan", {"run": run, "state": {}}, {}))
+    changes = {"a": {"k": "a", "a": 1}, "b": {"k": "b", "b": 2}, "c": {"k": "c"}}
+    fields: dict[str, object] = {"run": run}
+    batch = []
+    for node_id, sets in changes.items():
+        result = NodeResult(
+            node_id=node_id, status=Status.COMPLETED, output=f"out {node_id}", execution_count=1
+        )
+        key = f"session/s1/scopes/multiAgent/fan/temporal/r1/{node_id}-1.json"
+        blob = {"result": result.model_dump(mode="json"), "state_changes": {"set": sets, "del": []}}
+        await storage.write(key, json.dumps(blob).encode())
+        summary = {k: v for k, v in blob["result"].items() if k != "output"}
+        fields[f"node/{node_id}"] = {"status": "completed", "executions": 1, "result": summary}
+        batch.append([node_id, key])
+    request = CommitRequest(
+        "s1", uri, "fan", fields, {"execution_order": ["a", "b", "c"]}, run_id="r1", batch=batch
+    )
+    journal = Journal(storage, ScopeLayout("s1", "multiAgent", "fan"))
+    await PipelineActivities({}).commit(request)
+    doc = await journal.load()
+    assert doc is not None
+    assert journal.seq == 1  # the run's first record, then one for the three nodes
+    assert doc.fields["state"] == {"k": "c", "a": 1, "b": 2}
+    assert [doc.fields[f"node/{n}"]["result"]["output"] for n in "abc"] == ["out a", "out b", "out c"]
+    assert [await storage.read(key) for _, key in batch] == [None, None, None]
+
+    # The worker died after deleting a's blob: the retry finds b's and c's and applies them again.
+    for node_id, key in batch[1:]:
+        result = NodeResult(
+            node_id=node_id, status=Status.COMPLETED, output=f"out {node_id}", execution_count=1
+        )
+        blob = {
+            "result": result.model_dump(mode="json"),
+            "state_changes": {"set": changes[node_id], "del": []},
+        }
+        await storage.write(key, json.dumps(blob).encode())
+    await PipelineActivities({}).commit(request)
+    doc = await Journal(storage, ScopeLayout("s1", "multiAgent", "fan")).load()
+    assert doc is not None
+    assert doc.fields["state"] == {"k": "c", "a": 1, "b": 2}
+    assert doc.fields["node/a"]["result"]["output"] == "out a"

@@ -17,6 +17,7 @@ the same whether 1 or 200 nodes have already completed.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import secrets
@@ -24,7 +25,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import structlog
@@ -77,28 +78,43 @@ class MultiAgentBase:
         self.scope_id = self.id  # where a session keeps this orchestrator (nested ones get a derived scope)
         self.nodes: dict[str, Node] = dict(nodes)
         self._initial_state = dict(state or {})
-        self.state = JSONState(self._initial_state, owner=f"{self.kind} {self.id!r} state")
         self.hooks = HookRegistry()
         for provider in hooks or []:
             self.hooks.add_hook(provider)
+        self.log = get_logger("orchestra.multiagent", orchestrator=self.id)
+        self._blank_run()
         self.session_manager = session_manager
         if session_manager is not None:
             self._attach_session_manager(session_manager)
-        self.log = get_logger("orchestra.multiagent", orchestrator=self.id)
+        if self.hooks.has_callbacks(MultiAgentInitialized):
+            run_sync(self.hooks.invoke, MultiAgentInitialized(self))
+
+    def _blank_run(self) -> None:
+        """What belongs to one orchestrator object's runs, not to its structure: the shared state, the
+        locks and the run document (see ``_copy_for_run``)."""
+        self.state = JSONState(self._initial_state, owner=f"{self.kind} {self.id!r} state")
         self._invoking = threading.Lock()
         self._run_options = _Options()
         self._sync_nodes = anyio.Lock()  # sync function nodes run one at a time (see Node._run_function)
-        # the run document
-        self._fields: dict[str, Any] = {}
+        self._fields: dict[str, Any] = {"run": self._new_run_record(Status.PENDING)}
         self._logs: dict[str, list[Any]] = {"execution_order": []}
         self._dirty: set[str] = set()
         self._dirty_logs: set[str] = set()
         self._dirty_agents: set[str] = set()
         self._unset: set[str] = set()
         self._saved_state_version = -1
-        self._fields["run"] = self._new_run_record(Status.PENDING)
-        if self.hooks.has_callbacks(MultiAgentInitialized):
-            run_sync(self.hooks.invoke, MultiAgentInitialized(self))
+
+    def _copy_for_run(self) -> Self:
+        """A copy that shares this orchestrator's structure (nodes, edges, conditions, hooks) and has its
+        own run document, shared state and locks, and no session manager. A Temporal worker runs a
+        function node on such a copy of a pipeline it built once: a function holds no state of its own, so
+        nothing of one node's activity reaches another's. (Agents and nested orchestrators do hold state:
+        their nodes run on a pipeline built afresh.)"""
+        clone = copy.copy(self)
+        clone.nodes = dict(self.nodes)
+        clone.session_manager = None
+        clone._blank_run()
+        return clone
 
     def _attach_session_manager(self, session_manager: OrchestratorSessionManager) -> None:
         if not isinstance(session_manager, OrchestratorSessionManager):

@@ -213,15 +213,18 @@ class Graph(MultiAgentBase):
             self._out[edge.src].append(edge)
             if not edge.back:
                 self._forward_preds[edge.dst].append(edge.src)
+        self._order = {node_id: index for index, node_id in enumerate(ids)}
+        super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
+
+    def _blank_run(self) -> None:
+        super()._blank_run()
         self._results: dict[str, NodeResult] = {}
         self._queue: list[str] = []
         self._queued_seq = 0
         self._waiting: set[str] = set()
         # Per join node: (its incoming dict, the predecessors not in it yet); see _unreported_preds.
         self._unreported: dict[str, tuple[dict[str, str], set[str]]] = {}
-        self._order = {node_id: index for index, node_id in enumerate(ids)}
         self.graph_state = GraphState(self)
-        super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
 
     # -- construction ---------------------------------------------------------------------------------
 

@@ -94,3 +94,6 @@ class CommitRequest:
     blob: str | None = None
     task_ref: str | None = None  # the first commit of a run whose task is by reference stores it
     run_id: str = ""  # tells a retried commit whose blobs it already deleted that it has nothing to do
+    # Nodes that finished together, as [node id, blob] pairs: one record for all, their data folded in
+    # this order (``node_id``/``blob`` hold a single node, as in histories recorded before batches).
+    batch: list[list[str]] = field(default_factory=list)

@@ -163,6 +163,8 @@ class PipelineActivities:
         self._invocation_states: dict[str, dict[str, Any]] = {}  # by key: a run's nodes share one
         self._journals: dict[_RunKey, Journal] = {}  # by run scope: see commit()
         self._readers: dict[_RunKey, _RunReader] = {}  # by run scope: see _document()
+        self._templates: dict[str, MultiAgentBase] = {}  # by spec id: see _orchestrator()
+        self._hashes: dict[str, str] = {}  # by spec id
 
     def _storage(self, uri: str) -> Storage:
         if uri not in self._storages:
@@ -176,9 +178,11 @@ class PipelineActivities:
                 non_retryable=True,
             )
         loaded = self.specs[spec_id]
-        if version and spec_hash(loaded) != version:
+        if spec_id not in self._hashes:  # hashing a large spec per activity would cost a build's worth
+            self._hashes[spec_id] = spec_hash(loaded)
+        if version and self._hashes[spec_id] != version:
             raise ApplicationError(
-                f"this worker hosts another version of pipeline {spec_id!r} (spec hash {spec_hash(loaded)}; "
+                f"this worker hosts another version of pipeline {spec_id!r} (spec hash {self._hashes[spec_id]}; "
                 f"the run was started with {version}): deploy the same file to every worker of the task queue, "
                 "or start the run again against the new version",
                 non_retryable=True,
@@ -194,6 +198,24 @@ class PipelineActivities:
                 del self._invocation_states[next(iter(self._invocation_states))]
             self._invocation_states[key] = await _read_json(storage, key, "invocation state")
         return dict(self._invocation_states[key])
+
+    def _orchestrator(self, request: NodeRequest, storage: Storage) -> MultiAgentBase:
+        """The pipeline to run one node in. A function node runs in a copy of the pipeline this worker
+        built once (``_copy_for_run``), so an activity does not build every node of a large pipeline.
+        Agents and nested orchestrators hold state of their own, so their nodes get the pipeline built
+        afresh, where nested graphs and swarms persist (and resume) under the session."""
+        loaded = self._spec(request.spec_id, request.spec_hash)
+        template = self._templates.get(request.spec_id)
+        if template is None:
+            built = build(loaded)
+            assert isinstance(built, MultiAgentBase)
+            template = self._templates[request.spec_id] = built
+        if isinstance(template, Graph) and template.nodes[request.node_id].kind == "function":
+            return template._copy_for_run()
+        orchestrator = build(loaded)
+        assert isinstance(orchestrator, MultiAgentBase)
+        orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
+        return orchestrator
 
     async def _document(self, storage: Storage, layout: ScopeLayout, where: _RunKey) -> Document | None:
         """The run document as committed so far (shared: read it, do not change it).
@@ -243,10 +265,7 @@ class PipelineActivities:
     async def _execute_node(self, request: NodeRequest) -> NodeOutcome:
         """Run one node (or swarm turn) from its state before it started; save its data to a blob."""
         storage = self._storage(request.storage)
-        orchestrator = build(self._spec(request.spec_id, request.spec_hash))
-        assert isinstance(orchestrator, MultiAgentBase)
-        # Nested graphs and swarms persist (and resume) inside, under the same session.
-        orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
+        orchestrator = self._orchestrator(request, storage)
         layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
         doc = await self._document(storage, layout, (request.storage, request.session_id, request.scope_id))
         if doc is not None:
@@ -364,10 +383,14 @@ class PipelineActivities:
             journal = Journal(storage, layout, _COMPACTION)
             await journal.load()
         fields = dict(request.fields)
+        # The nodes this commit is for, with their blobs ("" for a node whose activity failed: its record
+        # holds the failure).
+        nodes = [(request.node_id, request.blob or "")] if request.node_id else []
+        nodes += [(node_id, blob) for node_id, blob in request.batch]
         # Results are owned by storage: the workflow only holds their summaries.
-        own = f"node/{request.node_id}" if request.node_id else None
+        own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
-            if name.startswith("node/") and name != own and isinstance(record, dict):
+            if name.startswith("node/") and name not in own and isinstance(record, dict):
                 stored = journal.field(name)
                 if isinstance(stored, dict):
                     fields[name] = {**record, "result": stored.get("result")}
@@ -383,28 +406,33 @@ class PipelineActivities:
                 fields.pop("task", None)
             else:
                 raise RuntimeError(f"{request.task_ref}: the run's task is missing")
-        if request.blob is not None and request.node_id is not None:
-            name = f"node/{request.node_id}"
-            found = await storage.read(request.blob)
+        state = journal.field("state")
+        for node_id, blob_key in nodes:
+            if not blob_key:
+                continue
+            name = f"node/{node_id}"
+            found = await storage.read(blob_key)
             stored = journal.field(name)
             if found is not None:
                 blob = json.loads(found[0])
                 fields[name] = {**fields.get(name, stored or {}), "result": blob["result"]}
-                fields["state"] = _merged_state(journal.field("state"), blob)
+                # In completion order. A retry finds the blobs it had not deleted yet: the last ones
+                # (they go in order), and their changes again on top give the same state.
+                state = fields["state"] = _merged_state(state, blob)
                 if "agent" in blob:
-                    fields[f"agent/{request.node_id}"] = blob["agent"]
-                    log = f"agent/{request.node_id}/messages"
-                    logs[log] = _extend(journal.log(log), _decode_messages(blob["messages"], request.blob))
+                    fields[f"agent/{node_id}"] = blob["agent"]
+                    log = f"agent/{node_id}/messages"
+                    logs[log] = _extend(journal.log(log), _decode_messages(blob["messages"], blob_key))
             elif same_run and _holds_execution(stored, fields.get(name)):
                 fields[name] = {**fields.get(name, {}), "result": (stored or {}).get("result")}
             else:
-                raise RuntimeError(f"{request.blob}: the node's data is missing")
+                raise RuntimeError(f"{blob_key}: the node's data is missing")
         if journal.seq == -1:
             await journal.create(Document(fields=fields, logs=logs))
         else:
             await journal.save(fields, logs, request.unset)
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
-        for key in (request.blob, request.task_ref):
+        for key in [*(blob for _, blob in nodes), request.task_ref]:
             if key:
                 await storage.delete(key)
         return journal

@@ -39,6 +39,7 @@ _LIGHT = timedelta(seconds=60)
 _NODE_RETRIES = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
 _COMMIT_RETRIES = RetryPolicy(maximum_attempts=20, initial_interval=timedelta(milliseconds=200))
 _UNFINISHED = ("executing", "failed", "interrupted")
+_BATCH_COMMITS = "commit-batches"  # workflow.patched: see _run_graph
 
 
 @workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
@@ -220,6 +221,7 @@ class PipelineWorkflow:
         blob: str | None = None,
         initial_state: dict[str, Any] | None = None,
         task_ref: str | None = None,
+        batch: list[list[str]] | None = None,
     ) -> None:
         request = self._request
         assert request is not None
@@ -241,6 +243,7 @@ class PipelineWorkflow:
                 blob or None,
                 task_ref or None,
                 str(orchestrator.run.get("run_id") or ""),
+                batch or [],
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
@@ -297,7 +300,12 @@ class PipelineWorkflow:
                 for task in running:
                     task.cancel()
                 break
-            for task in done:
+            # Nodes that finished together are committed together, in the order they started (one
+            # journal record, not one per node). Histories recorded before keep one commit per node.
+            batched = workflow.patched(_BATCH_COMMITS)
+            finished = [task for task in running if task in done] if batched else list(done)
+            batch: list[list[str]] = []
+            for task in finished:
                 node_id = running.pop(task)
                 outcome = task.result()
                 result = self._result(node_id, outcome, graph._node_record(node_id)["executions"])
@@ -308,7 +316,12 @@ class PipelineWorkflow:
                     interrupts.extend(result.interrupts)
                 elif failure is None:
                     failure = (f"node {node_id!r} failed: {result.error}", result.error)
-                await self._commit(graph, node_id, outcome.blob)
+                if batched:
+                    batch.append([node_id, outcome.blob])
+                else:
+                    await self._commit(graph, node_id, outcome.blob)
+            if batch:
+                await self._commit(graph, batch=batch)
             if failure is not None:
                 for task in running:
                     task.cancel()
