@@ -19,6 +19,7 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from orchestra._concurrency import map_concurrently
 from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.errors import SessionConflictError, StorageUnavailableError
@@ -29,6 +30,7 @@ from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import Storage, storage_from_uri
+from orchestra.storage._base import read_many
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
 
 __all__ = ["PipelineActivities", "input_key", "spec_hash"]
@@ -52,6 +54,8 @@ async def _read_json(storage: Storage, key: str, what: str) -> Any:
     return json.loads(found[0])
 
 
+_COMMIT_FIELD = "temporal/commit"  # the last commit saved: see CommitRequest.commit_id
+
 # Every node's activity loads the run from storage: fold the journal often so a load stays short.
 _COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
 
@@ -67,7 +71,7 @@ def _light(fields: dict[str, Any]) -> dict[str, Any]:
     """The run document without what the workflow never needs: the task, outputs, messages, agent state."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        if name.startswith("agent/") or name in ("state", "task"):
+        if name.startswith("agent/") or name in ("state", "task", _COMMIT_FIELD):
             continue
         if name.startswith("node/") and isinstance(value, dict) and value.get("result"):
             result = {k: v for k, v in value["result"].items() if k not in ("output", "message")}
@@ -382,11 +386,18 @@ class PipelineActivities:
             layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
             journal = Journal(storage, layout, _COMPACTION)
             await journal.load()
-        fields = dict(request.fields)
         # The nodes this commit is for, with their blobs ("" for a node whose activity failed: its record
         # holds the failure).
         nodes = [(request.node_id, request.blob or "")] if request.node_id else []
         nodes += [(node_id, blob) for node_id, blob in request.batch]
+        inputs = [key for key in [*(blob for _, blob in nodes), request.task_ref] if key]
+        if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
+            # A retry of a commit that was saved (the worker died before Temporal heard of it).
+            await map_concurrently(storage.delete, inputs)
+            return journal
+        fields = dict(request.fields)
+        if request.commit_id:
+            fields[_COMMIT_FIELD] = request.commit_id
         # Results are owned by storage: the workflow only holds their summaries.
         own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
@@ -407,17 +418,15 @@ class PipelineActivities:
             else:
                 raise RuntimeError(f"{request.task_ref}: the run's task is missing")
         state = journal.field("state")
-        for node_id, blob_key in nodes:
-            if not blob_key:
-                continue
+        with_blobs = [(node_id, key) for node_id, key in nodes if key]
+        blobs = await read_many(storage, [key for _, key in with_blobs])
+        for (node_id, blob_key), found in zip(with_blobs, blobs, strict=True):
             name = f"node/{node_id}"
-            found = await storage.read(blob_key)
             stored = journal.field(name)
             if found is not None:
                 blob = json.loads(found[0])
                 fields[name] = {**fields.get(name, stored or {}), "result": blob["result"]}
-                # In completion order. A retry finds the blobs it had not deleted yet: the last ones
-                # (they go in order), and their changes again on top give the same state.
+                # In completion order.
                 state = fields["state"] = _merged_state(state, blob)
                 if "agent" in blob:
                     fields[f"agent/{node_id}"] = blob["agent"]
@@ -432,9 +441,8 @@ class PipelineActivities:
         else:
             await journal.save(fields, logs, request.unset)
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
-        for key in [*(blob for _, blob in nodes), request.task_ref]:
-            if key:
-                await storage.delete(key)
+        # (At once: a file system then commits the folder's syncs together.)
+        await map_concurrently(storage.delete, inputs)
         return journal
 
 

@@ -51,6 +51,7 @@ class PipelineWorkflow:
         self._responses: dict[str, Any] | None = None
         self._request: RunRequest | None = None
         self._settings: dict[str, Any] = {}  # the spec's temporal: section
+        self._commits = 0  # numbers this workflow run's commits (CommitRequest.commit_id)
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
@@ -225,6 +226,7 @@ class PipelineWorkflow:
     ) -> None:
         request = self._request
         assert request is not None
+        self._commits += 1
         fields, logs, unset = orchestrator.take_changes(include_agents=False)
         if initial_state is not None:
             fields["state"] = initial_state
@@ -244,6 +246,7 @@ class PipelineWorkflow:
                 task_ref or None,
                 str(orchestrator.run.get("run_id") or ""),
                 batch or [],
+                f"{workflow.info().run_id}/{self._commits}",
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
