@@ -349,11 +349,16 @@ class Graph(MultiAgentBase):
         self._queue.append(node_id)
         self._waiting.discard(node_id)
 
-    def _restore_results(self) -> None:
-        """Rebuild the latest result of every node from the run document."""
+    def _restore_results(self, only: Iterable[str] | None = None) -> None:
+        """Rebuild the latest result of every node (or of the nodes ``only`` names) from the run document."""
+        records = (
+            self._node_records()
+            if only is None
+            else [(n, r) for n in only if (r := self._fields.get(f"node/{n}")) is not None]
+        )
         self._results = {
             node_id: self._restored_result(node_id, record["result"])
-            for node_id, record in self._node_records()
+            for node_id, record in records
             if record.get("result") is not None
         }
 

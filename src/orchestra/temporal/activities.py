@@ -278,7 +278,12 @@ class PipelineActivities:
         if request.reset:
             node.reset()
         if isinstance(orchestrator, Graph):
-            orchestrator._restore_results()
+            # A function node sees its inputs only; edge conditions, and an agent's tools (through
+            # ToolContext.orchestrator), may read any node's result.
+            reads_all = node.kind != "function" or any(
+                e.condition for e in orchestrator._out[request.node_id]
+            )
+            orchestrator._restore_results(None if reads_all else request.activation)
             inputs = {
                 s: orchestrator._results[s].output for s in request.activation if s in orchestrator._results
             }
