@@ -7,6 +7,7 @@ local files, and prints one JSON object per case: wall seconds and milliseconds 
 same pipeline run locally (with the same per-node saves) and next to the floor: a bare Temporal workflow
 of the same shape, each node one activity that does nothing plus one local activity (where orchestra
 commits), on as many bare worker processes. ``ratio_to_bare`` is orchestra's time over the floor's.
+Each figure is the median of ``BENCH_REPEAT`` (3) runs, orchestra's and the floor's interleaved.
 
     python benchmarks/bench_temporal.py
 """
@@ -17,6 +18,7 @@ import asyncio
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +29,7 @@ from typing import Any
 
 from temporalio import activity, workflow
 
+REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))  # runs per case; the figures are medians
 STEP = "def step(node_input):\n    return node_input.node_id\n"
 
 
@@ -221,14 +224,30 @@ def main() -> None:
                     )
                     asyncio.run(on_bare(address, f"bare-{workers}", "chain", 50, f"bare-warm-{workers}"))
                     for name, (_, nodes) in specs.items():
-                        seconds = asyncio.run(
-                            on_temporal(
-                                address, queue, name, f"file:{root}/t-{name}-{workers}", f"s-{workers}"
+                        runs, bares = [], []
+                        for attempt in range(REPEAT):  # interleaved, so drift hits both alike
+                            runs.append(
+                                asyncio.run(
+                                    on_temporal(
+                                        address,
+                                        queue,
+                                        name,
+                                        f"file:{root}/t-{name}-{workers}-{attempt}",
+                                        f"s-{workers}-{attempt}",
+                                    )
+                                )
                             )
-                        )
-                        bare = asyncio.run(
-                            on_bare(address, f"bare-{workers}", *shapes[name], f"bare-{name}-{workers}")
-                        )
+                            bares.append(
+                                asyncio.run(
+                                    on_bare(
+                                        address,
+                                        f"bare-{workers}",
+                                        *shapes[name],
+                                        f"bare-{name}-{workers}-{attempt}",
+                                    )
+                                )
+                            )
+                        seconds, bare = statistics.median(runs), statistics.median(bares)
                         figures: dict[str, Any] = {
                             "benchmark": "temporal",
                             "pipeline": name,
@@ -239,6 +258,7 @@ def main() -> None:
                             "bare_seconds": round(bare, 3),
                             "bare_ms_per_node": round(bare / nodes * 1000, 2),
                             "ratio_to_bare": round(seconds / bare, 2),
+                            "runs": REPEAT,
                             "target_ratio": 1.2,
                             "local_seconds": round(local[name], 3),
                             "local_ms_per_node": round(local[name] / nodes * 1000, 3),
