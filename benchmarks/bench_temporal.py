@@ -9,6 +9,9 @@ of the same shape, each node one activity that does nothing plus one local activ
 commits), on as many bare worker processes. ``ratio_to_bare`` is orchestra's time over the floor's.
 Each figure is the median of ``BENCH_REPEAT`` (3) runs, orchestra's and the floor's interleaved.
 
+It also prints how long a node's activity takes at the start and at the end of a 200-node chain whose
+nodes output 10 KB each (``temporal_growth``: an activity that loaded the journal grew with the run).
+
     python benchmarks/bench_temporal.py
 """
 
@@ -30,13 +33,22 @@ from typing import Any
 from temporalio import activity, workflow
 
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))  # runs per case; the figures are medians
-STEP = "def step(node_input):\n    return node_input.node_id\n"
+STEP = "def step(node_input):\n    return node_input.node_id\n\n\ndef ten_kb(node_input):\n    return 'x' * 10240\n"
 
 
 def chain_spec(n: int) -> str:
     nodes = "".join(f"  - {{id: n{i}, function: 'bench_steps:step'}}\n" for i in range(n))
     edges = "".join(f"  - {{from: n{i}, to: n{i + 1}}}\n" for i in range(n - 1))
     return f"version: 1\nkind: graph\nid: chain{n}\nnodes:\n{nodes}edges:\n{edges}"
+
+
+def long_chain_spec(n: int) -> str:
+    """A chain whose nodes each output 10 KB: the journal an activity would load grows by 10 KB a node."""
+    return (
+        chain_spec(n)
+        .replace("bench_steps:step", "bench_steps:ten_kb")
+        .replace(f"id: chain{n}", f"id: long{n}")
+    )
 
 
 def fan_spec(width: int) -> str:
@@ -107,6 +119,37 @@ async def on_bare(address: str, queue: str, shape: str, size: int, run: str) -> 
     started = time.perf_counter()
     await client.execute_workflow("bare.pipeline", args=[shape, size], id=run, task_queue=queue)
     return time.perf_counter() - started
+
+
+async def activity_growth(address: str, queue: str, storage: str) -> dict[str, Any]:
+    """Per-node cost along a long run: each node activity's duration (started to completed, from the
+    workflow history), the first 20 nodes of a 200-node chain against the last 20."""
+    from orchestra import temporal
+
+    target = temporal.TemporalTarget(address, "default", queue)
+    client = await temporal.connect(target)
+    request = temporal.RunRequest(
+        spec_id="long200", session_id="growth", storage=storage, task="go", run_id="g"
+    )
+    handle = await temporal.start_run(client, target, request)
+    await handle.result()
+    started: dict[int, float] = {}
+    durations: list[float] = []
+    async for event in handle.fetch_history_events():
+        when = event.event_time.ToDatetime().timestamp()
+        if event.HasField("activity_task_started_event_attributes"):
+            started[event.activity_task_started_event_attributes.scheduled_event_id] = when
+        elif event.HasField("activity_task_completed_event_attributes"):
+            scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
+            durations.append((when - started[scheduled]) * 1000)
+    first, last = statistics.mean(durations[:20]), statistics.mean(durations[-20:])
+    return {
+        "benchmark": "temporal_growth",
+        "pipeline": "200-node chain, 10 KB outputs",
+        "activity_ms_first_20": round(first, 2),
+        "activity_ms_last_20": round(last, 2),
+        "growth": round(last / first, 2),
+    }
 
 
 def free_port() -> int:
@@ -189,6 +232,8 @@ def main() -> None:
         for name, (text, _) in specs.items():
             (folder / f"{name}.yaml").write_text(text)
             paths.append(folder / f"{name}.yaml")
+        (folder / "long200.yaml").write_text(long_chain_spec(200))
+        paths.append(folder / "long200.yaml")
         port = free_port()
         server = subprocess.Popen(
             [
@@ -264,6 +309,9 @@ def main() -> None:
                             "local_ms_per_node": round(local[name] / nodes * 1000, 3),
                         }
                         print(json.dumps(figures), flush=True)
+                    if workers == 1:
+                        growth = asyncio.run(activity_growth(address, queue, f"file:{root}/growth"))
+                        print(json.dumps(growth), flush=True)
                 finally:
                     for process in processes:
                         process.terminate()
