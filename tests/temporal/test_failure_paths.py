@@ -118,13 +118,13 @@ async def test_a_5_mb_task_and_10_kb_outputs_stay_out_of_the_history(temporal_ad
     doc = await load_scope(storage_from_uri(f"file:{store}"), "s1", "multiAgent", "chain")
     assert doc.fields["task"] == task
     assert doc.fields["node/n9"]["result"]["output"] == "n9 saw k=" + "v" * 1000 + " " + "o" * 10_000
-    # Every node's blob, and the task's, were deleted once committed; the invocation state stays.
+    # Every node's blob, and the task's, were deleted once committed; the invocation state once the run ended.
     left = sorted(
         p.name
         for p in store.rglob("*")
         if "temporal" in p.parts and p.is_file() and not p.name.startswith(".")
     )
-    assert left == ["input-state.json"], left
+    assert left == [], left
 
 
 async def test_a_commit_after_another_workers_commit_reloads_the_journal(tmp_path):
@@ -253,7 +253,7 @@ async def test_a_nodes_activity_reads_only_what_was_committed_since_the_workers_
     await local.invoke_async("go")  # a run of 30 saved nodes: the journal the activities follow
 
     def request(node_id: str) -> NodeRequest:
-        return NodeRequest("chain", "s1", uri, "chain", "r1", node_id, 2, activation=[])
+        return NodeRequest("chain", "s1", uri, "chain", local.run["run_id"], node_id, 2, activation=[])
 
     following = PipelineActivities({"chain": loaded})
     following._storages[uri] = CountingStorage(tmp_path / "store")
@@ -275,6 +275,16 @@ async def test_a_nodes_activity_reads_only_what_was_committed_since_the_workers_
     assert blobs[0]["state_base"] == blobs[1]["state_base"]  # what it saw is what a full load sees
     assert blobs[0]["state_base"]["n29"] == "set by n29"
     assert blobs[0]["result"]["output"] == blobs[1]["result"]["output"] == "n2"
+
+    # The session deleted and run again (a new run, numbered from record 0 again): the worker notices.
+    await storage.delete_prefix("session/s1/")
+    other = build(
+        parse_text(chain_spec(30) + "state: {marker: second}\n", "chain.yaml"), session_id="s1", storage=uri
+    )
+    await other.invoke_async("go")
+    local = other
+    rerun = await env.run(following.execute_node, request("n2"))
+    assert json.loads((await storage.read(rerun.blob))[0])["state_base"]["marker"] == "second"
 
     doc = Document(
         fields={"run": {}, "agent/a": {"state": {}}, "agent/b": {"state": {"x": 1}}},

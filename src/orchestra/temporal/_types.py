@@ -100,3 +100,5 @@ class CommitRequest:
     # Unique per commit of a workflow run: saved with the commit, so a retry of a commit that was saved
     # only deletes its inputs (empty in histories recorded before).
     commit_id: str = ""
+    # Inputs the run no longer needs once this commit is saved (the last commit: the invocation state).
+    delete: list[str] = field(default_factory=list)

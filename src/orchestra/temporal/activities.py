@@ -134,10 +134,15 @@ _RunKey = tuple[str, str, str]  # storage URI, session id, scope id
 class _RunReader:
     """A run's document as this worker last read it (see ``PipelineActivities._document``)."""
 
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
+    def __init__(self, storage: Storage, where: _RunKey) -> None:
+        self.storage = storage
+        self.layout = ScopeLayout(where[1], "multiAgent", where[2])
+        self.journal = self.new_journal()
         self.doc: Document | None = None
         self.lock = anyio.Lock()
+
+    def new_journal(self) -> Journal:
+        return Journal(self.storage, self.layout)
 
 
 def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -221,20 +226,25 @@ class PipelineActivities:
         orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
         return orchestrator
 
-    async def _document(self, storage: Storage, layout: ScopeLayout, where: _RunKey) -> Document | None:
+    async def _document(self, storage: Storage, request: NodeRequest) -> Document | None:
         """The run document as committed so far (shared: read it, do not change it).
 
         A worker keeps the runs it serves and reads only the records committed since its last read, so
         a node's activity costs the same at the end of a long run as at its start."""
-        reader = self._readers.pop(where, None) or _RunReader(Journal(storage, layout))
+        where = (request.storage, request.session_id, request.scope_id)
+        reader = self._readers.pop(where, None) or _RunReader(storage, where)
         self._readers[where] = reader  # the most recently used last
         if len(self._readers) > 64:  # runs in flight on this worker; the least recently used goes first
             del self._readers[next(iter(self._readers))]
         async with reader.lock:  # parallel nodes of one run read the new records once
-            if reader.doc is None:
-                reader.doc = await reader.journal.load()
-            else:
+            if reader.doc is not None:
                 reader.doc = await reader.journal.catch_up(reader.doc)
+                # Another run than the one followed: the session was deleted and written again.
+                if (reader.doc.fields.get("run") or {}).get("run_id") != request.run_id:
+                    reader.doc = None
+            if reader.doc is None:
+                reader.journal = reader.new_journal()
+                reader.doc = await reader.journal.load()
             return reader.doc
 
     @activity.defn(name="orchestra.describe")
@@ -271,7 +281,7 @@ class PipelineActivities:
         storage = self._storage(request.storage)
         orchestrator = self._orchestrator(request, storage)
         layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
-        doc = await self._document(storage, layout, (request.storage, request.session_id, request.scope_id))
+        doc = await self._document(storage, request)
         if doc is not None:
             orchestrator.load_document(*_node_view(doc, request.node_id))
         node = orchestrator.nodes[request.node_id]
@@ -395,7 +405,9 @@ class PipelineActivities:
         # holds the failure).
         nodes = [(request.node_id, request.blob or "")] if request.node_id else []
         nodes += [(node_id, blob) for node_id, blob in request.batch]
-        inputs = [key for key in [*(blob for _, blob in nodes), request.task_ref] if key]
+        inputs = [key for key in [*(blob for _, blob in nodes), request.task_ref, *request.delete] if key]
+        for key in request.delete:
+            self._invocation_states.pop(key, None)
         if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it).
             await map_concurrently(storage.delete, inputs)

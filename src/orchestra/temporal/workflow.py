@@ -130,8 +130,11 @@ class PipelineWorkflow:
                 assert isinstance(skeleton, Swarm)
                 failure, interrupts = await self._run_swarm(skeleton, responses, started)
             skeleton._conclude(failure, interrupts)
-            await self._commit(skeleton)
-            if not interrupts or failure is not None:
+            ended = not interrupts or failure is not None
+            # A run that ended needs its invocation state no more (a resume starts with its own).
+            done_with = [request.invocation_state_ref] if ended and request.invocation_state_ref else []
+            await self._commit(skeleton, delete=done_with)
+            if ended:
                 break
             # Human in the loop: wait for the answers as a signal, then go on where the run stopped.
             self._responses = None
@@ -223,6 +226,7 @@ class PipelineWorkflow:
         initial_state: dict[str, Any] | None = None,
         task_ref: str | None = None,
         batch: list[list[str]] | None = None,
+        delete: list[str] | None = None,
     ) -> None:
         request = self._request
         assert request is not None
@@ -247,6 +251,7 @@ class PipelineWorkflow:
                 str(orchestrator.run.get("run_id") or ""),
                 batch or [],
                 f"{workflow.info().run_id}/{self._commits}",
+                delete or [],
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
