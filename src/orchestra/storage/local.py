@@ -5,7 +5,8 @@ How it stays safe:
 - Atomic writes: the data goes to a temp file in the same folder, is fsynced, renamed over the key's file,
   and the folder is fsynced, so a reader (or a process killed mid-write) sees the old value or the new one.
 - Conditional writes hold across processes: each folder has a ``.lock`` file taken with ``fcntl.flock``
-  around the compare and the rename.
+  around the compare and the rename (only those: the syncs happen outside it, so that writers of one
+  folder overlap them; a write or delete returns once the folder is fsynced).
 - No symlink is ever followed below the root: every path is walked one folder at a time with
   ``O_NOFOLLOW`` relative to the parent's descriptor; a symlink found raises ``StorageSecurityError``.
 - Folders are created 0700 and files 0600. Names starting with ``.`` are the backend's own (temp and lock
@@ -108,8 +109,9 @@ class LocalFileStorage(BlockingStorage):
         return parts, name
 
     @contextlib.contextmanager
-    def _locked_dir(self, key: str, *, create: bool) -> Iterator[int | None]:
-        """The key's folder, held under its ``.lock`` for the duration of the block."""
+    def _locked_dir(self, key: str, *, create: bool, then_sync: bool = False) -> Iterator[int | None]:
+        """The key's folder, held under its ``.lock`` for the duration of the block (and fsynced after
+        the lock is released, with ``then_sync``: other writers need not wait for the sync)."""
         parts, _ = self._split(key)
         fd = self._open_dir(parts, create=create)
         if fd is None:
@@ -121,6 +123,8 @@ class LocalFileStorage(BlockingStorage):
                 yield fd
             finally:
                 os.close(lock)  # closing the descriptor releases the flock
+            if then_sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -181,55 +185,67 @@ class LocalFileStorage(BlockingStorage):
         return self._write_once(key, data, expect)
 
     def _write_once(self, key: str, data: bytes, expect: Expect) -> str:
-        _, name = self._split(key)
-        with self._locked_dir(key, create=True) as fd:
-            assert fd is not None
-            try:
-                existing = os.lstat(name, dir_fd=fd)
-            except FileNotFoundError:
-                existing = None
-            if existing is not None and not stat.S_ISREG(existing.st_mode):
-                raise self._security_error(key)
-            if expect is ABSENT and existing is not None:
-                raise StorageConflictError(f"cannot create {key!r}: it already exists")
-            if isinstance(expect, str):
-                current = self._read_in(fd, name, key) if existing is not None else None
-                if current is None or current[1] != expect:
-                    found = "it does not exist" if current is None else f"it is at version {current[1]}"
-                    raise StorageConflictError(
-                        f"cannot update {key!r}: expected version {expect}, but {found}"
-                    )
+        # Only the compare and the rename hold the folder's lock: the temp file is written and fsynced
+        # before it, the folder fsynced after it, so writers of one folder (the parallel nodes of a run)
+        # overlap their syncs instead of queueing for them. The write counts once the folder is fsynced.
+        parts, name = self._split(key)
+        fd = self._open_dir(parts, create=True)
+        assert fd is not None
+        try:
             temp = f".tmp-{name}-{secrets.token_hex(6)}"
             file_fd = os.open(
                 temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
             )
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(file_fd, view) :]
-                if self.durable:
-                    os.fsync(file_fd)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(file_fd, view) :]
+                    if self.durable:
+                        os.fsync(file_fd)
+                finally:
+                    os.close(file_fd)
+                lock = self._acquire_lock(fd)
+                try:
+                    self._check_expected(fd, key, name, expect)
+                    os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                finally:
+                    os.close(lock)  # closing the descriptor releases the flock
             except BaseException:
-                os.close(file_fd)
-                os.unlink(temp, dir_fd=fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp, dir_fd=fd)
                 raise
-            os.close(file_fd)
-            os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
             if self.durable:
                 os.fsync(fd)
+        finally:
+            os.close(fd)
         return _version(data)
+
+    def _check_expected(self, fd: int, key: str, name: str, expect: Expect) -> None:
+        """Under the folder's lock: refuse a write whose condition does not hold."""
+        try:
+            existing = os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and not stat.S_ISREG(existing.st_mode):
+            raise self._security_error(key)
+        if expect is ABSENT and existing is not None:
+            raise StorageConflictError(f"cannot create {key!r}: it already exists")
+        if isinstance(expect, str):
+            current = self._read_in(fd, name, key) if existing is not None else None
+            if current is None or current[1] != expect:
+                found = "it does not exist" if current is None else f"it is at version {current[1]}"
+                raise StorageConflictError(f"cannot update {key!r}: expected version {expect}, but {found}")
 
     def _delete(self, key: str) -> None:
         _, name = self._split(key)
-        with self._locked_dir(key, create=False) as fd:
+        with self._locked_dir(key, create=False, then_sync=self.durable) as fd:
             if fd is None:
                 return
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
                     return
                 os.unlink(name, dir_fd=fd)
-                if self.durable:
-                    os.fsync(fd)
 
     def _walk(self, fd: int, base: str, name_prefix: str, out: list[str]) -> None:
         with os.scandir(fd) as entries:
