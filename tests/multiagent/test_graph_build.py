@@ -144,3 +144,31 @@ def test_swarm_validation():
         Swarm([agent("a")], entry_point="zz")
     with pytest.raises(GraphError, match="max_handoffs must be at least 1"):
         Swarm([agent("a")], max_handoffs=0)
+
+
+async def test_a_copy_for_a_run_shares_the_structure_and_nothing_of_the_run():
+    """What a Temporal worker runs a function node on: the nodes, edges and conditions are the built
+    graph's, the run document, the shared state and the locks are the copy's own."""
+
+    def count(node_input):
+        node_input.state.set("count", (node_input.state.get("count") or 0) + 1)
+        return node_input.state.get("count")
+
+    built = Graph({"a": count, "b": count}, [("a", "b")], state={"count": 0})
+    copy = built._copy_for_run()
+    assert copy.nodes == built.nodes
+    assert copy.nodes is not built.nodes
+    assert copy.edges is built.edges
+    assert copy.session_manager is None
+
+    result = await copy.invoke_async("go")
+    assert result.status.value == "completed"
+    assert copy.state.get("count") == 2
+    assert built.state.get("count") == 0  # the built graph's run is untouched
+    assert built.run["status"] == "pending"
+    assert built._logs["execution_order"] == []
+    assert copy.state is not built.state
+    assert copy._sync_nodes is not built._sync_nodes
+
+    again = built._copy_for_run()  # a second copy starts from the spec's state, not the first copy's
+    assert (await again.invoke_async("go")).output == 2
