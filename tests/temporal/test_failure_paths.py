@@ -359,3 +359,19 @@ async def test_nodes_that_finished_together_are_committed_in_one_record_in_order
     assert await again.load() == doc
     assert again.seq == 1  # nothing saved twice
     assert [await storage.read(key) for _, key in batch] == [None, None, None]
+
+
+async def test_the_last_commit_of_a_run_clears_what_its_nodes_left(tmp_path):
+    """A blob whose node's result never reached a commit (a run that failed while another node ran)
+    goes with the run's last commit; another run's folder stays."""
+    from orchestra.temporal import CommitRequest, PipelineActivities
+
+    uri = f"file:{tmp_path}/store"
+    storage = storage_from_uri(uri)
+    folder = "session/s1/scopes/multiAgent/fan/temporal"
+    await storage.write(f"{folder}/r1/late-1.json", b"{}")
+    await storage.write(f"{folder}/r2/input-task.json", b'"another run"')
+    run = {"run_id": "r1", "status": "failed"}
+    last = CommitRequest("s1", uri, "fan", {"run": run}, {}, run_id="r1", commit_id="w1/9", ends_run=True)
+    await PipelineActivities({}).commit(last)
+    assert await storage.list(f"{folder}/") == [f"{folder}/r2/input-task.json"]

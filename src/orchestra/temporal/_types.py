@@ -103,3 +103,6 @@ class CommitRequest:
     commit_id: str = ""
     # Inputs the run no longer needs once this commit is saved (the last commit: the invocation state).
     delete: list[str] = field(default_factory=list)
+    # The run's last commit: what is left in its folder (blobs of nodes whose results never came back,
+    # as in a run that failed while others ran) goes too.
+    ends_run: bool = False

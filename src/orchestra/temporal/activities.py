@@ -41,10 +41,15 @@ def spec_hash(loaded: LoadedSpec) -> str:
     return hashlib.sha256(loaded.spec.model_dump_json().encode()).hexdigest()[:16]
 
 
+def _run_folder(session_id: str, scope_id: str, run_id: str) -> str:
+    """Where a run's inputs and its nodes' blobs wait for the commits that fold them into the journal."""
+    prefix = ScopeLayout(session_id, "multiAgent", scope_id).prefix
+    return f"{prefix}temporal/{validate_id(run_id, 'run_id')}/"
+
+
 def input_key(session_id: str, spec_id: str, run_id: str, name: str) -> str:
     """Where a run's input (``task``, ``state``: its invocation state) waits for the workflow's activities."""
-    prefix = ScopeLayout(session_id, "multiAgent", spec_id).prefix
-    return f"{prefix}temporal/{validate_id(run_id, 'run_id')}/input-{name}.json"
+    return f"{_run_folder(session_id, spec_id, run_id)}input-{name}.json"
 
 
 async def _read_json(storage: Storage, key: str, what: str) -> Any:
@@ -280,7 +285,6 @@ class PipelineActivities:
         """Run one node (or swarm turn) from its state before it started; save its data to a blob."""
         storage = self._storage(request.storage)
         orchestrator = self._orchestrator(request, storage)
-        layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
         doc = await self._document(storage, request)
         if doc is not None:
             orchestrator.load_document(*_node_view(doc, request.node_id))
@@ -332,7 +336,7 @@ class PipelineActivities:
             fields, messages = orchestrator._agent_fields(request.node_id)
             blob["agent"] = fields
             blob["messages"] = messages
-        key = f"{layout.prefix}temporal/{request.run_id}/{request.node_id}-{request.execution_count}.json"
+        key = f"{_run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}.json"
         await storage.write(key, dumps(blob).encode())
         return NodeOutcome(
             status=result.status.value,
@@ -411,6 +415,8 @@ class PipelineActivities:
         if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it).
             await map_concurrently(storage.delete, inputs)
+            if request.ends_run and request.run_id:
+                await storage.delete_prefix(_run_folder(request.session_id, request.scope_id, request.run_id))
             return journal
         fields = dict(request.fields)
         if request.commit_id:
@@ -460,6 +466,8 @@ class PipelineActivities:
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
         # (At once: a file system then commits the folder's syncs together.)
         await map_concurrently(storage.delete, inputs)
+        if request.ends_run and request.run_id:
+            await storage.delete_prefix(_run_folder(request.session_id, request.scope_id, request.run_id))
         return journal
 
 

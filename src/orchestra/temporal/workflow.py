@@ -133,7 +133,7 @@ class PipelineWorkflow:
             ended = not interrupts or failure is not None
             # A run that ended needs its invocation state no more (a resume starts with its own).
             done_with = [request.invocation_state_ref] if ended and request.invocation_state_ref else []
-            await self._commit(skeleton, delete=done_with)
+            await self._commit(skeleton, delete=done_with, ends_run=ended)
             if ended:
                 break
             # Human in the loop: wait for the answers as a signal, then go on where the run stopped.
@@ -227,6 +227,7 @@ class PipelineWorkflow:
         task_ref: str | None = None,
         batch: list[list[str]] | None = None,
         delete: list[str] | None = None,
+        ends_run: bool = False,
     ) -> None:
         request = self._request
         assert request is not None
@@ -252,6 +253,7 @@ class PipelineWorkflow:
                 batch or [],
                 f"{workflow.info().run_id}/{self._commits}",
                 delete or [],
+                ends_run,
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
