@@ -1,5 +1,7 @@
 """The conformance suite every Storage backend runs (memory, local files, S3 through moto's server)."""
 
+import sys
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -116,20 +118,29 @@ async def test_read_many_and_write_many_match_one_by_one(storage):
 
 
 async def test_concurrent_creates_exactly_one_wins(storage):
-    outcomes = []
+    """What one writer per session rests on. Per key, 8 writers race to create it and exactly one wins.
+    A tiny switch interval makes threads interleave often: it showed moto's server letting two racing
+    ``If-None-Match: *`` PUTs both win (see ``OneRequestAtATime`` in conftest.py)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for key in range(60):
+            outcomes: list[int] = []
 
-    async def create(i):
-        try:
-            await storage.write("race/new", f"writer {i}".encode(), expect=ABSENT)
-            outcomes.append(i)
-        except StorageConflictError:
-            pass
+            async def create(i: int, key: int = key, outcomes: list[int] = outcomes) -> None:
+                try:
+                    await storage.write(f"race/{key}", f"writer {i}".encode(), expect=ABSENT)
+                    outcomes.append(i)
+                except StorageConflictError:
+                    pass
 
-    async with anyio.create_task_group() as group:
-        for i in range(8):
-            group.start_soon(create, i)
-    assert len(outcomes) == 1
-    assert (await storage.read("race/new"))[0] == f"writer {outcomes[0]}".encode()
+            async with anyio.create_task_group() as group:
+                for i in range(8):
+                    group.start_soon(create, i)
+            assert len(outcomes) == 1, f"key {key}: writers {outcomes} all created it"
+            assert (await storage.read(f"race/{key}"))[0] == f"writer {outcomes[0]}".encode()
+    finally:
+        sys.setswitchinterval(interval)
 
 
 async def test_concurrent_compare_and_swap_loses_no_update(storage):
