@@ -228,3 +228,29 @@ async def test_a_long_sessions_saves_do_not_read_its_snapshots_while_nothing_is_
         await agent.invoke_async(f"question {i}")
     assert len(await storage.list(f"{AGENT}journal/")) > 100  # nothing folded: every record is young
     assert counting.snapshot_reads == reads_at_start
+
+
+async def test_a_reader_that_fell_behind_a_fold_catches_up_by_loading_again(storage):
+    """``Journal.catch_up`` (a Temporal worker following a run) reads the records since its last read;
+    when the writer folded some of them away meanwhile, it loads the scope again instead of failing or
+    missing what they held."""
+    layout = ScopeLayout("s1", "multiAgent", "run")
+    writer = Journal(storage, layout, EAGER)
+    await writer.load()
+    await writer.save({"n": 0}, {"log": [0]})
+    reader = Journal(storage, layout)
+    doc = await reader.load()
+    assert doc is not None
+    items = [0]
+    for n in range(1, 4):  # fewer than a compaction: the reader follows record by record
+        items = [*items, n]
+        await writer.save({"n": n}, {"log": items})
+    doc = await reader.catch_up(doc)
+    assert (doc.fields["n"], doc.logs["log"]) == (3, [0, 1, 2, 3])
+    for n in range(4, 30):  # compactions and folds delete the records the reader has not seen
+        items = [*items, n]
+        await writer.save({"n": n}, {"log": items})
+    assert not await storage.read(layout.record(reader.seq + 1))
+    doc = await reader.catch_up(doc)
+    assert (doc.fields["n"], doc.logs["log"]) == (29, list(range(30)))
+    assert reader.seq == writer.seq
