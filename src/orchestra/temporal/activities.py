@@ -140,14 +140,9 @@ class _RunReader:
     """A run's document as this worker last read it (see ``PipelineActivities._document``)."""
 
     def __init__(self, storage: Storage, where: _RunKey) -> None:
-        self.storage = storage
-        self.layout = ScopeLayout(where[1], "multiAgent", where[2])
-        self.journal = self.new_journal()
+        self.journal = Journal(storage, ScopeLayout(where[1], "multiAgent", where[2]))
         self.doc: Document | None = None
         self.lock = anyio.Lock()
-
-    def new_journal(self) -> Journal:
-        return Journal(self.storage, self.layout)
 
 
 def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -248,7 +243,7 @@ class PipelineActivities:
                 if (reader.doc.fields.get("run") or {}).get("run_id") != request.run_id:
                     reader.doc = None
             if reader.doc is None:
-                reader.journal = reader.new_journal()
+                reader.journal = Journal(reader.journal.storage, reader.journal.layout)
                 reader.doc = await reader.journal.load()
             return reader.doc
 
