@@ -147,16 +147,17 @@ def _diff(old: Sequence[Any], new: Sequence[Any]) -> LogOp | None:
     return LogOp(drop=drop, keep=keep, add=list(new[keep:]))
 
 
-def _op_json(op: LogOp) -> str:
-    """``op`` as JSON without its default values (what ``model_dump(exclude_defaults=True)`` gives)."""
-    out: dict[str, Any] = {}
+def _op_json(op: LogOp, add_text: str) -> str:
+    """``op`` as JSON without its default values (what ``model_dump(exclude_defaults=True)`` gives), its
+    added items given as the JSON text ``add_text``."""
+    out = []
     if op.drop:
-        out["drop"] = op.drop
+        out.append(f'"drop":{op.drop}')
     if op.keep is not None:
-        out["keep"] = op.keep
+        out.append(f'"keep":{op.keep}')
     if op.add:
-        out["add"] = op.add
-    return dumps(out)
+        out.append(f'"add":{add_text}')
+    return "{" + ",".join(out) + "}"
 
 
 _FOLD_CHUNK = 256  # records a fold reads at a time
@@ -323,13 +324,17 @@ class Journal:
             logs={name: list(items) for name, items in self._log_refs.items()},
         )
 
-    def _encoded_snapshot(self, journal: JournalInfo) -> bytes:
-        """The document as last saved, as snapshot JSON: the fields' JSON texts are spliced in as they
-        are, instead of decoded and encoded again (a compaction of a large run costs one pass, not three)."""
+    def _encoded_snapshot(self, journal: JournalInfo, log_texts: Mapping[str, str] | None = None) -> bytes:
+        """The document as last saved, as snapshot JSON: the fields' JSON texts (and the logs' in
+        ``log_texts``, where the caller has them) are spliced in as they are, instead of decoded and
+        encoded again (a compaction of a large run costs one pass, not three)."""
+        log_texts = log_texts or {}
         data = [
             f"{dumps(name)}:{text}" for name, text in self._field_text.items() if name not in self._log_refs
         ]
-        data += [f"{dumps(name)}:{dumps(items)}" for name, items in self._log_refs.items()]
+        data += [
+            f"{dumps(name)}:{log_texts.get(name) or dumps(items)}" for name, items in self._log_refs.items()
+        ]
         return encode_snapshot(self._snapshot(Document(), journal), "{" + ",".join(data) + "}")
 
     # -- writing --------------------------------------------------------------------------------------
@@ -352,20 +357,30 @@ class Journal:
         """Create the scope with ``doc`` as record 0; exactly one of two racing creators succeeds."""
         if self.seq != -1:
             raise RuntimeError("create() is for a scope that does not exist yet")
-        await self.save(doc.fields, doc.logs, creating=True)
-        data = self._encoded_snapshot(JournalInfo(seq=0, logs=sorted(self._log_refs)))
-        try:
-            self._latest_version = await self._write(self.layout.latest, data, ABSENT)
-        except StorageConflictError:
-            # Record 0 is ours, so a snapshot already there was written by a later writer that loaded
-            # our record: it is newer; keep it.
-            latest = await self._read_latest()
-            if latest is not None:
-                _, self._latest_version, self._latest_bytes = latest
-            return
-        self._latest_bytes = len(data)
-        self._since_bytes = self._since_records = 0
-        await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
+        added = await self._save(doc.fields, doc.logs, (), creating=True)
+        # Record 0 holds the whole document, each log from empty: its JSON texts make the snapshot too.
+        data = self._encoded_snapshot(JournalInfo(seq=0, logs=sorted(self._log_refs)), added)
+        manifest = encode_model(SnapshotManifest())
+
+        async def write(key: str) -> None:
+            if key == self.layout.manifest:
+                await self._write(key, manifest, None)
+                return
+            try:
+                self._latest_version = await self._write(key, data, ABSENT)
+            except StorageConflictError:
+                # Record 0 is ours, so a snapshot already there was written by a later writer that loaded
+                # our record: it is newer; keep it.
+                latest = await self._read_latest()
+                if latest is not None:
+                    _, self._latest_version, self._latest_bytes = latest
+                return
+            self._latest_bytes = len(data)
+            self._since_bytes = self._since_records = 0
+
+        # The manifest is the same for every writer (a schema version), so it need not wait for the
+        # snapshot: the two writes (and their syncs) overlap.
+        await map_concurrently(write, [self.layout.latest, self.layout.manifest])
 
     async def save(
         self,
@@ -382,6 +397,17 @@ class Journal:
         Raises:
             SessionConflictError: another writer appended to this scope first; nothing was written.
         """
+        return await self._save(fields, logs, unset, creating=creating) is not None
+
+    async def _save(
+        self,
+        fields: Mapping[str, Any],
+        logs: Mapping[str, Sequence[Any]],
+        unset: Iterable[str],
+        *,
+        creating: bool,
+    ) -> dict[str, str] | None:
+        """``save``: None if nothing changed, else the JSON texts of the items added to each log."""
         changed: dict[str, Any] = {}
         texts: dict[str, str] = {}
         for name, value in fields.items():
@@ -396,7 +422,7 @@ class Journal:
             if op is not None:
                 ops[name] = op
         if not (changed or removed or ops or creating):
-            return False
+            return None
         # The record's JSON is put together from the texts just made for the comparison: each field is
         # encoded once, and the log ops' messages skip pydantic's serializer (see encode_snapshot).
         body = [f'"t":{time.time_ns() // 1_000_000}']
@@ -404,9 +430,12 @@ class Journal:
             body.append('"set":{' + ",".join(f"{dumps(name)}:{texts[name]}" for name in changed) + "}")
         if removed:
             body.append(f'"del":{dumps(removed)}')
+        added = {name: dumps(op.add) for name, op in ops.items()}
         if ops:
             body.append(
-                '"logs":{' + ",".join(f"{dumps(name)}:{_op_json(op)}" for name, op in ops.items()) + "}"
+                '"logs":{'
+                + ",".join(f"{dumps(name)}:{_op_json(op, added[name])}" for name, op in ops.items())
+                + "}"
             )
         data = ("{" + ",".join(body) + "}").encode()
         seq = self.seq + 1
@@ -437,7 +466,7 @@ class Journal:
             await self.compact()
             if self.compaction.delete_after is not None:
                 await self.fold()
-        return True
+        return added
 
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the
