@@ -14,6 +14,7 @@ from orchestra.errors import SessionConflictError
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
+from orchestra.storage._base import ForwardingStorage
 from orchestra.testing import ScriptedModel
 
 AGENT = "session/s1/scopes/agent/default/"
@@ -126,22 +127,22 @@ async def test_a_fold_interrupted_between_base_and_deletes_leaves_a_loadable_ses
     agent = windowed(storage, [f"r{i}" for i in range(12)], keep_all)
     for i in range(6):
         await agent.invoke_async(f"q{i}")
-    folder = Journal(
-        storage, ScopeLayout("s1", "agent", "default"), EAGER
-    )  # e.g. 'orchestra sessions compact'
+
+    class CrashAfterTwoDeletes(ForwardingStorage):  # deletes one key at a time (no delete_many)
+        deleted = 0
+
+        async def delete(self, key: str) -> None:
+            if self.deleted == 2:
+                raise OSError("killed mid-fold")
+            self.deleted += 1
+            await self.inner.delete(key)
+
+    # e.g. 'orchestra sessions compact'
+    folder = Journal(CrashAfterTwoDeletes(storage), ScopeLayout("s1", "agent", "default"), EAGER)
     await folder.load()
-    real_delete, deleted = storage.delete, []
-
-    async def crash_after_two(key):
-        if len(deleted) == 2:
-            raise OSError("killed mid-fold")
-        deleted.append(key)
-        await real_delete(key)
-
-    storage.delete = crash_after_two
     with pytest.raises(OSError):
         await folder.fold()
-    storage.delete = real_delete
+    folder.storage = storage
     assert windowed(storage, [], keep_all).messages == agent.messages
     assert await folder.fold() > 0  # the next fold deletes what was left
     assert windowed(storage, [], keep_all).messages == agent.messages

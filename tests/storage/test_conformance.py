@@ -8,7 +8,7 @@ import pytest
 
 from orchestra.errors import StorageConflictError, StorageSecurityError
 from orchestra.storage import ABSENT, Storage
-from orchestra.storage._base import read_many, write_many
+from orchestra.storage._base import delete_many, read_many, write_many
 
 
 async def test_is_a_storage(storage):
@@ -115,6 +115,18 @@ async def test_read_many_and_write_many_match_one_by_one(storage):
     with pytest.raises(StorageSecurityError):
         await write_many(storage, [("batch/ok.json", b"x"), ("a/.hidden", b"x")])
     assert await storage.read("batch/ok.json") is None  # a refused batch writes nothing
+
+
+async def test_delete_many_deletes_exactly_the_keys_given(storage):
+    """Keys from several folders, one missing, one repeated: those given go, the rest stay."""
+    keys = [f"many/{folder}/{i}.json" for folder in ("a", "b", "a/deeper") for i in range(5)]
+    for key in [*keys, "many/a/kept.json", "many/b/kept.json"]:
+        await storage.write(key, b"x")
+    await delete_many(storage, [*keys, keys[0], "many/a/missing.json", "many/nowhere/x.json"])
+    assert await storage.list("many/") == ["many/a/kept.json", "many/b/kept.json"]
+    with pytest.raises(StorageSecurityError):
+        await delete_many(storage, ["many/a/kept.json", "../escape"])
+    assert await storage.read("many/a/kept.json") is not None  # a refused batch deletes nothing
 
 
 async def test_concurrent_creates_exactly_one_wins(storage):

@@ -49,11 +49,9 @@ from orchestra.session.snapshot import (
     encode_snapshot,
 )
 from orchestra.storage import ABSENT, Storage
-from orchestra.storage._base import read_many
+from orchestra.storage._base import delete_many, read_many
 
 __all__ = ["Compaction", "Document", "Journal", "is_message_log"]
-
-_READ_CONCURRENCY = 32
 
 
 @dataclass
@@ -582,8 +580,8 @@ class Journal:
             if key.endswith(".json") and self.layout.seq_of(key) <= folded_to
         ]
         # Any order will do: whatever an interrupted fold leaves at or before the base, the next one deletes.
-        # Concurrent deletes let a file system commit their folder syncs together.
-        await map_concurrently(self.storage.delete, doomed, _READ_CONCURRENCY)
+        # Deleted as a batch: local files unlink them under one lock and sync the folder once.
+        await delete_many(self.storage, doomed)
         return len(doomed)
 
     async def _oldest_checkpoint_seq(self) -> int | None:

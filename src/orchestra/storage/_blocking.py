@@ -69,6 +69,19 @@ class BlockingStorage(abc.ABC):
         validate_key(key)
         await anyio.to_thread.run_sync(self._delete, key)
 
+    def _delete_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._delete(key)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Several deletes, batched like ``read_many`` (``_delete_many`` may share work between keys)."""
+        for key in keys:
+            validate_key(key)
+        if self.batch_io:
+            await anyio.to_thread.run_sync(self._delete_many, list(keys))
+        else:
+            await map_concurrently(self.delete, keys)
+
     async def list(
         self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
     ) -> list[str]:

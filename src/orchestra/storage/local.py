@@ -24,7 +24,7 @@ import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from orchestra.errors import StorageConflictError, StorageSecurityError
@@ -238,14 +238,22 @@ class LocalFileStorage(BlockingStorage):
                 raise StorageConflictError(f"cannot update {key!r}: expected version {expect}, but {found}")
 
     def _delete(self, key: str) -> None:
-        _, name = self._split(key)
-        with self._locked_dir(key, create=False, then_sync=self.durable) as fd:
-            if fd is None:
-                return
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
-                    return
-                os.unlink(name, dir_fd=fd)
+        self._delete_many([key])
+
+    def _delete_many(self, keys: Sequence[str]) -> None:
+        # The keys of one folder are unlinked under one hold of its lock, and the folder synced once.
+        by_folder: dict[str, list[str]] = {}
+        for key in keys:
+            by_folder.setdefault(key.rpartition("/")[0], []).append(key)
+        for folder_keys in by_folder.values():
+            with self._locked_dir(folder_keys[0], create=False, then_sync=self.durable) as fd:
+                if fd is None:
+                    continue
+                for key in folder_keys:
+                    with contextlib.suppress(FileNotFoundError):
+                        name = self._split(key)[1]
+                        if not stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                            os.unlink(name, dir_fd=fd)
 
     def _walk(self, fd: int, base: str, name_prefix: str, out: list[str]) -> None:
         with os.scandir(fd) as entries:
@@ -284,8 +292,7 @@ class LocalFileStorage(BlockingStorage):
 
     def _delete_prefix(self, prefix: str) -> int:
         keys = self._list(prefix, None, None)
-        for key in keys:
-            self._delete(key)
+        self._delete_many(keys)
         self._prune_empty_dirs(prefix)
         return len(keys)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestra.storage._base import Expect, Storage, read_many, validate_key, write_many
+from orchestra.storage._base import Expect, Storage, delete_many, read_many, validate_key, write_many
 
 __all__ = ["PrefixedStorage"]
 
@@ -34,6 +34,9 @@ class PrefixedStorage:
 
     async def delete(self, key: str) -> None:
         await self.inner.delete(self.prefix + validate_key(key))
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        await delete_many(self.inner, [self.prefix + validate_key(key) for key in keys])
 
     async def list(
         self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None

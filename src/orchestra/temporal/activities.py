@@ -19,7 +19,6 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from orchestra._concurrency import map_concurrently
 from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.errors import SessionConflictError, StorageUnavailableError
@@ -30,7 +29,7 @@ from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import Storage, storage_from_uri
-from orchestra.storage._base import read_many
+from orchestra.storage._base import delete_many, read_many
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
 
 __all__ = ["PipelineActivities", "input_key", "spec_hash"]
@@ -347,10 +346,15 @@ class PipelineActivities:
     async def _run(
         self, node: Any, node_input: NodeInput, orchestrator: MultiAgentBase, request: NodeRequest
     ) -> NodeResult:
+        # A worker that dies stops heartbeating: Temporal then retries the node elsewhere. Temporal times
+        # the first heartbeat from the activity's start, so a node that ends sooner never sends one.
+        limit = activity.info().heartbeat_timeout
+        every = min(0.5, limit.total_seconds() / 4) if limit else 0.5
+
         async def heartbeat() -> None:
-            while True:  # a worker that dies stops heartbeating: Temporal then retries the node elsewhere
+            while True:
+                await anyio.sleep(every)
                 activity.heartbeat()
-                await anyio.sleep(0.5)
 
         # The node's own timeout is enforced here, as locally, so that it is a final failure (one
         # execution); the activity's start-to-close timeout only backs up a worker that stopped.
@@ -409,7 +413,7 @@ class PipelineActivities:
             self._invocation_states.pop(key, None)
         if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it).
-            await map_concurrently(storage.delete, inputs)
+            await delete_many(storage, inputs)
             if request.ends_run and request.run_id:
                 await storage.delete_prefix(_run_folder(request.session_id, request.scope_id, request.run_id))
             return journal
@@ -459,8 +463,8 @@ class PipelineActivities:
         else:
             await journal.save(fields, logs, request.unset)
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
-        # (At once: a file system then commits the folder's syncs together.)
-        await map_concurrently(storage.delete, inputs)
+        # (At once: local files unlink them under one lock and sync their folder once.)
+        await delete_many(storage, inputs)
         if request.ends_run and request.run_id:
             await storage.delete_prefix(_run_folder(request.session_id, request.scope_id, request.run_id))
         return journal
