@@ -3,12 +3,13 @@
 import multiprocessing
 import os
 import stat
+from typing import Any
 
 import anyio
 import pytest
 
 from orchestra.errors import StorageConflictError, StorageSecurityError
-from orchestra.storage import LocalFileStorage, storage_from_uri
+from orchestra.storage import ABSENT, LocalFileStorage, storage_from_uri
 
 
 async def test_files_are_0600_and_folders_0700(tmp_path):
@@ -76,6 +77,63 @@ async def test_a_failed_write_leaves_the_old_value(tmp_path):
         await storage.write("k", b"new", expect="not-the-version")
     assert await storage.read("k") == (b"old", version)
     assert sorted(os.listdir(tmp_path)) == [".lock", "k"]
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["unnamed-file-linked", "temp-file-renamed"])
+async def test_create_only_refuses_a_symlink_or_folder_and_leaves_nothing_behind(tmp_path, links):
+    """Both ways of creating (an unnamed file linked by name where Linux offers O_TMPFILE, else a temp
+    file renamed under the lock) refuse what is in the way the same way, and leave no file of their own."""
+    storage = LocalFileStorage(tmp_path / "root")
+    storage._links = storage._links and links
+    await storage.write("d/taken", b"first", expect=ABSENT)
+    os.symlink(tmp_path / "outside", tmp_path / "root/d/link")
+    os.mkdir(tmp_path / "root/d/folder")
+    with pytest.raises(StorageConflictError, match="already exists"):
+        await storage.write("d/taken", b"second", expect=ABSENT)
+    for in_the_way in ("d/link", "d/folder"):
+        with pytest.raises(StorageSecurityError):
+            await storage.write(in_the_way, b"x", expect=ABSENT)
+    assert (tmp_path / "root/d/taken").read_bytes() == b"first"
+    assert not (tmp_path / "outside").exists()
+    assert set(os.listdir(tmp_path / "root/d")) - {".lock"} == {"folder", "link", "taken"}
+
+
+def _create_in_another_process(root: str, name: str, go: Any) -> None:
+    async def main() -> list[str]:
+        storage = LocalFileStorage(f"{root}/store")
+        won = []
+        for i in range(100):
+            try:
+                await storage.write(f"race/{i:03d}", name.encode(), expect=ABSENT)
+            except StorageConflictError:
+                continue
+            won.append(f"race/{i:03d}")
+        return won
+
+    go.wait(60)  # a barrier: once every process is up, they all create at once
+    won = anyio.run(main)
+    with open(f"{root}/won-{name}", "w") as out:
+        out.write("\n".join(won))
+
+
+async def test_create_only_has_one_winner_per_key_across_processes(tmp_path):
+    """Three processes create the same 100 keys: each key has exactly one creator, and holds its bytes."""
+    context = multiprocessing.get_context("spawn")
+    names = ["a", "b", "c"]
+    go = context.Barrier(len(names))
+    workers = [context.Process(target=_create_in_another_process, args=(str(tmp_path), n, go)) for n in names]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    won = {name: (tmp_path / f"won-{name}").read_text().split() for name in names}
+    assert sorted(key for keys in won.values() for key in keys) == [f"race/{i:03d}" for i in range(100)]
+    storage = LocalFileStorage(tmp_path / "store")
+    for name, keys in won.items():
+        for key in keys:
+            assert (await storage.read(key))[0] == name.encode()
+    assert [n for n in os.listdir(tmp_path / "store/race") if n.startswith(".tmp-")] == []
 
 
 def _bump_in_another_process(root: str, rounds: int) -> None:

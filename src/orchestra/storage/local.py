@@ -7,6 +7,10 @@ How it stays safe:
 - Conditional writes hold across processes: each folder has a ``.lock`` file taken with ``fcntl.flock``
   around the compare and the rename (only those: the syncs happen outside it, so that writers of one
   folder overlap them; a write or delete returns once the folder is fsynced).
+- Create-only writes (``expect=ABSENT``, every journal record) need neither the lock nor a rename where
+  Linux offers ``O_TMPFILE``: the data goes to an unnamed file in the folder, is fsynced, and is linked
+  under the key's name, which fails if the name exists (the kernel decides which of two creators wins).
+  A process killed before the link leaves nothing behind. Elsewhere they take the path above.
 - No symlink is ever followed below the root: every path is walked one folder at a time with
   ``O_NOFOLLOW`` relative to the parent's descriptor; a symlink found raises ``StorageSecurityError``.
 - Folders are created 0700 and files 0600. Names starting with ``.`` are the backend's own (temp and lock
@@ -35,6 +39,7 @@ __all__ = ["LocalFileStorage"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK_NAME = ".lock"
+_O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)  # Linux only
 
 
 def _version(data: bytes) -> str:
@@ -54,6 +59,8 @@ class LocalFileStorage(BlockingStorage):
     def __init__(self, root: str | os.PathLike[str] = "./.orchestra/", *, durable: bool = True) -> None:
         self.root = Path(root).absolute()
         self.durable = durable
+        # Linking an unnamed file by name goes through /proc (linkat with AT_EMPTY_PATH needs privileges).
+        self._links = bool(_O_TMPFILE) and os.path.isdir("/proc/self/fd")
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def __repr__(self) -> str:
@@ -192,6 +199,10 @@ class LocalFileStorage(BlockingStorage):
         fd = self._open_dir(parts, create=True)
         assert fd is not None
         try:
+            if expect is ABSENT and self._links and self._create_by_link(fd, key, name, data):
+                if self.durable:
+                    os.fsync(fd)
+                return _version(data)
             temp = f".tmp-{name}-{secrets.token_hex(6)}"
             file_fd = os.open(
                 temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
@@ -220,6 +231,33 @@ class LocalFileStorage(BlockingStorage):
         finally:
             os.close(fd)
         return _version(data)
+
+    def _create_by_link(self, fd: int, key: str, name: str, data: bytes) -> bool:
+        """A create-only write as an unnamed file linked into the folder (see the module docstring);
+        False, with nothing written, where the file system cannot make unnamed files."""
+        try:
+            file_fd = os.open(".", _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+            self._links = False
+            return False
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(file_fd, view) :]
+            if self.durable:
+                os.fsync(file_fd)
+            while True:
+                try:  # linkat refuses an existing name (a symlink included) and never follows one
+                    os.link(f"/proc/self/fd/{file_fd}", name, dst_dir_fd=fd, follow_symlinks=True)
+                    return True
+                except FileExistsError:
+                    # Raises: the name is taken (a conflict), or is not a regular file (refused). If it
+                    # was deleted in between, link again.
+                    self._check_expected(fd, key, name, ABSENT)
+        finally:
+            os.close(file_fd)
 
     def _check_expected(self, fd: int, key: str, name: str, expect: Expect) -> None:
         """Under the folder's lock: refuse a write whose condition does not hold."""
