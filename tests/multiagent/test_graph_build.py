@@ -172,3 +172,26 @@ async def test_a_copy_for_a_run_shares_the_structure_and_nothing_of_the_run():
 
     again = built._copy_for_run()  # a second copy starts from the spec's state, not the first copy's
     assert (await again.invoke_async("go")).output == 2
+
+
+async def test_shared_node_records_are_copied_before_the_first_change():
+    """A document loaded with shared_records stays the caller's: the orchestrator copies a node's record
+    the first time it changes it, and leaves every other record (nested dicts included) as it was."""
+
+    def step(node_input):
+        return node_input.node_id
+
+    source = Graph({"a": step, "b": step}, [("a", "b")], id="shared")
+    await source.invoke_async("go")
+    fields, logs = dict(source._fields), {k: list(v) for k, v in source._logs.items()}
+    before = {name: repr(value) for name, value in fields.items()}
+
+    graph = Graph({"a": step, "b": step}, [("a", "b")], id="shared")
+    graph.load_document(fields, logs, shared_records=True)
+    assert graph._fields["node/a"] is fields["node/a"]  # nothing copied up front
+    graph._update_node("a", status="executing", executions=2)
+    graph._apply_edges("a", {"b": False})  # changes b's incoming edges in place
+
+    assert graph._fields["node/a"]["status"] == "executing"
+    assert graph._fields["node/b"]["incoming"] == {"a": "skipped"}
+    assert {name: repr(value) for name, value in fields.items()} == before

@@ -102,6 +102,7 @@ class MultiAgentBase:
         self._dirty_logs: set[str] = set()
         self._dirty_agents: set[str] = set()
         self._unset: set[str] = set()
+        self._shared_records: set[str] = set()  # node records still the caller's (see load_document)
         self._saved_state_version = -1
 
     def _copy_for_run(self) -> Self:
@@ -175,10 +176,16 @@ class MultiAgentBase:
         self._dirty.add("run")
 
     def _node_record(self, node_id: str) -> dict[str, Any]:
-        record = self._fields.get(f"node/{node_id}")
+        name = f"node/{node_id}"
+        record = self._fields.get(name)
         if record is None:
             record = {"status": Status.PENDING.value, "executions": 0, "result": None}
-            self._fields[f"node/{node_id}"] = record
+            self._fields[name] = record
+        elif name in self._shared_records:  # the caller's: copied before anything here can change it
+            self._shared_records.discard(name)
+            record = self._fields[name] = dict(record)
+            if "incoming" in record:  # the one part changed in place (see Graph._apply_edges)
+                record["incoming"] = dict(record["incoming"])
         return record
 
     def _update_node(self, node_id: str, **changes: Any) -> None:
@@ -297,11 +304,18 @@ class MultiAgentBase:
     def _is_log(name: str, value: Any) -> bool:
         return isinstance(value, list) and (name.endswith("/messages") or name in _LOG_NAMES)
 
-    def load_document(self, fields: Mapping[str, Any], logs: Mapping[str, list[Any]]) -> None:
-        """Take a persisted run document (from a session or ``deserialize_state``)."""
+    def load_document(
+        self, fields: Mapping[str, Any], logs: Mapping[str, list[Any]], *, shared_records: bool = False
+    ) -> None:
+        """Take a persisted run document (from a session or ``deserialize_state``).
+
+        With ``shared_records`` the node records stay the caller's until this orchestrator changes one
+        (it then copies that record a level deep first): a Temporal activity that runs one node of a
+        large graph copies the one record it writes, not all of them."""
         if "run" not in fields:
             return
         self._fields = {k: v for k, v in fields.items() if k != "state" and not k.startswith("agent/")}
+        self._shared_records = {k for k in self._fields if k.startswith("node/")} if shared_records else set()
         self._logs = {k: list(v) for k, v in logs.items() if not k.startswith("agent/")}
         self._logs.setdefault("execution_order", [])
         if "state" in fields:  # a document that never saved the state keeps the initial one

@@ -145,12 +145,17 @@ class _RunReader:
 
 
 def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """What one node's activity loads of the run document: the run's own records, each copied a level
-    deep (the orchestrator updates them in place; the document is shared), and of the agents' state only
-    its own agent's, copied whole (every other agent's conversation stays unread)."""
+    """What one node's activity loads of the run document: the run's own records, the run record and the
+    state copied a level deep (the orchestrator updates them in place; the document is shared), the node
+    records as they are (``load_document(shared_records=True)`` copies the one the node changes), and of
+    the agents' state only its own agent's, copied whole (every other agent's conversation stays unread)."""
     own = (f"agent/{node_id}", f"agent/{node_id}/messages")
     fields = {
-        name: copy.deepcopy(value) if name in own else dict(value) if isinstance(value, dict) else value
+        name: copy.deepcopy(value)
+        if name in own
+        else dict(value)
+        if isinstance(value, dict) and not name.startswith("node/")
+        else value
         for name, value in doc.fields.items()
         if not name.startswith("agent/") or name in own
     }
@@ -281,7 +286,7 @@ class PipelineActivities:
         orchestrator = self._orchestrator(request, storage)
         doc = await self._document(storage, request)
         if doc is not None:
-            orchestrator.load_document(*_node_view(doc, request.node_id))
+            orchestrator.load_document(*_node_view(doc, request.node_id), shared_records=True)
         node = orchestrator.nodes[request.node_id]
         if request.reset:
             node.reset()
