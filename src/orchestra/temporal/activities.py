@@ -21,14 +21,14 @@ from temporalio.exceptions import ApplicationError
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
-from orchestra.errors import SessionConflictError, StorageUnavailableError
+from orchestra.errors import SessionConflictError, StorageConflictError, StorageUnavailableError
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
 from orchestra.spec import LoadedSpec, build
-from orchestra.storage import Storage, storage_from_uri
+from orchestra.storage import ABSENT, Storage, storage_from_uri
 from orchestra.storage._base import delete_many, read_many
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
 
@@ -336,7 +336,11 @@ class PipelineActivities:
             blob["agent"] = fields
             blob["messages"] = messages
         key = f"{_run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}.json"
-        await storage.write(key, dumps(blob).encode())
+        data = dumps(blob).encode()
+        try:  # each execution has its own key: create-only (local files then need no lock or rename)
+            await storage.write(key, data, expect=ABSENT)
+        except StorageConflictError:  # a retried attempt: the one before wrote it and was lost after
+            await storage.write(key, data)
         return NodeOutcome(
             status=result.status.value,
             blob=key,

@@ -127,9 +127,11 @@ DEFAULT_GRACEFUL_SHUTDOWN = timedelta(minutes=5)
 async def connect(target: TemporalTarget, connection: TemporalConnection | None = None) -> Client:
     """A client for ``target``; ``connection`` defaults to ``TemporalConnection.from_env()``."""
     options = (connection or TemporalConnection.from_env()).client_options()
-    if tracing.enabled():
+    if tracing.recording():
         # Spans cross the wire in the workflow and activity headers; workers made from this client
         # use the interceptor too, so a node's spans continue the trace of the run that started it.
+        # Only with a tracer provider set (before connecting): without one, the interceptor's no-op
+        # spans cost a worker a few percent of its time and trace nothing.
         from temporalio.contrib.opentelemetry import TracingInterceptor
 
         options["interceptors"] = [TracingInterceptor()]
