@@ -298,6 +298,56 @@ async def test_a_nodes_activity_reads_only_what_was_committed_since_the_workers_
     assert doc.fields["run"] == {}
 
 
+async def test_parallel_nodes_share_the_read_of_the_commits_they_depend_on(tmp_path):
+    """The nodes of a fan-out start together on one worker: a read of the journal that began after a node
+    asked has every commit it depends on, so the nodes share it instead of listing the journal each."""
+    import json
+
+    import anyio
+    from temporalio.testing import ActivityEnvironment
+
+    from orchestra.spec import build
+    from orchestra.storage import LocalFileStorage
+    from orchestra.temporal import CommitRequest, NodeRequest, PipelineActivities
+
+    lists: list[str] = []
+
+    class CountingStorage(LocalFileStorage):
+        def _list(self, prefix, start_after, limit):  # type: ignore[no-untyped-def]
+            lists.append(prefix)
+            return super()._list(prefix, start_after, limit)
+
+    uri = f"file:{tmp_path}/store"
+    loaded = parse_text(chain_spec(10), "chain.yaml")
+    local = build(loaded, session_id="s1", storage=uri)
+    await local.invoke_async("go")
+    activities = PipelineActivities({"chain": loaded})
+    activities._storages[uri] = CountingStorage(tmp_path / "store")
+    env = ActivityEnvironment()
+
+    def request(node_id: str) -> NodeRequest:
+        return NodeRequest("chain", "s1", uri, "chain", local.run["run_id"], node_id, 2, activation=[])
+
+    await env.run(activities.execute_node, request("n1"))
+    await activities.commit(CommitRequest("s1", uri, "chain", {"state": {"seen": "the last commit"}}, {}))
+    lists.clear()
+    outcomes = []
+
+    async def node(node_id: str) -> None:
+        outcomes.append(await env.run(activities.execute_node, request(node_id)))
+
+    async with anyio.create_task_group() as group:
+        for index in range(2, 8):
+            group.start_soon(node, f"n{index}")
+    journal_lists = [prefix for prefix in lists if prefix.endswith("/journal/")]
+    assert 1 <= len(journal_lists) <= 2, lists  # 6 nodes; before, one list each
+    storage = storage_from_uri(uri)
+    for outcome in outcomes:  # every node saw the commit made before it started
+        blob = json.loads((await storage.read(outcome.blob))[0])
+        assert blob["state_base"] == {"seen": "the last commit"}
+    assert len(outcomes) == 6
+
+
 async def test_nodes_that_finished_together_are_committed_in_one_record_in_order(tmp_path):
     """Parallel nodes that finish in one workflow activation are committed together: one journal record,
     their state changes applied in the order given (the later writer of a key wins, as locally). A retry
