@@ -26,7 +26,7 @@ def temporal():
     return module
 
 
-def test_tls_and_api_keys_reach_client_connect(tmp_path, monkeypatch):
+def test_tls_and_api_keys_reach_client_connect(tmp_path, monkeypatch, spans):
     from temporalio.client import Client
 
     t = temporal()
@@ -62,8 +62,34 @@ def test_tls_and_api_keys_reach_client_connect(tmp_path, monkeypatch):
     anyio.run(t.connect, target)
     plain = seen[-1][1]
     assert set(plain) - {"interceptors"} == {"namespace"}  # the dev server: plain, no key
-    # With OpenTelemetry installed, the trace context rides in the workflow and activity headers.
+    # With a tracer provider set (the spans fixture sets one), the trace context rides in the workflow and
+    # activity headers.
     assert [type(i).__name__ for i in plain.get("interceptors", [])] == ["TracingInterceptor"]
+
+
+_CONNECT_WITHOUT_A_PROVIDER = """
+import anyio
+from temporalio.client import Client
+from orchestra import temporal
+
+async def fake_connect(address, **options):
+    print(sorted(options))
+
+Client.connect = fake_connect
+anyio.run(temporal.connect, temporal.TemporalTarget("localhost:7233", "default", "q"))
+"""
+
+
+def test_without_a_tracer_provider_no_tracing_interceptor_is_added():
+    """In a fresh process (the global provider can be set only once, and other tests set it): with the
+    OpenTelemetry API installed but no provider, the interceptor would only make no-op spans."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _CONNECT_WITHOUT_A_PROVIDER], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['namespace']"
 
 
 def test_a_half_configured_mtls_is_a_one_line_error(tmp_path):
