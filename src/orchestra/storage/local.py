@@ -260,7 +260,8 @@ class LocalFileStorage(BlockingStorage):
             os.close(file_fd)
 
     def _check_expected(self, fd: int, key: str, name: str, expect: Expect) -> None:
-        """Under the folder's lock: refuse a write whose condition does not hold."""
+        """Under the folder's lock (or after a link found the name taken): refuse a write whose condition
+        does not hold."""
         try:
             existing = os.lstat(name, dir_fd=fd)
         except FileNotFoundError:

@@ -157,11 +157,12 @@ class S3Storage(BlockingStorage):
                 )
             except (ClientError, BotoCoreError) as exc:
                 raise self._unavailable("delete", what, exc) from exc
-            for error in response.get("Errors", []):
-                key = error.get("Key", "")[len(self.prefix) :]
+            errors = response.get("Errors", [])
+            if errors:
+                first = errors[0]
                 raise StorageUnavailableError(
-                    f"S3 delete of s3://{self.bucket}/{self.prefix}{key} failed: {error.get('Code')} "
-                    f"{error.get('Message', '')}".rstrip()
+                    f"S3 delete of s3://{self.bucket}/{first.get('Key', '')} failed: {first.get('Code')} "
+                    f"{first.get('Message', '')} ({len(errors)} of {len(batch)} keys not deleted)"
                 )
 
     async def delete_many(self, keys: Sequence[str]) -> None:

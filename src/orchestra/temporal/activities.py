@@ -148,17 +148,23 @@ class _RunReader:
 
 
 def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """What one node's activity loads of the run document: the run's own records, the run record and the
-    state copied a level deep (the orchestrator updates them in place; the document is shared), the node
-    records as they are (``load_document(shared_records=True)`` copies the one the node changes), and of
-    the agents' state only its own agent's, copied whole (every other agent's conversation stays unread)."""
+    """What one node's activity loads of the run document (which is shared: the worker's reader keeps it).
+
+    Of the agents' state, only the node's own agent's, copied whole: every other agent's conversation
+    stays unread. The node records go as they are (``load_document(shared_records=True)`` copies the one
+    the node changes); the other records (the run, the state) are copied a level deep, since the
+    orchestrator changes them in place."""
     own = (f"agent/{node_id}", f"agent/{node_id}/messages")
+
+    def view(name: str, value: Any) -> Any:
+        if name in own:
+            return copy.deepcopy(value)
+        if isinstance(value, dict) and not name.startswith("node/"):
+            return dict(value)
+        return value
+
     fields = {
-        name: copy.deepcopy(value)
-        if name in own
-        else dict(value)
-        if isinstance(value, dict) and not name.startswith("node/")
-        else value
+        name: view(name, value)
         for name, value in doc.fields.items()
         if not name.startswith("agent/") or name in own
     }
