@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from orchestra._imports import import_object
@@ -287,6 +286,8 @@ def _check(
 
 
 def _check_structure(spec: PipelineSpec, ids: dict[str, int], problem: Any) -> None:
+    import networkx as nx  # when a graph is first checked (see multiagent/_validation.py)
+
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(ids)
     graph.add_edges_from((e.from_, e.to) for e in spec.edges)
