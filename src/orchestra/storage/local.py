@@ -209,11 +209,7 @@ class LocalFileStorage(BlockingStorage):
             )
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(file_fd, view) :]
-                    if self.durable:
-                        os.fsync(file_fd)
+                    self._write_all(file_fd, data)
                 finally:
                     os.close(file_fd)
                 lock = self._acquire_lock(fd)
@@ -232,6 +228,14 @@ class LocalFileStorage(BlockingStorage):
             os.close(fd)
         return _version(data)
 
+    def _write_all(self, file_fd: int, data: bytes) -> None:
+        """Write ``data`` to a new file, and fsync it when durable (before it gets its name)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(file_fd, view) :]
+        if self.durable:
+            os.fsync(file_fd)
+
     def _create_by_link(self, fd: int, key: str, name: str, data: bytes) -> bool:
         """A create-only write as an unnamed file linked into the folder (see the module docstring);
         False, with nothing written, where the file system cannot make unnamed files."""
@@ -243,11 +247,7 @@ class LocalFileStorage(BlockingStorage):
             self._links = False
             return False
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(file_fd, view) :]
-            if self.durable:
-                os.fsync(file_fd)
+            self._write_all(file_fd, data)
             while True:
                 try:  # linkat refuses an existing name (a symlink included) and never follows one
                     os.link(f"/proc/self/fd/{file_fd}", name, dst_dir_fd=fd, follow_symlinks=True)

@@ -442,9 +442,7 @@ class PipelineActivities:
             self._invocation_states.pop(key, None)
         if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it).
-            await delete_many(storage, inputs)
-            if request.ends_run and request.run_id:
-                await storage.delete_prefix(_run_folder(request.session_id, request.scope_id, request.run_id))
+            await _delete_inputs(storage, request, inputs)
             return journal
         fields = dict(request.fields)
         if request.commit_id:
@@ -492,11 +490,19 @@ class PipelineActivities:
         else:
             await journal.save(fields, logs, request.unset)
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
-        # (At once: local files unlink them under one lock and sync their folder once.)
-        await delete_many(storage, inputs)
-        if request.ends_run and request.run_id:
-            await storage.delete_prefix(_run_folder(request.session_id, request.scope_id, request.run_id))
+        await _delete_inputs(storage, request, inputs)
         return journal
+
+
+async def _delete_inputs(storage: Storage, request: CommitRequest, inputs: list[str]) -> None:
+    """Delete what a saved commit folded in, at once (local files unlink a folder's keys under one lock
+    and sync it once). The run's last commit clears the run's whole folder instead, which holds them."""
+    if not (request.ends_run and request.run_id):
+        await delete_many(storage, inputs)
+        return
+    folder = _run_folder(request.session_id, request.scope_id, request.run_id)
+    await delete_many(storage, [key for key in inputs if not key.startswith(folder)])
+    await storage.delete_prefix(folder)
 
 
 def _holds_execution(stored: dict[str, Any] | None, record: dict[str, Any] | None) -> bool:
