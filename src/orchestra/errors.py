@@ -16,10 +16,16 @@ Each class also inherits the nearest builtin, so callers can catch either::
     │   ├── ConcurrencyError                   a second, overlapping invocation of one agent
     │   ├── MaxCyclesError                     the model never ended its turn
     │   └── StructuredOutputError              no valid structured output within the retries
-    ├── StorageError (OSError)
+    ├── StorageError (OSError)                 names the operation, the key and the OS or service reason;
+    │   │                                      ``stored`` says whether the change was made (see below)
     │   ├── StorageConflictError               a conditional write lost (somebody else wrote first)
     │   ├── StorageSecurityError               a symlink or a key that escapes the storage root
-    │   └── StorageUnavailableError            the backend kept failing after every retry
+    │   ├── StorageUnavailableError            a passing outage: the backend kept failing after every retry
+    │   ├── StorageFullError                   no space left (a full disk, a quota)
+    │   ├── StorageConfigurationError          misconfigured storage (no credentials, no bucket, no
+    │   │   (also a ConfigurationError)        permission, a read-only file system): retrying will not help
+    │   └── StorageOutcomeUnknownError         a write's answer was lost and reading back could not tell
+    │                                          whether it was made (``stored`` is None)
     ├── SessionError (RuntimeError)
     │   ├── SessionConflictError               a second live writer of one session scope
     │   └── SnapshotError                      a stored snapshot is corrupt, truncated or unknown
@@ -27,9 +33,15 @@ Each class also inherits the nearest builtin, so callers can catch either::
         └── MultipleNodeErrors                 several nodes failed at once; ``.errors`` holds each
 
 Control-flow signals (a tool interrupting for a human, a handoff) are not errors and do not live here.
+
+Every ``StorageError`` and ``SessionError`` has ``stored``: ``False`` when it is known that nothing was
+changed (the default), ``True`` when the change was made although the call failed afterwards, ``None``
+when it cannot be known. Code that retries decides by type and by ``stored``, never by the message.
 """
 
 from __future__ import annotations
+
+from types import EllipsisType
 
 __all__ = [
     "AgentError",
@@ -50,8 +62,11 @@ __all__ = [
     "SessionConflictError",
     "SessionError",
     "SnapshotError",
+    "StorageConfigurationError",
     "StorageConflictError",
     "StorageError",
+    "StorageFullError",
+    "StorageOutcomeUnknownError",
     "StorageSecurityError",
     "StorageUnavailableError",
     "StructuredOutputError",
@@ -126,11 +141,45 @@ class StructuredOutputError(AgentError):
 
 
 class StorageError(OrchestraError, OSError):
-    """A storage backend failed."""
+    """A storage backend failed.
+
+    Attributes:
+        operation: what was asked of the storage (``read``, ``write``, ``delete``, ``list``, ...), if known.
+        key: the key (or prefix) it was asked for, if any.
+        reason: the OS or service reason (``[Errno 28] No space left on device``, ``503 SlowDown``).
+        stored: False if nothing was changed, True if the change was made, None if that is unknown.
+    """
+
+    stored: bool | None = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str | None = None,
+        key: str | None = None,
+        reason: str | None = None,
+        stored: bool | EllipsisType | None = ...,
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.key = key
+        self.reason = reason
+        if stored is not ...:  # else the class's own default
+            self.stored = stored
+
+    def in_context(self, where: str) -> StorageError:
+        """The same error (same type and attributes), its message prefixed with ``where`` (a session and
+        what was being saved), for callers that know more than the storage did."""
+        copy = type(self).__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        OSError.__init__(copy, f"{where}: {self}")
+        copy.__cause__ = self.__cause__
+        return copy
 
 
 class StorageConflictError(StorageError):
-    """A conditional write failed: the key was not in the expected version."""
+    """A conditional write failed: the key was not in the expected version; nothing was written."""
 
 
 class StorageSecurityError(StorageError):
@@ -138,11 +187,32 @@ class StorageSecurityError(StorageError):
 
 
 class StorageUnavailableError(StorageError):
-    """The backend kept failing (5xx, timeouts) after every retry; nothing was written."""
+    """A passing outage: the backend kept failing (5xx, timeouts, resets) after every retry.
+
+    ``stored`` is False: a write whose answer was lost was read back and found not made. Try again later.
+    """
+
+
+class StorageFullError(StorageError):
+    """There is no space left for the write (a full disk, a quota); nothing was written. Free space."""
+
+
+class StorageConfigurationError(StorageError, ConfigurationError):
+    """The storage is misconfigured: no credentials, no such bucket, no permission, a read-only file
+    system. Retrying will not help; the message says what to set."""
+
+
+class StorageOutcomeUnknownError(StorageError):
+    """A write's answer was lost (a timeout, a reset, a 5xx after the request was sent) and reading the key
+    back failed too: the write may or may not have been made (``stored`` is None)."""
+
+    stored = None
 
 
 class SessionError(OrchestraError, RuntimeError):
-    """A session could not be loaded or saved."""
+    """A session could not be loaded or saved (``stored``: whether the save was made, as for storage)."""
+
+    stored: bool | None = False
 
 
 class SessionConflictError(SessionError):
