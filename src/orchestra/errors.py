@@ -168,13 +168,15 @@ class StorageError(OrchestraError, OSError):
         if stored is not ...:  # else the class's own default
             self.stored = stored
 
-    def in_context(self, where: str) -> StorageError:
+    def in_context(self, where: str, *, stored: bool | EllipsisType | None = ...) -> StorageError:
         """The same error (same type and attributes), its message prefixed with ``where`` (a session and
-        what was being saved), for callers that know more than the storage did."""
+        what was being saved), for callers that know more than the storage did (``stored`` too)."""
         copy = type(self).__new__(type(self))
         copy.__dict__.update(self.__dict__)
         OSError.__init__(copy, f"{where}: {self}")
         copy.__cause__ = self.__cause__
+        if stored is not ...:
+            copy.stored = stored
         return copy
 
 

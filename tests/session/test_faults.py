@@ -79,13 +79,18 @@ async def test_s3_faults_are_retried_and_then_reported_with_nothing_lost(moto_ur
         proxy.fail_next(2, 500)
         await agent.invoke_async("survives two 500s")
         proxy.fail_next(3, 503)
-        with pytest.raises(StorageUnavailableError, match="failed after every retry"):
+        with pytest.raises(StorageUnavailableError, match="failed after every retry") as failed:
             await agent.invoke_async("this save fails")
-        # the failed save wrote nothing; the agent can save again once S3 is back
+        # the error says nothing was stored, and the turn was rolled back in memory too
+        assert failed.value.stored is False
+        assert "journal record" in str(failed.value) and "'s1'" in str(failed.value)
+        assert [m["content"][0]["text"] for m in agent.messages] == ["survives two 500s", "a"]
+        # once S3 is back, saving again stores nothing of the failed turn, and a retry stores it once
         await agent.session_manager.save_snapshot(agent)
+        await agent.invoke_async("this save fails")
     restored = agent_on(S3Storage(s3_bucket, endpoint_url=moto_url))
     texts = [m["content"][0]["text"] for m in restored.messages]
-    assert texts == ["survives two 500s", "a", "this save fails", "b"]
+    assert texts == ["survives two 500s", "a", "this save fails", "c"]
 
 
 WRITER = textwrap.dedent(

@@ -401,17 +401,38 @@ async def run_invocation(
                 open_interrupts,
                 output=output.value if output is not None else None,
             )
-            checkpoint.close()
         except BaseException as exc:
             checkpoint.roll_back()
             if isinstance(exc, Exception):
                 await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
             raise
-        await hooks.invoke(AfterInvocation(agent, invocation_state, result=result))
+        await _end_turn(agent, invocation_state, checkpoint, result)
         agent_span.usage(metrics.usage)
         agent_span.set(orchestra__stop_reason=stop_reason)
         agent_span.content("gen_ai.output.messages", [message])
         yield ResultEvent(result)
+
+
+async def _end_turn(
+    agent: Agent, invocation_state: dict[str, Any], checkpoint: Checkpoint, result: AgentResult
+) -> None:
+    """``AfterInvocation``, where session managers save the turn: its commit point. Until one says the
+    turn is stored, a failure (a full disk, a lost answer, a cancellation) rolls it back like any other,
+    so that an error means nothing was stored; after that, the turn is kept and the error says so."""
+    event = AfterInvocation(agent, invocation_state, result=result)
+    try:
+        await agent.hooks.invoke(event)
+    except BaseException as exc:
+        if not event.stored:
+            checkpoint.roll_back()
+        else:
+            checkpoint.close()
+            if isinstance(exc, Exception):
+                exc.add_note(
+                    f"agent {agent.name!r}: its turn was stored in the session before this error, and is kept"
+                )
+        raise
+    checkpoint.close()
 
 
 async def _stream_model(

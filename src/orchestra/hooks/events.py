@@ -47,12 +47,18 @@ class BeforeInvocation(HookEvent):
 
 @dataclass
 class AfterInvocation(HookEvent):
-    """An invocation ended, successfully (``result``) or not (``exception``)."""
+    """An invocation ended, successfully (``result``) or not (``exception``).
+
+    After a successful turn this is where session managers save it: its commit point. A callback that
+    raises before the turn is stored rolls the turn back like any failure; a session manager sets
+    ``stored`` once the turn is in storage, and an error raised after that keeps the turn and says so.
+    """
 
     agent: Agent
     invocation_state: dict[str, Any]
     result: AgentResult | None = None
     exception: BaseException | None = None
+    stored: bool = False
     reverse_order = True
 
 

@@ -31,12 +31,19 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
-from orchestra.errors import SessionConflictError, SnapshotError, StorageConflictError
+from orchestra.errors import (
+    SessionConflictError,
+    SnapshotError,
+    StorageConflictError,
+    StorageError,
+    StorageOutcomeUnknownError,
+)
 from orchestra.messages import Message
+from orchestra.session._commit import housekeeping, read_back
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import (
     JournalInfo,
@@ -60,15 +67,35 @@ class Document:
 
     fields: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, list[Any]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict, compare=False)
+    """Where each field and log first came from (a snapshot's or a record's key), for errors that name
+    the file (filled by loads)."""
 
-    def apply(self, record: Record) -> None:
+    def apply(self, record: Record, where: str | None = None) -> None:
+        """Replay ``record`` (read from the key ``where``).
+
+        Raises:
+            SnapshotError: a log does not have the length the record was written against: a record is
+                missing, or one was replayed twice (the snapshot and the journal disagree).
+        """
+        for name, op in record.logs.items():
+            old = self.logs.get(name, [])
+            if op.at is not None and op.at != len(old):
+                raise SnapshotError(
+                    f"{where or 'a journal record'}: log {name!r} had {op.at} items when this record was "
+                    f"written, but replaying the snapshot and the records before it gives {len(old)}: a "
+                    "record is missing or counted twice (a snapshot's journal.seq that disagrees with the "
+                    "journal, or a damaged journal). Nothing was loaded; restore the session from an "
+                    "export or an immutable snapshot"
+                )
+            keep = len(old) - op.drop if op.keep is None else op.keep
+            self.logs[name] = [*old[op.drop : op.drop + keep], *op.add]
         self.fields.update(record.set)
         for name in record.unset:
             self.fields.pop(name, None)
-        for name, op in record.logs.items():
-            old = self.logs.get(name, [])
-            keep = len(old) - op.drop if op.keep is None else op.keep
-            self.logs[name] = [*old[op.drop : op.drop + keep], *op.add]
+        if where is not None:
+            for name in (*record.set, *record.logs):
+                self.origins.setdefault(name, where)
 
     def flat(self) -> dict[str, Any]:
         return {**self.fields, **self.logs}
@@ -132,23 +159,23 @@ def _diff(old: Sequence[Any], new: Sequence[Any]) -> LogOp | None:
     # The common case, an appended tail: list equality compares the same objects in O(1) each, in C
     # (six times faster than an identity loop; an item replaced by an equal one needs no rewrite either).
     if len(old) <= len(new) and new[: len(old)] == old:
-        return LogOp(add=list(new[len(old) :])) if len(new) > len(old) else None
+        return LogOp(add=list(new[len(old) :]), at=len(old)) if len(new) > len(old) else None
     drop = None
     if new:
         first = new[0]
         drop = next((i for i, item in enumerate(old) if item is first), None)
     if drop is None:
-        return LogOp(drop=len(old), keep=0, add=list(new))
+        return LogOp(drop=len(old), keep=0, add=list(new), at=len(old))
     keep = 0
     while drop + keep < len(old) and keep < len(new) and old[drop + keep] is new[keep]:
         keep += 1
-    return LogOp(drop=drop, keep=keep, add=list(new[keep:]))
+    return LogOp(drop=drop, keep=keep, add=list(new[keep:]), at=len(old))
 
 
 def _op_json(op: LogOp, add_text: str) -> str:
     """``op`` as JSON without its default values (what ``model_dump(exclude_defaults=True)`` gives), its
     added items given as the JSON text ``add_text``."""
-    out = []
+    out = [] if op.at is None else [f'"at":{op.at}']
     if op.drop:
         out.append(f'"drop":{op.drop}')
     if op.keep is not None:
@@ -159,6 +186,44 @@ def _op_json(op: LogOp, add_text: str) -> str:
 
 
 _FOLD_CHUNK = 256  # records a fold reads at a time
+
+
+class _Read(NamedTuple):
+    """A journal record as read: its number, content, size in bytes and key."""
+
+    seq: int
+    record: Record
+    size: int
+    key: str
+
+
+@dataclass
+class _Update:
+    """A record about to be written, and how it changes what the journal tracks once it is."""
+
+    seq: int
+    t: int
+    data: bytes
+    texts: dict[str, str]
+    removed: list[str]
+    ops: dict[str, LogOp]
+    logs: Mapping[str, Sequence[Any]]  # the caller's logs, read when the record is applied
+
+    def materialized(self) -> _Update:
+        """The same update, with copies of the logs it replaces (the caller's lists change afterwards)."""
+        return _Update(
+            self.seq,
+            self.t,
+            self.data,
+            self.texts,
+            self.removed,
+            self.ops,
+            {name: list(self.logs[name]) for name in self.ops},
+        )
+
+
+class _Vanished(SnapshotError):
+    """A record a load was reading is gone: a fold deleted it meanwhile, or the session is damaged."""
 
 
 class Journal:
@@ -176,6 +241,9 @@ class Journal:
         self._since_bytes = 0
         self._since_records = 0
         self._synced_at = time.monotonic()  # when this journal last knew it was the scope's newest writer
+        self._last_t: int | None = None  # record ``seq``'s time, which snapshots of it record
+        self._uncertain: _Update | None = None  # a record whose write's outcome is not known yet
+        self._fold_due = False  # a compaction succeeded but the fold after it did not
         self.bytes_written = 0
 
     # -- reading --------------------------------------------------------------------------------------
@@ -201,40 +269,88 @@ class Journal:
                 doc.fields[name] = value
         return doc
 
-    async def _read_records(self, after: int, until: int | None = None) -> list[tuple[int, Record, int]]:
-        start_after = self.layout.record(after) if after >= 0 else None
-        limit = until - after if until is not None else None  # records are numbered without gaps
+    async def _read_records(
+        self, after: int, until: int | None = None, *, with_after: bool = False
+    ) -> list[_Read]:
+        """The records after ``after`` (up to ``until``), in order, checked to have no gap. With
+        ``with_after``, record ``after`` itself comes first if it is still there (a snapshot's own record,
+        read to check that the two agree)."""
+        first = after if with_after and after >= 0 else after + 1
+        start_after = self.layout.record(first - 1) if first > 0 else None
+        limit = until - first + 1 if until is not None else None  # records are numbered without gaps
         keys = await self.storage.list(self.layout.journal, start_after=start_after, limit=limit)
         keys = [k for k in keys if k.endswith(".json")]
         if until is not None:
             keys = [k for k in keys if self.layout.seq_of(k) <= until]
 
-        def parse(key: str, found: tuple[bytes, str] | None) -> tuple[int, Record, int]:
+        def parse(key: str, found: tuple[bytes, str] | None) -> _Read:
             if found is None:
-                raise SnapshotError(
+                raise _Vanished(
                     f"{key}: journal record vanished while loading; another process is deleting it"
                 )
             record = decode_model(Record, found[0], key)
             for name, op in record.logs.items():
                 if is_message_log(name):
                     op.add = _decode_messages(op.add, key)
-            return self.layout.seq_of(key), record, len(found[0])
+            return _Read(self.layout.seq_of(key), record, len(found[0]), key)
 
         records = [
             parse(key, found) for key, found in zip(keys, await read_many(self.storage, keys), strict=True)
         ]
         expected = after + 1
-        for seq, _, _ in records:
-            if seq != expected:
-                raise SnapshotError(
+        for read in records:
+            if read.seq == after and with_after:
+                continue
+            if read.seq != expected:
+                raise _Vanished(
                     f"{self.layout.record(expected)}: journal record missing ({self.layout.describe()} jumps "
-                    f"from record {expected - 1} to {seq}); the session was damaged or deleted while in use"
+                    f"from record {expected - 1} to {read.seq}); the session was damaged or deleted while "
+                    "in use"
                 )
             expected += 1
         return records
 
+    def _check_agrees(self, snapshot: Snapshot, doc: Document, own: _Read) -> None:
+        """``snapshot`` says it holds the state after record ``own``: check what can be checked cheaply,
+        the record's time and the lengths it left its logs at."""
+        info = snapshot.journal
+        assert info is not None
+        lengths = {
+            name: (op.at - op.drop if op.keep is None else op.keep) + len(op.add)
+            for name, op in own.record.logs.items()
+            if op.at is not None
+        }
+        wrong = [name for name, length in lengths.items() if len(doc.logs.get(name, ())) != length]
+        if (info.t is not None and info.t != own.record.t) or wrong:
+            what = f"log {wrong[0]!r}'s length" if wrong else "the record's time"
+            raise SnapshotError(
+                f"{self.layout.latest}: says it holds the journal up to record {info.seq}, but {what} "
+                f"disagrees with {own.key}: the snapshot's journal.seq is wrong, or one of the two files "
+                "was replaced. Nothing was loaded; restore the session from an export or an immutable "
+                "snapshot"
+            )
+
     async def load(self) -> Document | None:
-        """Read the scope's current state (None if it was never created) and track it for later saves."""
+        """Read the scope's current state (None if it was never created) and track it for later saves.
+
+        A compaction and fold by another writer may delete records this load is reading: it then starts
+        again from the new snapshot. Anything else that does not add up is an error naming the file.
+
+        Raises:
+            SnapshotError: a file is corrupt, or the snapshots and the journal disagree.
+        """
+        for _ in range(4):
+            try:
+                return await self._load_once()
+            except _Vanished as exc:
+                moved = await self.storage.read(self.layout.latest)
+                if moved is None or moved[1] == self._latest_version:
+                    raise SnapshotError(str(exc)) from None
+        raise SnapshotError(
+            f"{self.layout.describe()}: its journal was folded four times while loading; try again"
+        )
+
+    async def _load_once(self) -> Document | None:
         # The manifest is read beside the snapshot (at once, not one after the other): its schema
         # version is checked like every other file's.
         found_latest, found_manifest = await read_many(
@@ -243,6 +359,7 @@ class Journal:
         latest = self._parse_latest(found_latest)
         if found_manifest is not None:
             decode_model(SnapshotManifest, found_manifest[0], self.layout.manifest)
+        snapshot = None
         if latest is None:
             doc, base_seq = Document(), -1
             self._latest_version, self._latest_bytes = None, 0
@@ -250,13 +367,21 @@ class Journal:
             snapshot, self._latest_version, self._latest_bytes = latest
             doc = self._doc_from_snapshot(snapshot, self.layout.latest)
             base_seq = snapshot.journal.seq if snapshot.journal else -1
-        records = await self._read_records(base_seq)
-        for _, record, _ in records:
-            doc.apply(record)
-        self.seq = records[-1][0] if records else base_seq
+        self._last_t = snapshot.journal.t if snapshot is not None and snapshot.journal else None
+        records = await self._read_records(base_seq, with_after=True)
+        if records and records[0].seq == base_seq:
+            own = records.pop(0)
+            if snapshot is not None:
+                self._check_agrees(snapshot, doc, own)
+            self._last_t = own.record.t
+        for read in records:
+            doc.apply(read.record, read.key)
+        if records:
+            self._last_t = records[-1].record.t
+        self.seq = records[-1].seq if records else base_seq
         self._synced_at = time.monotonic()
         self._since_records = len(records)
-        self._since_bytes = sum(size for _, _, size in records)
+        self._since_bytes = sum(read.size for read in records)
         if latest is None and not records:
             return None
         self._track(doc)
@@ -269,11 +394,11 @@ class Journal:
         updated: a journal that catches up is one that only reads."""
         try:
             records = await self._read_records(self.seq)
+            for read in records:
+                doc.apply(read.record, read.key)
+                self.seq = read.seq
         except SnapshotError:
             return await self.load() or Document()
-        for seq, record, _ in records:
-            doc.apply(record)
-            self.seq = seq
         return doc
 
     def field(self, name: str) -> Any:
@@ -297,8 +422,8 @@ class Journal:
                     f"{self.layout.describe()}: the records up to {base} were folded into "
                     f"{self.layout.base} and deleted, so the state after record {seq} is gone"
                 )
-        for _, record, _ in await self._read_records(base, until=seq):
-            doc.apply(record)
+        for read in await self._read_records(base, until=seq):
+            doc.apply(read.record, read.key)
         return doc
 
     async def _read_base(self) -> tuple[Document, int, str | None]:
@@ -351,14 +476,19 @@ class Journal:
         self.bytes_written += len(data)
         return version
 
+    def _manifest(self) -> bytes:
+        delete_after = self.compaction.delete_after
+        seconds = None if delete_after is None else delete_after.total_seconds()
+        return encode_model(SnapshotManifest(delete_after_s=seconds))
+
     async def create(self, doc: Document) -> None:
         """Create the scope with ``doc`` as record 0; exactly one of two racing creators succeeds."""
         if self.seq != -1:
             raise RuntimeError("create() is for a scope that does not exist yet")
-        added = await self._save(doc.fields, doc.logs, (), creating=True)
+        added = await self._save(doc.fields, doc.logs, (), creating=True)  # the commit point
         # Record 0 holds the whole document, each log from empty: its JSON texts make the snapshot too.
-        data = self._encoded_snapshot(JournalInfo(seq=0, logs=sorted(self._log_refs)), added)
-        manifest = encode_model(SnapshotManifest())
+        data = self._encoded_snapshot(JournalInfo(seq=0, logs=sorted(self._log_refs), t=self._last_t), added)
+        manifest = self._manifest()
 
         async def write(key: str) -> None:
             if key == self.layout.manifest:
@@ -376,9 +506,11 @@ class Journal:
             self._latest_bytes = len(data)
             self._since_bytes = self._since_records = 0
 
+        # After the commit point: without the snapshot a load replays record 0, so it is housekeeping.
         # The manifest is the same for every writer (a schema version), so it need not wait for the
         # snapshot: the two writes (and their syncs) overlap.
-        await map_concurrently(write, [self.layout.latest, self.layout.manifest])
+        async with housekeeping(self.layout, "write the first snapshot and the manifest"):
+            await map_concurrently(write, [self.layout.latest, self.layout.manifest])
 
     async def save(
         self,
@@ -390,10 +522,14 @@ class Journal:
     ) -> bool:
         """Append a record with what changed among ``fields`` and ``logs``; False if nothing changed.
 
-        Only the fields and logs passed are compared: callers pass what may have changed.
+        Only the fields and logs passed are compared: callers pass what may have changed. The record is
+        the save's commit point (see ``orchestra.session._commit``): once it is written the save
+        succeeds, whatever the compaction after it does.
 
         Raises:
             SessionConflictError: another writer appended to this scope first; nothing was written.
+            StorageError: the record could not be written. ``stored`` says whether it was (False:
+                nothing was; None: not known, and the next save settles it by reading the record back).
         """
         return await self._save(fields, logs, unset, creating=creating) is not None
 
@@ -406,6 +542,8 @@ class Journal:
         creating: bool,
     ) -> dict[str, str] | None:
         """``save``: None if nothing changed, else the JSON texts of the items added to each log."""
+        if self._uncertain is not None:
+            await self._settle_uncertain()
         changed: dict[str, Any] = {}
         texts: dict[str, str] = {}
         for name, value in fields.items():
@@ -423,7 +561,8 @@ class Journal:
             return None
         # The record's JSON is put together from the texts just made for the comparison: each field is
         # encoded once, and the log ops' messages skip pydantic's serializer (see encode_snapshot).
-        body = [f'"t":{time.time_ns() // 1_000_000}']
+        t = time.time_ns() // 1_000_000
+        body = [f'"t":{t}']
         if changed:
             body.append('"set":{' + ",".join(f"{dumps(name)}:{texts[name]}" for name in changed) + "}")
         if removed:
@@ -436,35 +575,95 @@ class Journal:
                 + "}"
             )
         data = ("{" + ",".join(body) + "}").encode()
-        seq = self.seq + 1
+        update = _Update(self.seq + 1, t, data, texts, removed, ops, logs)
         delete_after = self.compaction.delete_after
         if (
             delete_after is not None
             and time.monotonic() - self._synced_at >= delete_after.total_seconds() / 2
         ):
             await self._check_still_newest()
+        await self._commit(update)
+        if not creating:
+            await self._housekeep()
+        return added
+
+    async def _commit(self, update: _Update) -> None:
+        """Write the record: the commit point. A write whose answer was lost is read back first."""
+        key = self.layout.record(update.seq)
+        where = f"{self.layout.describe()}: saving journal record {update.seq}"
         try:
-            await self._write(self.layout.record(seq), data, ABSENT)
+            await self._write(key, update.data, ABSENT)
         except StorageConflictError as exc:
-            raise self._conflict(f"journal record {seq} already exists") from exc
-        self.seq = seq
+            raise self._conflict(f"journal record {update.seq} already exists") from exc
+        except StorageError as exc:
+            stored = exc.stored if exc.stored is not None else await read_back(self.storage, key, update.data)
+            if stored is None:
+                # Keep what was tried: the next save reads the record back and settles it.
+                self._uncertain = update.materialized()
+                raise StorageOutcomeUnknownError(
+                    f"{where}: {exc}. Whether it was stored is not known: the next save of this scope reads "
+                    "it back first (and keeps it if it is there)",
+                    operation="write",
+                    key=key,
+                    reason=exc.reason,
+                ) from exc
+            if not stored:
+                raise exc.in_context(f"{where} (nothing was stored)", stored=False) from exc
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Cancelled while the write may be under way (a worker thread finishes it regardless):
+                # the next save reads the record back.
+                self._uncertain = update.materialized()
+            raise
+        self._apply(update)
+
+    async def _settle_uncertain(self) -> None:
+        """An earlier record's outcome was not known: read it back. Ours: it was stored, and this journal
+        moves past it; absent: it was not; someone else's: another writer won."""
+        update = self._uncertain
+        assert update is not None
+        key = self.layout.record(update.seq)
+        try:
+            found = await self.storage.read(key)
+        except StorageError as exc:
+            raise exc.in_context(
+                f"{self.layout.describe()}: journal record {update.seq}, whose save's outcome was not known, "
+                "could not be read back (nothing new was stored)"
+            ) from exc
+        self._uncertain = None
+        if found is not None:
+            if found[0] != update.data:
+                raise self._conflict(f"journal record {update.seq} was written by another writer")
+            self._apply(update)
+
+    def _apply(self, update: _Update) -> None:
+        """Track a record as written: later saves are compared with what it holds."""
+        self.seq = update.seq
+        self._last_t = update.t
         self._synced_at = time.monotonic()
-        self._field_text.update(texts)
-        for name in removed:
+        self._field_text.update(update.texts)
+        for name in update.removed:
             del self._field_text[name]
-        for name, op in ops.items():
+        for name, op in update.ops.items():
             kept = self._log_refs.get(name)
             if kept is not None and not op.drop and op.keep is None:
                 kept.extend(op.add)  # an appended tail: no copy of the whole log per save
             else:
-                self._log_refs[name] = list(logs[name])
-        self._since_bytes += len(data)
+                self._log_refs[name] = list(update.logs[name])
+        self._since_bytes += len(update.data)
         self._since_records += 1
-        if not creating and self._should_compact():
-            await self.compact()
-            if self.compaction.delete_after is not None:
+
+    async def _housekeep(self) -> None:
+        """After the commit point: compact and fold when due. Failures are logged and retried by the next
+        save (the counters that call for a compaction are reset only by one that succeeds)."""
+        if self._should_compact():
+            async with housekeeping(self.layout, "compact the journal into snapshot_latest.json"):
+                await self.compact()
+                self._fold_due = self.compaction.delete_after is not None
+        if self._fold_due:
+            async with housekeeping(self.layout, "fold old journal records into snapshot_base.json"):
                 await self.fold()
-        return added
+                self._fold_due = False
 
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the
@@ -501,7 +700,7 @@ class Journal:
         snapshot meanwhile (it compacted after an earlier record of its own), ours is at least as new, so
         we write over it; if it is newer than our last record, we leave it.
         """
-        data = self._encoded_snapshot(JournalInfo(seq=self.seq, logs=sorted(self._log_refs)))
+        data = self._encoded_snapshot(JournalInfo(seq=self.seq, logs=sorted(self._log_refs), t=self._last_t))
         for _ in range(3):
             expect = self._latest_version if self._latest_version is not None else ABSENT
             try:
@@ -520,7 +719,7 @@ class Journal:
         self._latest_bytes = len(data)
         self._since_bytes = 0
         self._since_records = 0
-        await self._write(self.layout.manifest, encode_model(SnapshotManifest()), None)
+        await self._write(self.layout.manifest, self._manifest(), None)
 
     async def fold(self) -> int:
         """Delete the records that ``snapshot_latest.json`` holds, older than ``delete_after`` and than every
@@ -553,16 +752,17 @@ class Journal:
         # In chunks, stopping at the first record too young to fold: a long session compacts often, and
         # reading every record since the base each time would make its saves grow with its length.
         young, chunk = False, 1  # the first record alone says whether there is anything to fold yet
+        folded_t: int | None = None
         while not young and limit > folded_to:
-            for seq, record, _ in await self._read_records(folded_to, until=min(limit, folded_to + chunk)):
-                if record.t > cutoff:
+            for read in await self._read_records(folded_to, until=min(limit, folded_to + chunk)):
+                if read.record.t > cutoff:
                     young = True
                     break
-                doc.apply(record)
-                folded_to = seq
+                doc.apply(read.record, read.key)
+                folded_to, folded_t = read.seq, read.record.t
             chunk = min(chunk * 4, _FOLD_CHUNK)
         if folded_to > base_seq:
-            base = self._snapshot(doc, JournalInfo(seq=folded_to, logs=sorted(doc.logs)))
+            base = self._snapshot(doc, JournalInfo(seq=folded_to, logs=sorted(doc.logs), t=folded_t))
             try:
                 await self._write(
                     self.layout.base,

@@ -9,6 +9,7 @@ from orchestra.errors import SessionError
 from orchestra.hooks import HookRegistry
 from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
 from orchestra.multiagent.results import Status
+from orchestra.session._commit import housekeeping
 from orchestra.session._journal import Document, Journal
 from orchestra.session._uuid7 import uuid7
 
@@ -64,18 +65,22 @@ class OrchestratorPersistence:
             await journal.save(fields, logs, unset)
 
     async def _after_node(self, event: AfterNodeCall) -> None:
+        orchestrator = event.orchestrator
         if self.manager.multi_agent_save_latest_on == "node" or self.manager.multi_agent_snapshots == "node":
-            await self.save(event.orchestrator)
+            await self.save(orchestrator)  # the node's commit point
         if self.manager.multi_agent_snapshots == "node":
-            await self.snapshot(event.orchestrator, {"after_node": event.node_id})
+            # After the commit point: a failed immutable snapshot is logged, not raised.
+            async with housekeeping(self.journal_of(orchestrator).layout, "snapshot the run after a node"):
+                await self.snapshot(orchestrator, {"after_node": event.node_id})
 
     async def _after_invocation(self, event: AfterMultiAgentInvocation) -> None:
         orchestrator = event.orchestrator
-        await self.save(orchestrator)
+        await self.save(orchestrator)  # the invocation's commit point
         result = event.result
         if self.manager.multi_agent_snapshots != "none" and result and result.status == Status.INTERRUPTED:
             interrupts = [i.id for i in result.interrupts]
-            await self.snapshot(orchestrator, {"interrupted": interrupts})
+            async with housekeeping(self.journal_of(orchestrator).layout, "snapshot the interrupted run"):
+                await self.snapshot(orchestrator, {"interrupted": interrupts})
 
     async def snapshot(self, orchestrator: MultiAgentBase, app_data: dict[str, Any] | None = None) -> str:
         """Save, then take an immutable snapshot of the run and of its nested runs, under one new id."""

@@ -6,10 +6,10 @@ A ``Snapshot`` is what ``snapshot_latest.json``, an immutable snapshot and an ex
      "data": {"messages": [...], "state": {...}, "conversation_manager_state": {...},
               "system_prompt": "...", "interrupt_state": null},
      "app_data": {},
-     "journal": {"seq": 41, "logs": ["messages"]}}
+     "journal": {"seq": 41, "logs": ["messages"], "t": 1764601234567}}
 
-``journal`` says which journal record the snapshot reflects and which ``data`` keys are append-mostly
-logs. An export has ``journal: null``, names its ``scope_id`` and ``session_id``, and is
+``journal`` says which journal record the snapshot reflects (``t`` is that record's time, so a load can
+tell that the snapshot and the journal agree) and which ``data`` keys are append-mostly logs. An export has ``journal: null``, names its ``scope_id`` and ``session_id``, and is
 self-contained. An immutable snapshot written by a running session has ``data: {}`` and
 ``journal.ref: true``: it is "the state after record ``seq``", rebuilt from the journal, so it shares
 the data instead of copying it.
@@ -57,6 +57,7 @@ class JournalInfo(_Model):
     seq: int
     logs: list[str] = Field(default_factory=list)
     ref: bool = False
+    t: int | None = None  # record ``seq``'s own ``t``, checked against it on load (older snapshots: none)
 
 
 class Snapshot(_Model):
@@ -78,6 +79,9 @@ class SnapshotManifest(_Model):
     schema_version: int = SCHEMA_VERSION
     updated_at: str = Field(default_factory=now_iso)
     created_at: str | None = None  # written by earlier versions (the frozen corpus has it)
+    delete_after_s: float | None = None
+    """The last writer's ``Compaction.delete_after`` in seconds (None: not recorded, or it keeps every
+    record): ``orchestra sessions compact`` refuses to delete records younger than this."""
 
 
 class LogOp(_Model):
@@ -86,6 +90,7 @@ class LogOp(_Model):
     drop: int = 0
     keep: int | None = None
     add: list[Any] = Field(default_factory=list)
+    at: int | None = None  # the log's length before the change, checked when the record is replayed
 
 
 class Record(_Model):

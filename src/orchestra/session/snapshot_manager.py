@@ -10,6 +10,7 @@ from orchestra._ids import validate_id
 from orchestra.agent.agent import Agent, AgentData
 from orchestra.errors import SessionError, SnapshotError
 from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.session._commit import housekeeping
 from orchestra.session._journal import Compaction, Document, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session._uuid7 import uuid7
@@ -224,10 +225,21 @@ class SnapshotSessionManager:
 
     async def _on_after_invocation(self, event: AfterInvocation) -> None:
         agent = event.agent
-        if self.save_latest_on != "trigger":
-            await self._save(agent)
-        if self.snapshot_trigger is not None and self.snapshot_trigger(agent_data=agent.agent_data()):
-            await self.save_snapshot(agent, is_latest=False)
+        if event.exception is not None:
+            # The failed turn was rolled back in memory; records a per-message save wrote of it are
+            # dropped by this save, or else by the next one (a load also drops a turn left open).
+            if self.save_latest_on != "trigger":
+                async with housekeeping(self._binding(agent).journal.layout, "drop a failed turn's records"):
+                    await self._save(agent)
+            return
+        triggered = self.snapshot_trigger is not None and self.snapshot_trigger(agent_data=agent.agent_data())
+        if self.save_latest_on != "trigger" or triggered:
+            await self._save(agent)  # the turn's commit point
+            event.stored = True
+        if triggered:
+            journal = self._binding(agent).journal
+            async with housekeeping(journal.layout, "take the immutable snapshot snapshot_trigger asked for"):
+                await self._checkpoint(agent)
 
     # -- snapshots ------------------------------------------------------------------------------------
 
@@ -244,6 +256,9 @@ class SnapshotSessionManager:
         await self._save(agent)
         if is_latest:
             return "latest"
+        return await self._checkpoint(agent, app_data)
+
+    async def _checkpoint(self, agent: Agent, app_data: dict[str, Any] | None = None) -> str:
         snapshot_id = str(uuid7())
         journal = self._binding(agent).journal
         await journal.checkpoint(snapshot_id, app_data)

@@ -31,7 +31,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from orchestra.errors import StorageConflictError, StorageSecurityError
+from orchestra.errors import StorageConflictError, StorageOutcomeUnknownError, StorageSecurityError
 from orchestra.storage._base import ABSENT, Expect
 from orchestra.storage._blocking import BlockingStorage
 
@@ -200,8 +200,7 @@ class LocalFileStorage(BlockingStorage):
         assert fd is not None
         try:
             if expect is ABSENT and self._links and self._create_by_link(fd, key, name, data):
-                if self.durable:
-                    os.fsync(fd)
+                self._sync_written(fd, key)
                 return _version(data)
             temp = f".tmp-{name}-{secrets.token_hex(6)}"
             file_fd = os.open(
@@ -222,11 +221,27 @@ class LocalFileStorage(BlockingStorage):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp, dir_fd=fd)
                 raise
-            if self.durable:
-                os.fsync(fd)
+            self._sync_written(fd, key)
         finally:
             os.close(fd)
         return _version(data)
+
+    def _sync_written(self, fd: int, key: str) -> None:
+        """Sync the folder a new value was just given its name in. The value is in place already, so a
+        failure here cannot say "nothing was written": it says the outcome is not known."""
+        if not self.durable:
+            return
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            reason = f"[Errno {exc.errno}] {exc.strerror}"
+            raise StorageOutcomeUnknownError(
+                f"{self!r}: write of {key!r}: the new value is in place, but syncing its folder failed "
+                f"({reason}), so it may not survive a power cut; read it back to know",
+                operation="write",
+                key=key,
+                reason=reason,
+            ) from exc
 
     def _write_all(self, file_fd: int, data: bytes) -> None:
         """Write ``data`` to a new file, and fsync it when durable (before it gets its name)."""

@@ -3,8 +3,13 @@
 boto3 calls are blocking, so each runs in a worker thread. Create-only writes send ``If-None-Match: *``
 and compare-and-swap writes send ``If-Match: <etag>``; S3 answers 412 when the condition fails, which
 becomes ``StorageConflictError``. Throttling, 5xx answers and timeouts are retried by botocore's
-"standard" retry mode with exponential backoff; when the retries run out the call raises
-``StorageUnavailableError`` naming the key, and nothing was written.
+"standard" retry mode with exponential backoff.
+
+When a write's retries run out, its outcome is not known yet: a request whose answer was lost (a read
+timeout, a reset, a 5xx after S3 got the body) may have been carried out. The key is read back: holding
+our bytes, the write succeeded; otherwise ``StorageUnavailableError`` says nothing was written; if the
+read fails too, ``StorageOutcomeUnknownError`` says so. Missing credentials, a missing bucket or a refused
+key are ``StorageConfigurationError``: retrying will not help.
 """
 
 from __future__ import annotations
@@ -15,9 +20,24 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    CredentialRetrievalError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
 
-from orchestra.errors import StorageConflictError, StorageUnavailableError
+from orchestra.errors import (
+    StorageConfigurationError,
+    StorageConflictError,
+    StorageError,
+    StorageOutcomeUnknownError,
+    StorageUnavailableError,
+)
 from orchestra.storage._base import ABSENT, Expect, validate_key
 from orchestra.storage._blocking import BlockingStorage
 
@@ -28,6 +48,20 @@ __all__ = ["S3Storage"]
 
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+_MISCONFIGURED_CODES = {
+    "AccessDenied",
+    "AllAccessDisabled",
+    "ExpiredToken",
+    "InvalidAccessKeyId",
+    "InvalidBucketName",
+    "InvalidToken",
+    "NoSuchBucket",
+    "SignatureDoesNotMatch",
+    "403",
+}
+_CONFIG_ERRORS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, NoRegionError)
+# Failures where the request never reached S3: a write that failed so was certainly not carried out.
+_NOT_SENT = (EndpointConnectionError, ConnectTimeoutError)
 
 
 def _code(exc: ClientError) -> str:
@@ -75,10 +109,39 @@ class S3Storage(BlockingStorage):
     def __repr__(self) -> str:
         return f"S3Storage(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
-    def _unavailable(self, action: str, key: str, exc: Exception) -> StorageUnavailableError:
+    def _where(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{key}"
+
+    def _failure(self, operation: str, key: str, exc: Exception) -> StorageError:
+        """The error a failed call stands for, by type: misconfiguration or a passing outage."""
+        if isinstance(exc, ClientError):
+            code = _code(exc)
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            reason = f"{status} {code}: {exc.response.get('Error', {}).get('Message', '')}".strip(": ")
+            if code in _MISCONFIGURED_CODES:
+                return StorageConfigurationError(
+                    f"S3 {operation} of {self._where(key)} was refused: {reason}; check the bucket name, "
+                    "the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and their permissions",
+                    operation=operation,
+                    key=key,
+                    reason=reason,
+                )
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, _CONFIG_ERRORS):
+                return StorageConfigurationError(
+                    f"S3 {operation} of {self._where(key)} cannot be made: {reason}; set AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), and AWS_REGION",
+                    operation=operation,
+                    key=key,
+                    reason=reason,
+                )
+        done = "nothing was read" if operation in ("read", "list") else "nothing was changed"
         return StorageUnavailableError(
-            f"S3 {action} of s3://{self.bucket}/{self.prefix}{key} failed after every retry: {exc}; "
-            "nothing was changed, try again later"
+            f"S3 {operation} of {self._where(key)} failed after every retry: {reason}; {done}, try again later",
+            operation=operation,
+            key=key,
+            reason=reason,
         )
 
     # -- sync implementations (run in worker threads) -------------------------------------------------
@@ -90,9 +153,9 @@ class S3Storage(BlockingStorage):
         except ClientError as exc:
             if _code(exc) in _MISSING_CODES:
                 return None
-            raise self._unavailable("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
         except BotoCoreError as exc:
-            raise self._unavailable("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
 
     def _write(self, key: str, data: bytes, expect: Expect) -> str:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.prefix + key, "Body": data}
@@ -114,17 +177,41 @@ class S3Storage(BlockingStorage):
                 what = "create" if expect is ABSENT else "update"
                 raise StorageConflictError(
                     f"cannot {what} {key!r}: "
-                    + ("it already exists" if expect is ABSENT else f"it is no longer at version {expect}")
+                    + ("it already exists" if expect is ABSENT else f"it is no longer at version {expect}"),
+                    operation="write",
+                    key=key,
+                    reason=code,
                 ) from exc
-            raise self._unavailable("write", key, exc) from exc
+            failure = self._failure("write", key, exc)
+        except _NOT_SENT as exc:
+            raise self._failure("write", key, exc) from exc
         except BotoCoreError as exc:
-            raise self._unavailable("write", key, exc) from exc
+            failure = self._failure("write", key, exc)
+        if isinstance(failure, StorageConfigurationError):
+            raise failure
+        return self._read_back(key, data, failure)
+
+    def _read_back(self, key: str, data: bytes, failure: StorageError) -> str:
+        """After a write whose answer was lost: did it happen? Our bytes under the key say it did."""
+        try:
+            current = self._read(key)
+        except StorageError as exc:
+            raise StorageOutcomeUnknownError(
+                f"{failure}; reading it back to learn whether it was written failed too ({exc.reason}): "
+                "it may or may not have been written",
+                operation="write",
+                key=key,
+                reason=failure.reason,
+            ) from failure
+        if current is not None and current[0] == data:
+            return current[1]
+        raise failure
 
     def _delete(self, key: str) -> None:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.prefix + key)
         except (ClientError, BotoCoreError) as exc:
-            raise self._unavailable("delete", key, exc) from exc
+            raise self._failure("delete", key, exc) from exc
 
     def _list(self, prefix: str, start_after: str | None, limit: int | None) -> list[str]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
@@ -138,7 +225,7 @@ class S3Storage(BlockingStorage):
                     if limit is not None and len(keys) >= limit:
                         return keys
         except (ClientError, BotoCoreError) as exc:
-            raise self._unavailable("list", prefix, exc) from exc
+            raise self._failure("list", prefix, exc) from exc
         return keys
 
     def _delete_prefix(self, prefix: str) -> int:
@@ -156,13 +243,17 @@ class S3Storage(BlockingStorage):
                     Delete={"Objects": batch, "Quiet": True},  # type: ignore[typeddict-item]
                 )
             except (ClientError, BotoCoreError) as exc:
-                raise self._unavailable("delete", what, exc) from exc
+                raise self._failure("delete", what, exc) from exc
             errors = response.get("Errors", [])
             if errors:
                 first = errors[0]
+                reason = f"{first.get('Code')} {first.get('Message', '')}".strip()
                 raise StorageUnavailableError(
-                    f"S3 delete of s3://{self.bucket}/{first.get('Key', '')} failed: {first.get('Code')} "
-                    f"{first.get('Message', '')} ({len(errors)} of {len(batch)} keys not deleted)"
+                    f"S3 delete of s3://{self.bucket}/{first.get('Key', '')} failed: {reason} "
+                    f"({len(errors)} of {len(batch)} keys not deleted)",
+                    operation="delete",
+                    key=str(first.get("Key", "")),
+                    reason=reason,
                 )
 
     async def delete_many(self, keys: Sequence[str]) -> None:

@@ -1,0 +1,62 @@
+"""What "stored" means: the one commit point of a save, and the housekeeping after it.
+
+Every save (an agent's turn, a node of a run, the end of an invocation) has exactly one commit point:
+its journal record, created with a create-only write (on a database storage, the transaction that
+writes it). The rules around it are the promise every error keeps:
+
+- **Before the commit point**, a failure means nothing was stored. The error says so (``stored`` is
+  False) and the caller rolls the work back in memory: an agent's failed turn leaves no trace, in memory
+  or in storage.
+- **At the commit point**, a write whose answer was lost (a timeout, a reset, a 5xx after the request
+  was sent) is read back before anyone is told: the record holding our bytes means it was stored. If the
+  read fails too, the error says that the outcome is unknown (``stored`` is None) and the journal keeps
+  the record it tried: its next save reads it back first, adopts it if it is there, and never takes its
+  own record for another writer's.
+- **After the commit point**, nothing raises to the caller. Compaction (the ``snapshot_latest.json``
+  rewrite and the manifest), folding (``snapshot_base.json`` and deleting old records) and deleting old
+  snapshots are housekeeping: a failure is logged as ``session_housekeeping_failed`` and retried by the
+  next save or by ``orchestra sessions compact``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from orchestra._logging import get_logger
+from orchestra.errors import StorageError
+from orchestra.storage import Storage
+
+if TYPE_CHECKING:
+    from orchestra.session._layout import ScopeLayout
+
+__all__ = ["housekeeping", "read_back"]
+
+log = get_logger("orchestra.session")
+
+
+async def read_back(storage: Storage, key: str, data: bytes) -> bool | None:
+    """Whether ``key`` holds exactly ``data`` (True), does not (False), or could not be read (None)."""
+    try:
+        found = await storage.read(key)
+    except StorageError:
+        return None
+    return found is not None and found[0] == data
+
+
+@contextlib.asynccontextmanager
+async def housekeeping(layout: ScopeLayout, what: str) -> AsyncIterator[None]:
+    """Run work that comes after the commit point: a failure is logged, never raised (see the module
+    docstring). Cancellation still goes through."""
+    try:
+        yield
+    except Exception as exc:
+        log.warning(
+            "session_housekeeping_failed",
+            session_id=layout.session_id,
+            scope=f"{layout.kind}/{layout.scope_id}",
+            work=what,
+            error=f"{type(exc).__name__}: {exc}",
+            retried_by="the next save, or orchestra sessions compact",
+        )
