@@ -12,7 +12,9 @@ Amazon Bedrock's Converse API and OpenAI's Chat Completions API enforce):
    agent, whose last message holds the tool calls that wait for the interrupt responses.
 
 ``history_problems`` names every broken rule; ``repair_history`` makes a stored history (one that a
-killed process saved in the middle of a turn, or an older version wrote) satisfy them again.
+killed process saved in the middle of a turn, or an older version wrote) satisfy them again, and
+``unfinished_turn`` tells what it would drop apart from damage: a killed process leaves at most one
+unfinished turn at the end, never a broken rule before it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "history_problems",
     "is_blank_text",
     "repair_history",
+    "unfinished_turn",
 ]
 
 TOOL_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -159,3 +162,16 @@ def repair_history(messages: list[MessageDict], *, interrupted: bool = False) ->
     if not history_problems(cleaned, interrupted=interrupted):
         return messages if all(a is b for a, b in zip(cleaned, messages, strict=True)) else cleaned
     return cleaned[: _closed_length(cleaned, interrupted)]
+
+
+def unfinished_turn(messages: list[MessageDict], *, interrupted: bool = False) -> tuple[int, list[str]]:
+    """Where ``repair_history`` would cut ``messages``, and whether only an unfinished turn is cut.
+
+    Returns:
+        ``(kept, damage)``: ``repair_history`` keeps ``kept`` messages. The ones after them are the turn a
+        killed process left unfinished if ``damage`` is empty (they break no rule, they only lack an
+        ending); otherwise ``damage`` lists the rules they break, which no killed writer leaves.
+    """
+    cleaned = [_without_blank_text(m) for m in messages]
+    kept = _closed_length(cleaned, interrupted)
+    return kept, [problem for i in range(kept, len(cleaned)) for problem in _problems_at(cleaned, i)]

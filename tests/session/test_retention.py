@@ -187,8 +187,14 @@ def test_cli_compact_folds_a_session_and_it_loads_the_same(tmp_path, monkeypatch
         agent(f"q{i}")
     journal = tmp_path / ".orchestra" / AGENT / "journal"
     before = len(list(journal.glob("*.json")))
+    # Below the writers' delete_after (10 minutes, recorded in the scope's manifest) it is refused: a
+    # writer idle since then would save into the folded journal, told it succeeded, its turn in no load.
+    refused = CliRunner().invoke(app, ["sessions", "compact", "s1", "--min-age", "0s"])
+    assert refused.exit_code == 1
+    assert "below the 0:10:00" in refused.output and "--force" in refused.output
+    assert len(list(journal.glob("*.json"))) == before
     result = CliRunner().invoke(
-        app, ["sessions", "compact", "s1", "--min-age", "0s", "--keep-snapshots", "1"]
+        app, ["sessions", "compact", "s1", "--min-age", "0s", "--force", "--keep-snapshots", "1"]
     )
     assert result.exit_code == 0, result.output
     assert f"agent/default: deleted {before - 1} journal record(s)" in result.stdout

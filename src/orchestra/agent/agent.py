@@ -23,8 +23,8 @@ from orchestra.agent.result import AgentResult, AgentStreamEvent, ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.agent.structured import DEFAULT_MAX_RETRIES, OutputTool, resolve_output_type
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
-from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError
-from orchestra.history import repair_history
+from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError, SnapshotError
+from orchestra.history import repair_history, unfinished_turn
 from orchestra.hooks import (
     AgentInitialized,
     HookProvider,
@@ -320,8 +320,19 @@ class Agent:
     def load_agent_data(self, data: AgentData) -> None:
         """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
         pending = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
-        # A process killed in the middle of a turn may have saved part of it: keep the whole turns.
-        self.messages = list(repair_history(list(data.messages), interrupted=pending is not None))
+        # A process killed in the middle of a turn may have saved part of it: keep the whole turns. Any
+        # other broken rule is damage, which is refused rather than cut away with what follows it.
+        messages = list(data.messages)
+        kept, damage = unfinished_turn(messages, interrupted=pending is not None)
+        if damage:
+            raise SnapshotError(
+                f"agent {self.name!r}: the stored history breaks its rules at messages[{kept}] ({damage[0]}), "
+                "which is more than the unfinished last turn a killed process leaves: it is damaged. "
+                "Nothing was loaded; restore it from an export or an immutable snapshot"
+            )
+        self.messages = list(repair_history(messages, interrupted=pending is not None))
+        if kept < len(messages):
+            self.log.warning("history_unfinished_turn_dropped", dropped=len(messages) - kept, kept=kept)
         self.state.replace(data.state)
         self.conversation_manager.restore_state(data.conversation_manager_state)
         self.system_prompt = data.system_prompt

@@ -901,6 +901,14 @@ def sessions_compact(
             help="Delete only records older than this (at least the writers' Compaction.delete_after).",
         ),
     ] = "10m",
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Allow a --min-age below the writers' delete_after: a writer idle since then would save "
+            "into a folded journal and its turn would be lost. Only when no writer is running.",
+        ),
+    ] = False,
     storage: StorageOption = None,
 ) -> None:
     """Fold a session's journal into its snapshots and delete the records no snapshot needs (every scope).
@@ -911,7 +919,7 @@ def sessions_compact(
     Example: [bold]orchestra sessions compact user-123 --keep-snapshots 3[/]
     """
     from orchestra.session import Compaction
-    from orchestra.session._journal import Journal
+    from orchestra.session._journal import Journal, writers_delete_after
     from orchestra.session._layout import ScopeLayout
 
     age = _duration(min_age, "--min-age")
@@ -928,6 +936,16 @@ def sessions_compact(
             await journal.prune_checkpoints(keep=keep)
         return await journal.fold()
 
+    for scope in info.scopes:
+        layout = ScopeLayout(session_id, scope.kind, scope.scope_id)
+        writers = _session_call(writers_delete_after, store, layout)
+        if age < writers and not force:
+            raise fail(
+                f"--min-age {min_age} is below the {writers} after which the writers of "
+                f"{scope.kind}/{scope.scope_id} check that their last journal record is still there: a writer "
+                "idle since then would save into the folded journal and its turn would be lost. Give a "
+                "larger --min-age, or --force when no writer is running"
+            )
     for scope in info.scopes:
         deleted = _session_call(compact, scope.kind, scope.scope_id)
         out.print(f"{scope.kind}/{scope.scope_id}: deleted {deleted} journal record(s)", highlight=False)

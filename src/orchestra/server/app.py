@@ -2,7 +2,9 @@
 
 Every ``/api`` route needs ``Authorization: Bearer <key>``; a key belongs to a workspace and a workspace
 never sees another's agents, sessions or runs (their ids answer 404). Errors are always
-``{"error": {"code": ..., "message": ...}}`` with a 4xx status for bad input.
+``{"error": {"code": ..., "message": ...}}`` with a 4xx status for bad input, and the status of a failed
+run by the error's type (``outcomes.py``). No error reaches uvicorn: a connection stays usable after a
+5xx.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import structlog
-from fastapi import Depends, FastAPI, Path, Query, Request, Security
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
@@ -29,9 +31,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra._logging import get_logger
-from orchestra.errors import OrchestraError, SessionConflictError
+from orchestra.errors import OrchestraError, SnapshotError, StorageError
 from orchestra.server.auth import KeyRing
 from orchestra.server.config import HostedSpec, ServerConfig, load_config
+from orchestra.server.idempotency import KeyRefused, fingerprint, validate_idempotency_key
+from orchestra.server.outcomes import Failure, failure_of
 from orchestra.server.runs import RunRecord, RunSummary
 from orchestra.server.runtime import Invocation, Runtime, input_text
 from orchestra.session import admin
@@ -212,6 +216,36 @@ class _SecurityHeaders:
             await self.app(scope, receive, with_headers)
 
 
+class _Guard:
+    """Answer any exception that escaped the app with a JSON 500, and never re-raise it: an exception that
+    reaches uvicorn is logged as a traceback and resets a kept-alive connection. After the answer has
+    started (a stream), it is logged and the answer ends where it stopped."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            request_id = _REQUEST_ID.get()
+            log.error("internal_error", request_id=request_id, path=scope.get("path"), exc_info=exc)
+            if not started:
+                message = f"the server failed (request {request_id}); its log has the details"
+                await _error(500, "internal", message)(scope, receive, send)
+
+
 class _BodyLimit:
     """Refuse request bodies over ``limit`` bytes with 413, whether or not they announce their length."""
 
@@ -310,8 +344,12 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "Another invocation of this session won: retry after Retry-After seconds.",
         413: "The body is over the configured limit.",
         422: "The request is invalid (a field is named).",
-        500: "The server failed; the body carries the request id its log names.",
+        500: "The server failed (or its storage is misconfigured); the body carries the request id its "
+        "log names.",
         502: "The run failed (the model or a tool); the run is recorded.",
+        503: "The storage is unavailable (nothing was stored), or lost an answer (`outcome_unknown`: "
+        "repeat with the same Idempotency-Key to learn the outcome); retry after Retry-After.",
+        507: "The storage is full: the turn was not stored.",
     }
     return {status: {"model": ErrorBody, "description": described[status]} for status in statuses}
 
@@ -340,10 +378,14 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-        # Records of streams whose client went away before the end are still queued: write them.
-        for ws in {h.workspace for h in config.agents}:
-            await runtime.flush_records(ws)
+        runtime.liveness.start()  # other servers on the storage learn that this one runs its runs
+        try:
+            yield
+        finally:
+            # Records of streams whose client went away before the end are still queued: write them.
+            for ws in {h.workspace for h in config.agents}:
+                await runtime.flush_records(ws)
+            await runtime.liveness.stop()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -354,6 +396,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.runtime = runtime
     app.state.keys = keys
     app.state.hosted = hosted_by_id
+    app.add_middleware(_Guard)
     app.add_middleware(_BodyLimit, limit=config.limits.max_body_bytes)
     app.add_middleware(_SecurityHeaders)
 
@@ -380,13 +423,16 @@ def create_app(config: ServerConfig) -> FastAPI:
             headers["Allow"] = ", ".join(sorted(methods))
         return _error(exc.status_code, code, str(exc.detail), headers)
 
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
-        # The body never carries internals (exception texts may name storage keys): the log does.
-        request_id = _REQUEST_ID.get()
-        log.error("internal_error", request_id=request_id, path=request.url.path, exc_info=exc)
-        message = f"the server failed (request {request_id}); its log has the details"
-        return _error(500, "internal", message)
+    @app.exception_handler(KeyRefused)
+    async def key_refused(request: Request, exc: KeyRefused) -> JSONResponse:
+        headers = {"Retry-After": str(int(exc.retry_after))} if exc.retry_after else None
+        return _error(exc.status, exc.code, exc.message, headers)
+
+    @app.exception_handler(StorageError)
+    @app.exception_handler(SnapshotError)
+    async def storage_failed(request: Request, exc: Exception) -> JSONResponse:
+        # A read route (sessions, runs) on failing storage: answered by the error's type, like a turn.
+        return _failure_response(failure_of(exc, "-"), exc)
 
     def hosted(agent_id: str, ws: str) -> HostedSpec:
         found = hosted_by_id.get(agent_id)
@@ -402,7 +448,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         "/api/v1/agents/{agent_id}/invoke",
         response_model=InvokeResponse,
         responses={
-            **_errors(400, 401, 404, 409, 413, 422, 500, 502),
+            **_errors(400, 401, 404, 409, 413, 422, 500, 502, 503, 507),
             200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
         },
     )
@@ -412,6 +458,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         ws: Workspace,
         request: Request,
         stream: Annotated[bool, Query()] = False,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                description="Run the request once: a repeat with the same key (and body) gets the first "
+                "answer, within 24 hours by default.",
+            ),
+        ] = None,
     ) -> Any:
         """Invoke an agent or pipeline; with ``?stream=true`` events come as server-sent events."""
         target = hosted(agent_id, ws)
@@ -436,32 +490,23 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise ApiError(422, "input_too_long", f"input is over {config.limits.max_input_chars} characters")
         history = [t.model_dump() for t in body.history] if body.history is not None else None
         invocation = Invocation(target, task, body.session_id, history)
+        if idempotency_key is not None:
+            invocation.idempotency_key = validate_idempotency_key(idempotency_key)
+            invocation.fingerprint = fingerprint(body.model_dump(mode="json"))
         # W3C trace context: the run's spans continue the caller's trace.
         invocation.trace_headers = {
             k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))
         }
         if stream:
             return StreamingResponse(_sse(runtime, ws, invocation), media_type="text/event-stream")
-        record, outcome = await runtime.invoke(ws, invocation)
-        if isinstance(outcome, SessionConflictError):
-            raise ApiError(409, "session_conflict", str(outcome), {"Retry-After": "1"})
-        # The run record is written after the answer is sent (it is readable from memory until then).
+        record, failure = await runtime.invoke(ws, invocation)
+        # The run record is written after the answer is sent (it is readable from memory until then; a
+        # server killed in between leaves it "executing", and it is settled from the session when read).
         write_record = BackgroundTask(runtime.flush_records, ws)
-        if isinstance(outcome, OrchestraError):
-            return _error(502, "run_failed", f"{outcome} (run {record.run_id})", background=write_record)
-        if isinstance(outcome, Exception):
-            # A custom model or tool raised: the run failed (and is recorded), the server did not.
-            message = f"the run failed: {type(outcome).__name__} (details in run {record.run_id})"
-            return _error(502, "run_failed", message, background=write_record)
-        answer = InvokeResponse(
-            output=record.output,
-            session_id=record.session_id,
-            run_id=record.run_id,
-            usage=record.usage,
-            status=record.status,
-            resumed=record.resumed,
-        )
-        return JSONResponse(answer.model_dump(mode="json"), background=write_record)
+        headers = {"Idempotent-Replayed": "true"} if record.run_id != invocation.run_id else None
+        if failure is not None:
+            return _failure_response(failure, record, background=write_record, headers=headers)
+        return JSONResponse(_answer(record), background=write_record, headers=headers)
 
     @app.get("/api/v1/agents", response_model=AgentList, responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:
@@ -554,7 +599,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             ids = [hosted(agent_id, ws).id]
         else:
             ids = [h.id for h in config.agents if h.workspace == ws]
-        records = await runtime.runs(ws).list(ids, session_id, limit)
+        records = await runtime.list_runs(ws, ids, session_id, limit)
         return {"runs": [r.summary() for r in records]}
 
     @app.get("/api/v1/runs/{run_id}", response_model=RunRecord, responses=_errors(401, 404, 422, 500))
@@ -572,12 +617,45 @@ def create_app(config: ServerConfig) -> FastAPI:
 async def _run_or_404(runtime: Runtime, ws: str, run_id: str) -> RunRecord:
     checked_id(run_id, "run_id")
     try:
-        record = await runtime.runs(ws).get(run_id)
-    except (OrchestraError, ValueError):
+        record = await runtime.run_record(ws, run_id)
+    except ValueError:  # a record that is not one (RunRecord's validation)
         record = None
     if record is None:
         raise ApiError(404, "unknown_run", f"no run {run_id!r} in this workspace")
     return record
+
+
+def _answer(record: RunRecord) -> dict[str, Any]:
+    """The 200 answer of a run, from its record (a repeated request gets the same)."""
+    answer = InvokeResponse(
+        output=record.output,
+        session_id=record.session_id,
+        run_id=record.run_id,
+        usage=record.usage,
+        status=record.status,
+        resumed=record.resumed,
+    )
+    return answer.model_dump(mode="json")
+
+
+def _failure_response(
+    failure: Failure,
+    what: RunRecord | BaseException,
+    *,
+    background: BackgroundTask | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """A failure's JSON answer; a storage failure's details go to the log, not the body."""
+    if failure.internal:
+        log.error(
+            "run_storage_failed" if isinstance(what, RunRecord) else "storage_failed",
+            request_id=_REQUEST_ID.get(),
+            error=what.error if isinstance(what, RunRecord) else f"{type(what).__name__}: {what}",
+        )
+    headers = dict(headers or {})
+    if failure.retry_after is not None:
+        headers["Retry-After"] = str(int(failure.retry_after))
+    return _error(failure.status, failure.code, failure.message, headers, background=background)
 
 
 def _plain(value: dict[str, Any]) -> dict[str, Any]:
@@ -587,35 +665,42 @@ def _plain(value: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _sse(runtime: Runtime, ws: str, invocation: Invocation) -> AsyncIterator[bytes]:
-    async for name, data in runtime.stream(ws, invocation):
-        if isinstance(data, RunRecord):
-            if name == "conflict":
-                name = "error"
-                payload: Any = {
-                    "error": {"code": "session_conflict", "message": data.error, "retry_after": 1},
-                    "run_id": data.run_id,
-                }
-                log.warning(
-                    "session_conflict",
-                    session_id=data.session_id,
-                    agent_id=data.agent_id,
-                    stream=True,
-                    request_id=_REQUEST_ID.get(),
-                )
+    """The events of a streamed run; the last is ``result`` or ``error`` (with the code a non-streamed
+    request would get as its status)."""
+
+    def event(name: str, payload: Any) -> bytes:
+        return f"event: {name}\ndata: {dumps(payload, lenient=True)}\n\n".encode()
+
+    def error(code: str, message: str, retry_after: float | None, run_id: str | None) -> bytes:
+        detail: dict[str, Any] = {"code": code, "message": message}
+        if retry_after is not None:
+            detail["retry_after"] = retry_after
+        return event("error", {"error": detail, "run_id": run_id})
+
+    try:
+        async for name, data in runtime.stream(ws, invocation):
+            if name == "result":
+                yield event("result", _answer(data))
             elif name == "error":
-                payload = {"error": {"code": "run_failed", "message": data.error}, "run_id": data.run_id}
+                record, failure = data
+                if failure.code == "session_conflict":
+                    log.warning(
+                        "session_conflict",
+                        session_id=record.session_id,
+                        agent_id=record.agent_id,
+                        stream=True,
+                        request_id=_REQUEST_ID.get(),
+                    )
+                message = record.error if failure.code == "run_failed" and record.error else failure.message
+                yield error(failure.code, message, failure.retry_after, record.run_id)
             else:
-                payload = {
-                    "output": data.output,
-                    "session_id": data.session_id,
-                    "run_id": data.run_id,
-                    "usage": data.usage,
-                    "status": data.status,
-                    "resumed": data.resumed,
-                }
-        else:
-            payload = data
-        yield f"event: {name}\ndata: {dumps(payload, lenient=True)}\n\n".encode()
+                yield event(name, data)
+    except KeyRefused as exc:  # the stream had started: the refusal is its last event
+        yield error(exc.code, exc.message, exc.retry_after, None)
+    except (StorageError, SnapshotError) as exc:
+        failure = failure_of(exc, invocation.run_id)
+        log.error("storage_failed", request_id=_REQUEST_ID.get(), error=f"{type(exc).__name__}: {exc}")
+        yield error(failure.code, failure.message, failure.retry_after, invocation.run_id)
     await runtime.flush_records(ws)
 
 

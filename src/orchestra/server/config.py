@@ -13,6 +13,10 @@ api_keys:
 limits:
   max_body_bytes: 1048576
   max_history_messages: 200
+runs:
+  idempotency_ttl_s: 86400                  # a repeated Idempotency-Key is answered from its first run
+  heartbeat_s: 2                            # servers on one storage say they are alive this often
+  server_gone_after_s: 30                   # and are gone (their executing runs settled) after this
 ```
 
 Keys are stored as SHA-256 hashes, never in clear.
@@ -32,7 +36,7 @@ from orchestra.spec import LoadedSpec, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage._uri import check_storage_uri
 
-__all__ = ["ApiKey", "HostedSpec", "Limits", "ServerConfig", "load_config"]
+__all__ = ["ApiKey", "HostedSpec", "Limits", "RunSettings", "ServerConfig", "load_config"]
 
 
 class _Model(BaseModel):
@@ -62,12 +66,30 @@ class Limits(_Model):
     max_input_chars: int = Field(default=200_000, gt=0)
 
 
+class RunSettings(_Model):
+    """How long idempotency keys are honoured, and how servers on one storage tell a live one from one
+    that is gone (to settle the runs it left ``executing``)."""
+
+    idempotency_ttl_s: float = Field(
+        default=24 * 3600,
+        gt=0,
+        description="A repeated Idempotency-Key is answered from its first run for this long (seconds).",
+    )
+    heartbeat_s: float = Field(default=2.0, gt=0, description="How often a server says it is alive.")
+    server_gone_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A server silent this long is gone: its executing runs are settled from their sessions.",
+    )
+
+
 class ServerConfig(_Model):
     version: int = 1
     storage: str = "file:./.orchestra-server"
     agents: list[HostedSpec] = Field(default_factory=list)
     api_keys: list[ApiKey] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
+    runs: RunSettings = Field(default_factory=RunSettings)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 

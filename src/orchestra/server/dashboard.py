@@ -252,7 +252,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
                 return _page("Bad filter", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
         hosted = [h for h in config.agents if h.workspace == ws]
         ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
-        records = await runtime.runs(ws).list(ids, session_id or None, 200)
+        records = await runtime.list_runs(ws, ids, session_id or None, 200)
         agent_rows = "".join(
             f"<tr><td><a href='/?{urlencode({'agent_id': h.id})}'>{html.escape(h.id)}</a></td>"
             f"<td>{html.escape(config.spec_of(h.id).spec.kind)}</td>"
@@ -293,7 +293,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
         if ws is None:
             return RedirectResponse("/login", status_code=303)
         try:
-            record = await runtime.runs(ws).get(run_id)
+            record = await runtime.run_record(ws, run_id)
         except ValueError:
             record = None
         if record is None:

@@ -8,12 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
+from orchestra._logging import get_logger
 from orchestra.storage import Storage
 from orchestra.storage._base import read_many, write_many
 
 __all__ = ["RunRecord", "RunStore", "RunSummary"]
 
 Mode = Literal["session", "stateless", "none"]
+
+log = get_logger("orchestra.server")
 
 
 class RunSummary(BaseModel):
@@ -35,6 +38,18 @@ class RunSummary(BaseModel):
     error: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
     resumed: bool = False
+    server: str | None = Field(default=None, description="The server that ran it (its liveness id).")
+    stored: bool | None = Field(
+        default=None,
+        description="Whether the run's turn is in its session: true, false, or null when not known "
+        "(a run that stores nothing, stateless or none mode, says false).",
+    )
+    http_status: int | None = Field(default=None, description="The HTTP status the run was answered with.")
+    error_code: str | None = Field(default=None, description="The error code it was answered with.")
+    settled: str | None = Field(
+        default=None,
+        description="Set when the record was made final from the session (its server stopped first).",
+    )
     caller_history: int = Field(
         default=0,
         description="Stateless mode: how many messages the caller sent as history (never stored; "
@@ -96,7 +111,11 @@ class RunStore:
 
     async def flush(self) -> None:
         """Write every queued record (see the class docstring). While a flush runs, another returns at once:
-        the running one loops until the queue is empty, so no request waits on another's batch."""
+        the running one loops until the queue is empty, so no request waits on another's batch.
+
+        A failed write is logged, never raised (it runs after the answer): the records stay readable
+        from memory and the next flush writes them. Until then, another server reading one finds it
+        ``executing`` on a live server."""
         if self._flushing:
             return
         self._flushing = True
@@ -105,8 +124,12 @@ class RunStore:
                 batch, self._queued = self._queued, []
                 try:
                     await write_many(self._unsynced, [w for record in batch for w in self._writes(record)])
-                except BaseException:
+                except Exception as exc:
                     self._queued[:0] = batch  # not lost: still readable, and the next flush writes them
+                    log.warning("run_records_not_written", records=len(batch), error=str(exc))
+                    return
+                except BaseException:
+                    self._queued[:0] = batch
                     raise
                 for record in batch:
                     if self._pending.get(record.run_id) is record:

@@ -10,6 +10,12 @@
 Within a process, invocations of one session run one after another in arrival order (a FIFO lock per
 session). Across processes the storage's conditional writes decide: the writer that lost gets
 ``SessionConflictError``, which the API answers with 409 and ``Retry-After``.
+
+Every run has a record (``runs.py``): written ``executing`` (durably) while the session loads, and final
+after the answer. Each journal record the run writes carries its run id, so a record left ``executing``
+by a server that died is settled from the session when it is next read (``settle.py``). A request with an
+``Idempotency-Key`` is run once: a repeat is answered from the first run's record, waits for it, or runs
+it again if it stored nothing (``idempotency.py``). How each outcome is answered is ``outcomes.py``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import anyio
 
 from orchestra import tracing
 from orchestra._concurrency import unwrap_group
+from orchestra._logging import get_logger
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.agent import deferred_initialization
 from orchestra.agent.result import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
-from orchestra.errors import SessionConflictError
+from orchestra.errors import OrchestraError, SessionConflictError
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
 from orchestra.multiagent.events import (
     HandoffEvent,
@@ -40,13 +47,19 @@ from orchestra.multiagent.events import (
 )
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.server.config import HostedSpec, ServerConfig
+from orchestra.server.idempotency import IdempotencyKeys, KeyEntry, KeyRefused
+from orchestra.server.liveness import Liveness
+from orchestra.server.outcomes import Failure, failure_of
 from orchestra.server.runs import Mode, RunRecord, RunStore
+from orchestra.server.settle import settle_from_session
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._uuid7 import uuid7
 from orchestra.spec import build
 from orchestra.storage import LocalFileStorage, PrefixedStorage, Storage, storage_from_uri
 
 __all__ = ["Invocation", "Runtime", "input_text"]
+
+log = get_logger("orchestra.server")
 
 _INPUT_KEYS = ("message", "prompt", "query", "input", "text", "task")
 # Every request loads its session, so the server folds the journal often: a load reads at most 16 records.
@@ -84,6 +97,10 @@ class Invocation:
         self.mode: Mode = "session" if session_id else "stateless" if history is not None else "none"
         self.run_id = str(uuid7())
         self.trace_headers: dict[str, str] = {}  # the request's traceparent/tracestate, if any
+        self.idempotency_key: str | None = None
+        self.fingerprint = ""  # of the request's body, which a repeat with the same key must match
+        # Set when this request runs again what an earlier one with its key left undone.
+        self.prior: RunRecord | None = None
 
     def traced(self) -> Any:
         """The span of this invocation, continuing the caller's trace (``traceparent``) if it sent one."""
@@ -121,12 +138,18 @@ class Runtime:
             if isinstance(self.root, LocalFileStorage)
             else self.root
         )
+        self.liveness = Liveness(
+            self._unsynced_root,
+            every_s=config.runs.heartbeat_s,
+            gone_after_s=config.runs.server_gone_after_s,
+        )
         # Weak values: a session's lock lives while a turn holds it or waits on it, then goes away, so
         # the table holds the sessions being served now, not every session ever seen.
         self._locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = (
             weakref.WeakValueDictionary()
         )
         self._runs: dict[str, RunStore] = {}
+        self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""
@@ -145,9 +168,54 @@ class Runtime:
             store = self._runs[workspace] = RunStore(self.storage(workspace), unsynced)
         return store
 
+    def keys(self, workspace: str) -> IdempotencyKeys:
+        """The workspace's idempotency keys."""
+        return IdempotencyKeys(self.storage(workspace), self.config.runs.idempotency_ttl_s)
+
     async def flush_records(self, workspace: str) -> None:
         """Write the run records queued by finished invocations (after their answers were sent)."""
         await self.runs(workspace).flush()
+
+    # -- reading runs ---------------------------------------------------------------------------------
+
+    async def run_record(self, workspace: str, run_id: str) -> RunRecord | None:
+        """A run's record, settled from its session if its server stopped before it was final."""
+        record = await self.runs(workspace).get(run_id)
+        return None if record is None else await self._settled(workspace, record)
+
+    async def list_runs(
+        self, workspace: str, agent_ids: list[str], session_id: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Run records, newest first (``RunStore.list``), each settled like ``run_record``."""
+        records = await self.runs(workspace).list(agent_ids, session_id, limit)
+        return [await self._settled(workspace, record) for record in records]
+
+    async def _settled(self, workspace: str, record: RunRecord) -> RunRecord:
+        why = await self._why_unsettled(record)
+        if why is None:
+            return record
+        settled = await settle_from_session(
+            self.config, self.agent_storage(workspace, record.agent_id), record, why
+        )
+        await self.runs(workspace).save(settled)
+        return settled
+
+    async def _why_unsettled(self, record: RunRecord) -> str | None:
+        if record.settled is not None or record.agent_id not in self.config.loaded:
+            return None
+        if record.status == "executing":
+            if record.run_id in self._running:
+                return None
+            if record.server == self.liveness.server_id:
+                return "this server did not finish its record"
+            if await self.liveness.is_alive(record.server):
+                return None
+            return "its server stopped before the run was recorded as finished"
+        if record.stored is None and record.status == "failed" and record.mode == "session":
+            return "the storage could not tell whether its turn was stored"
+        return None
+
+    # -- running --------------------------------------------------------------------------------------
 
     def _lock(self, workspace: str, agent_id: str, session_id: str) -> anyio.Lock:
         key = (workspace, agent_id, session_id)
@@ -165,6 +233,7 @@ class Runtime:
             manager = SnapshotSessionManager(
                 invocation.session_id, storage=storage, compaction=SERVER_COMPACTION
             )
+            manager.run_id = invocation.run_id  # every journal record of the turn names its run
         with deferred_initialization():  # the session loads below, on this event loop, without blocking it
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):
@@ -189,16 +258,25 @@ class Runtime:
             started_at=datetime.now(UTC).isoformat(),
             input=invocation.task,
             caller_history=len(invocation.history or []) if invocation.mode == "stateless" else 0,
+            server=self.liveness.server_id,
         )
 
     def _finish(
-        self, record: RunRecord, target: Agent | MultiAgentBase, outcome: Any, started: float
-    ) -> None:
+        self, record: RunRecord, target: Agent | MultiAgentBase | None, outcome: Any, started: float
+    ) -> Failure | None:
+        """Fill in the final record; returns how a failure is answered (None: 200)."""
         record.finished_at = datetime.now(UTC).isoformat()
         record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        if isinstance(outcome, Exception):
+        failure = None
+        if isinstance(outcome, BaseException):
+            failure = failure_of(outcome, record.run_id)
             record.status = "failed"
             record.error = f"{type(outcome).__name__}: {outcome}"
+            record.error_code, record.http_status, record.stored = (
+                failure.code,
+                failure.status,
+                failure.stored,
+            )
         elif isinstance(outcome, AgentResult):
             record.status = "interrupted" if outcome.stop_reason == "interrupt" else "completed"
             # A structured output is answered as JSON (an object), else the text.
@@ -211,95 +289,195 @@ class Runtime:
             record.error = outcome.reason if outcome.status.value == "failed" else None
             record.usage = _usage(outcome.usage)
             record.resumed = outcome.resumed
+            if record.status == "failed":
+                failure = Failure(502, "run_failed", f"{outcome.reason} (run {record.run_id})")
+                record.error_code, record.http_status, record.stored = "run_failed", 502, False
+        if failure is None:
+            record.http_status = 200
+            record.stored = record.mode == "session"
         if isinstance(target, Agent):
             # Stateless mode persists nothing of the caller's history: only what this turn added.
             record.messages = list(target.messages[record.caller_history :])
-        else:
+        elif target is not None:
             record.nodes = _nodes_of(target, outcome if isinstance(outcome, MultiAgentResult) else None)
             record.edges = _edges_of(target)
+        return failure
 
-    async def invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Any]:
-        """Run an invocation to the end; returns its run record and the raw outcome (result or error).
+    async def invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None]:
+        """Run an invocation to the end (or answer a repeated request from its first run); returns the
+        final run record and how to answer a failure (None: 200, with the record's output).
 
         The final run record is queued: the caller answers, then calls ``flush_records``.
 
-        A ``SessionConflictError`` outcome means another process saved the session first: this turn was
-        not persisted (and gets no run record); the caller should retry.
+        Raises:
+            KeyRefused: a repeated Idempotency-Key that cannot be answered now (409) or was used for
+                another request (422).
         """
         async with self._session_turn(workspace, invocation):
             with invocation.traced():
+                if invocation.idempotency_key is not None:
+                    replay = await self._claim(workspace, invocation)
+                    if replay is not None:
+                        return replay
                 return await self._invoke(workspace, invocation)
 
-    async def _invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Any]:
+    async def _claim(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None] | None:
+        """Make the request's key name this run (None: run it), or the first run's answer to replay."""
+        assert invocation.idempotency_key is not None
+        keys, agent_id = self.keys(workspace), invocation.hosted.id
+        while True:
+            entry = await keys.claim(
+                agent_id, invocation.idempotency_key, invocation.fingerprint, invocation.run_id
+            )
+            if entry is None:
+                return None
+            prior = await self.run_record(workspace, entry.run_id)
+            if prior is not None and prior.status == "executing":
+                running = self._running.get(prior.run_id)
+                if running is not None:
+                    await running.wait()  # the first request runs here: answer as it does
+                    continue
+                raise KeyRefused(
+                    409,
+                    "request_in_progress",
+                    f"the first request with this Idempotency-Key (run {prior.run_id}) is still running on "
+                    "another server; repeat it after Retry-After seconds to get its answer",
+                    retry_after=1,
+                )
+            if prior is None and time.time() - entry.created_at < self.config.runs.server_gone_after_s:
+                raise KeyRefused(
+                    409,
+                    "request_in_progress",
+                    "the first request with this Idempotency-Key has just started; repeat it after "
+                    "Retry-After seconds to get its answer",
+                    retry_after=1,
+                )
+            if prior is not None and prior.stored is not False:
+                return prior, _replayed_failure(prior)
+            # The first request stored nothing (it failed, or died before its record): run it again.
+            if await keys.take_over(agent_id, invocation.idempotency_key, entry, invocation.run_id):
+                invocation.prior = prior or _lost_run(invocation, entry)
+                return None
+
+    async def _invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None]:
         record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
         runs = self.runs(workspace)
+        running = self._running[record.run_id] = anyio.Event()
         try:
-            target = await self._build_and_claim(invocation, record, runs)
-        except Exception as exc:
-            await runs.delete(record)  # the "executing" record of a turn that will store nothing
-            if isinstance(exc, SessionConflictError):  # two processes created the session at once
-                return record, exc
-            raise
-        started = time.perf_counter()
-        outcome: Any
-        try:
-            if isinstance(target, MultiAgentBase):
-                outcome = await target.invoke_async(self._task(invocation, target), resume_unfinished=True)
+            started = time.perf_counter()
+            target: Agent | MultiAgentBase | None = None
+            outcome: Any
+            try:
+                target = await self._build_and_claim(invocation, record, runs)
+                replay = await self._already_done(workspace, invocation, record)
+                if replay is not None:
+                    return replay
+                if isinstance(target, MultiAgentBase):
+                    task = self._task(invocation, target)
+                    outcome = await target.invoke_async(task, resume_unfinished=True)
+                else:
+                    outcome = await target.invoke_async(invocation.task)
+            except Exception as exc:
+                outcome = exc
+            failure = self._finish(record, target, outcome, started)
+            if _leaves_no_record(invocation, target, outcome):
+                await self._forget(runs, record)
             else:
-                outcome = await target.invoke_async(invocation.task)
-        except Exception as exc:
-            outcome = exc
-        if isinstance(outcome, SessionConflictError):
-            await runs.delete(record)  # nothing of this turn was stored
-        else:
-            self._finish(record, target, outcome, started)
-            runs.save_later(record)  # a stored turn's "executing" record is durable already
-        return record, outcome
+                runs.save_later(record)
+            return record, failure
+        finally:
+            running.set()
+            del self._running[record.run_id]
+
+    async def _already_done(
+        self, workspace: str, invocation: Invocation, record: RunRecord
+    ) -> tuple[RunRecord, Failure | None] | None:
+        """For a request that runs again what an earlier one left undone: with the session loaded (every
+        later save is conditional on it), check that the earlier one did not store its turn after all."""
+        prior = invocation.prior
+        if prior is None or invocation.mode != "session":
+            return None
+        settled = await settle_from_session(
+            self.config,
+            self.agent_storage(workspace, prior.agent_id),
+            prior,
+            "a repeated request found it unfinished",
+        )
+        if settled.stored is not True:
+            return None
+        assert invocation.idempotency_key is not None
+        keys = self.keys(workspace)
+        entry = await keys.read(invocation.hosted.id, invocation.idempotency_key)
+        if entry is not None:  # the key names the run that stored the turn again
+            await keys.take_over(invocation.hosted.id, invocation.idempotency_key, entry, prior.run_id)
+        await self.runs(workspace).save(settled)
+        await self._forget(self.runs(workspace), record)
+        return settled, _replayed_failure(settled)
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
-        """Run an invocation, yielding ``(event name, JSON data)`` as it goes; the last is ``result``/``error``."""
+        """Run an invocation, yielding ``(event name, data)`` as it goes. The last is ``("result",
+        record)`` or ``("error", (record, failure))``; a repeated request yields only that."""
         async with self._session_turn(workspace, invocation), contextlib.AsyncExitStack() as stack:
             stack.enter_context(invocation.traced())
+            if invocation.idempotency_key is not None:
+                replay = await self._claim(workspace, invocation)
+                if replay is not None:
+                    yield _last_event(*replay)
+                    return
             record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
             started = time.perf_counter()
             outcome: Any = None
             target: Agent | MultiAgentBase | None = None
             runs = self.runs(workspace)
+            running = self._running[record.run_id] = anyio.Event()
             try:
-                target = await self._build_and_claim(invocation, record, runs)
-                if isinstance(target, MultiAgentBase):
-                    events: AsyncIterator[Any] = target.stream_async(
-                        self._task(invocation, target), resume_unfinished=True
-                    )
+                try:
+                    target = await self._build_and_claim(invocation, record, runs)
+                    replay = await self._already_done(workspace, invocation, record)
+                    if replay is not None:
+                        yield _last_event(*replay)
+                        return
+                    if isinstance(target, MultiAgentBase):
+                        events: AsyncIterator[Any] = target.stream_async(
+                            self._task(invocation, target), resume_unfinished=True
+                        )
+                    else:
+                        events = target.stream_async(invocation.task)
+                    async for event in events:
+                        if isinstance(event, ResultEvent | MultiAgentResultEvent):
+                            outcome = event.result
+                            continue
+                        converted = _event(event)
+                        if converted is not None:
+                            yield converted
+                except Exception as exc:
+                    outcome = exc
+                failure = self._finish(record, target, outcome, started)
+                if _leaves_no_record(invocation, target, outcome):
+                    await self._forget(runs, record)
                 else:
-                    events = target.stream_async(invocation.task)
-                async for event in events:
-                    if isinstance(event, ResultEvent | MultiAgentResultEvent):
-                        outcome = event.result
-                        continue
-                    converted = _event(event)
-                    if converted is not None:
-                        yield converted
-            except Exception as exc:
-                outcome = exc
-            if target is not None and not isinstance(outcome, SessionConflictError):
-                self._finish(record, target, outcome, started)
-                runs.save_later(record)
-            else:
-                if invocation.session_id is not None:
-                    await runs.delete(record)  # the "executing" record of a turn that stored nothing
-                record.status, record.error = "failed", f"{type(outcome).__name__}: {outcome}"
-            if isinstance(outcome, SessionConflictError):
-                yield ("conflict", record)  # another process saved this session first: retry the turn
-            else:
-                yield ("error", record) if isinstance(outcome, Exception) else ("result", record)
+                    runs.save_later(record)
+            finally:
+                running.set()
+                del self._running[record.run_id]
+            yield _last_event(record, failure)
+
+    async def _forget(self, runs: RunStore, record: RunRecord) -> None:
+        """Delete the ``executing`` record of a turn that stored nothing (logged if that fails: the record
+        is then settled as failed when read)."""
+        if record.mode != "session":
+            return
+        try:
+            await runs.delete(record)
+        except OrchestraError as exc:
+            log.warning("run_record_not_deleted", run_id=record.run_id, error=str(exc))
 
     async def _build_and_claim(
         self, invocation: Invocation, record: RunRecord, runs: RunStore
     ) -> Agent | MultiAgentBase:
         """Build the target (loading its session) and, in session mode, write the run record as "executing"
         meanwhile: a turn the session stores always has its record, even if this process dies right after
-        the save (the record then stays "executing")."""
+        the save (the record then stays "executing" until it is settled from the session)."""
         if invocation.session_id is None:
             return await self._build(invocation)
         built: list[Agent | MultiAgentBase] = []
@@ -319,6 +497,37 @@ class Runtime:
         if invocation.session_id is None:
             return contextlib.nullcontext()
         return self._lock(workspace, invocation.hosted.id, invocation.session_id)
+
+
+def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool:
+    """A turn that never ran (its session did not load) or lost to another writer stored nothing: unless
+    a repeat with its Idempotency-Key may ask for it, it leaves no run record."""
+    never_ran = target is None or isinstance(outcome, SessionConflictError)
+    return never_ran and isinstance(outcome, Exception) and invocation.idempotency_key is None
+
+
+def _replayed_failure(record: RunRecord) -> Failure | None:
+    """How a recorded run was answered, to answer a repeat the same way."""
+    if record.http_status in (None, 200):
+        return None
+    return Failure(record.http_status, record.error_code or "run_failed", record.error or "the run failed")
+
+
+def _lost_run(invocation: Invocation, entry: KeyEntry) -> RunRecord:
+    """A stand-in for a run whose record was never written (its request died first)."""
+    return RunRecord(
+        run_id=entry.run_id,
+        agent_id=invocation.hosted.id,
+        kind="agent",
+        mode=invocation.mode,
+        session_id=invocation.session_id,
+        started_at=datetime.fromtimestamp(entry.created_at, UTC).isoformat(),
+        status="executing",
+    )
+
+
+def _last_event(record: RunRecord, failure: Failure | None) -> tuple[str, Any]:
+    return ("result", record) if failure is None else ("error", (record, failure))
 
 
 def _kind(target: Agent | MultiAgentBase) -> str:

@@ -58,7 +58,7 @@ from orchestra.session.snapshot import (
 from orchestra.storage import ABSENT, Storage
 from orchestra.storage._base import delete_many, read_many
 
-__all__ = ["Compaction", "Document", "Journal", "is_message_log"]
+__all__ = ["Compaction", "Document", "Journal", "is_message_log", "writers_delete_after"]
 
 
 @dataclass
@@ -234,6 +234,7 @@ class Journal:
         self.layout = layout
         self.compaction = compaction or Compaction()
         self.seq = -1  # the last record this journal read or wrote
+        self.run_id: str | None = None  # written into each record (see Record.run)
         self._latest_version: str | None = None
         self._field_text: dict[str, str] = {}
         self._log_refs: dict[str, list[Any]] = {}
@@ -259,7 +260,7 @@ class Journal:
 
     def _doc_from_snapshot(self, snapshot: Snapshot, key: str) -> Document:
         logs = set(snapshot.journal.logs) if snapshot.journal else set()
-        doc = Document()
+        doc = Document(origins=dict.fromkeys(snapshot.data, key))
         for name, value in snapshot.data.items():
             if name in logs:
                 if not isinstance(value, list):
@@ -426,6 +427,31 @@ class Journal:
             doc.apply(read.record, read.key)
         return doc
 
+    async def run_records(self, run_id: str, since_ms: int) -> tuple[list[tuple[int, Record]], bool]:
+        """The records that run ``run_id`` wrote (``Record.run``) and their numbers, oldest first, looking back to
+        ``since_ms`` (when the run started); and whether the answer is sure: it is not when records
+        written since then were folded away, which a run older than ``Compaction.delete_after`` allows."""
+        keys = [k for k in await self.storage.list(self.layout.journal) if k.endswith(".json")]
+        found: list[tuple[int, Record]] = []
+        end = len(keys)
+        while end > 0:  # newest first, a batch at a time, back to the run's start
+            batch = keys[max(0, end - 16) : end]
+            end -= len(batch)
+            for key, item in reversed(list(zip(batch, await read_many(self.storage, batch), strict=True))):
+                if item is None:
+                    continue  # folded meanwhile: older than anything still to find
+                record = decode_model(Record, item[0], key)
+                if record.t < since_ms:
+                    return found[::-1], True
+                if record.run == run_id:
+                    found.append((self.layout.seq_of(key), record))
+        # Every record left is younger than the run: those before it, if any, were folded into the base.
+        found_base = await self.storage.read(self.layout.base)
+        if found_base is None:
+            return found[::-1], not keys or self.layout.seq_of(keys[0]) == 0
+        base = decode_model(Snapshot, found_base[0], self.layout.base).journal
+        return found[::-1], base is not None and base.t is not None and base.t < since_ms
+
     async def _read_base(self) -> tuple[Document, int, str | None]:
         """``snapshot_base.json``: the state after the last deleted record (or nothing: record -1)."""
         found = await self.storage.read(self.layout.base)
@@ -562,7 +588,7 @@ class Journal:
         # The record's JSON is put together from the texts just made for the comparison: each field is
         # encoded once, and the log ops' messages skip pydantic's serializer (see encode_snapshot).
         t = time.time_ns() // 1_000_000
-        body = [f'"t":{t}']
+        body = [f'"t":{t}'] if self.run_id is None else [f'"t":{t}', f'"run":{dumps(self.run_id)}']
         if changed:
             body.append('"set":{' + ",".join(f"{dumps(name)}:{texts[name]}" for name in changed) + "}")
         if removed:
@@ -882,3 +908,15 @@ class Journal:
             update={"scope_id": self.layout.scope_id, "session_id": self.layout.session_id}
         )
         return encode_snapshot(snapshot)
+
+
+async def writers_delete_after(storage: Storage, layout: ScopeLayout) -> timedelta:
+    """The ``Compaction.delete_after`` the scope's last writer recorded in its manifest (the default when
+    none was recorded, or the writer keeps every record): ``sessions compact`` deletes nothing younger."""
+    found = await storage.read(layout.manifest)
+    recorded = None if found is None else decode_model(SnapshotManifest, found[0], layout.manifest)
+    if recorded is None or recorded.delete_after_s is None:
+        default = Compaction().delete_after
+        assert default is not None
+        return default
+    return timedelta(seconds=recorded.delete_after_s)

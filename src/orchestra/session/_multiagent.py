@@ -31,6 +31,10 @@ class OrchestratorPersistence:
     def __init__(self, manager: SnapshotSessionManager) -> None:
         self.manager = manager
         self._journals: weakref.WeakKeyDictionary[MultiAgentBase, Journal] = weakref.WeakKeyDictionary()
+        # The changes a failed save took from an orchestrator, for its next save to write.
+        self._unsaved: weakref.WeakKeyDictionary[
+            MultiAgentBase, tuple[dict[str, Any], dict[str, list[Any]], list[str]]
+        ] = weakref.WeakKeyDictionary()
 
     def register(self, registry: HookRegistry) -> None:
         registry.add_callback(BeforeMultiAgentInvocation, self._before_invocation)
@@ -58,11 +62,21 @@ class OrchestratorPersistence:
 
     async def save(self, orchestrator: MultiAgentBase) -> None:
         journal = self._journals[orchestrator]
+        journal.run_id = self.manager.run_id
         fields, logs, unset = orchestrator.take_changes()
-        if journal.seq == -1:
-            await journal.create(Document(fields=fields, logs=logs))
-        else:
-            await journal.save(fields, logs, unset)
+        held = self._unsaved.pop(orchestrator, None)
+        if held is not None:
+            # What a failed save took is saved now, with what changed since (which is newer).
+            fields, logs = {**held[0], **fields}, {**held[1], **logs}
+            unset = sorted({*held[2], *unset} - set(fields))
+        try:
+            if journal.seq == -1:
+                await journal.create(Document(fields=fields, logs=logs))
+            else:
+                await journal.save(fields, logs, unset)
+        except BaseException:
+            self._unsaved[orchestrator] = (fields, logs, unset)
+            raise
 
     async def _after_node(self, event: AfterNodeCall) -> None:
         orchestrator = event.orchestrator

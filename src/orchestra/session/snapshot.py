@@ -97,6 +97,7 @@ class Record(_Model):
     """One journal record: what one save changed."""
 
     t: int  # milliseconds since the epoch
+    run: str | None = None  # the run (a hosted invocation) that wrote it, so a run's outcome can be read back
     set: dict[str, Any] = Field(default_factory=dict)
     unset: list[str] = Field(default_factory=list, alias="del")
     logs: dict[str, LogOp] = Field(default_factory=dict)

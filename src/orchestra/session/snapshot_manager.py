@@ -52,19 +52,29 @@ _INTERRUPT_KEYS = {"tool_uses", "completed", "interrupts"}
 
 
 def _check_agent_document(doc: Document, where: str) -> None:
-    """Refuse what is not an orchestra agent document, naming the field, instead of loading it half."""
+    """Refuse what is not an orchestra agent document, naming the field and the file it came from,
+    instead of loading it half."""
     unknown = sorted(set(doc.fields) - _AGENT_FIELDS) + sorted(set(doc.logs) - {"messages"})
     interrupt_state = doc.fields.get("interrupt_state")
     if interrupt_state is not None and (
         not isinstance(interrupt_state, dict) or not set(interrupt_state) >= _INTERRUPT_KEYS
     ):
         unknown.append("interrupt_state")
-    if unknown:
+    if not unknown:
+        return
+    origin = doc.origins.get(unknown[0])
+    if origin is not None and "/journal/" in origin:
+        # A journal record is only ever written by orchestra: an unknown name in one is damage.
         raise SnapshotError(
-            f"{where}: field(s) {', '.join(unknown)} are not an orchestra agent snapshot's (a Strands Agents "
-            "session, or a newer orchestra?). Nothing was loaded; to bring a Strands snapshot over, run "
-            "'orchestra sessions import <its snapshot_latest.json> --from strands' into another session id"
+            f"{origin}: field or log {unknown[0]!r} is not one an orchestra agent saves ({where}): the "
+            "record is damaged. Nothing was loaded; restore the session from an export or an immutable "
+            "snapshot"
         )
+    raise SnapshotError(
+        f"{origin or where}: field(s) {', '.join(unknown)} are not an orchestra agent snapshot's (a Strands "
+        "Agents session, or a newer orchestra?). Nothing was loaded; to bring a Strands snapshot over, run "
+        "'orchestra sessions import <its snapshot_latest.json> --from strands' into another session id"
+    )
 
 
 def agent_data_of(doc: Document, default_system_prompt: str | None = None) -> AgentData:
@@ -144,6 +154,9 @@ class SnapshotSessionManager:
         self.keep_snapshots = keep_snapshots
         self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
         self._orchestrators: OrchestratorPersistence | None = None
+        self.run_id: str | None = None
+        """Written into every journal record this manager saves while set (``orchestra serve`` sets its run
+        id for the turn), so that whether a run stored its turn can be read from the session itself."""
 
     @property
     def session_id(self) -> str:
@@ -181,7 +194,10 @@ class SnapshotSessionManager:
             await journal.create(agent_document(agent.agent_data()))
         else:
             _check_agent_document(doc, journal.layout.describe())
-            agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
+            try:
+                agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
+            except SnapshotError as exc:
+                raise SnapshotError(f"{journal.layout.describe()}: {exc}") from None
         binding.state_version = agent.state.version
         self._agents[agent] = binding
 
@@ -209,6 +225,7 @@ class SnapshotSessionManager:
         }
         if agent.state.version != binding.state_version:
             fields["state"] = data.state
+        binding.journal.run_id = self.run_id
         saved = await binding.journal.save(fields, {"messages": data.messages})
         binding.state_version = agent.state.version
         return saved

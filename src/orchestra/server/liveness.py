@@ -1,0 +1,87 @@
+"""Which servers on one storage are alive: each says so every few seconds, from a thread of its own.
+
+A run record names the server that runs it. When another server reads a record still ``executing``, it
+asks whether that server is alive: one that has not said so for ``server_gone_after_s`` is gone, and its
+run is settled from the session (``orchestra.server.settle``). The heartbeat is written from a thread with
+its own event loop, so a server whose event loop is busy for a while is not taken for gone; only a
+stopped process is. A wrong guess costs no turn: a settled run that is taken over runs under the
+session's conditional writes, which let only one of two writers store a turn.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import anyio
+import anyio.to_thread
+
+from orchestra._logging import get_logger
+from orchestra.errors import StorageError
+from orchestra.session._uuid7 import uuid7
+from orchestra.storage import Storage
+
+__all__ = ["Liveness"]
+
+log = get_logger("orchestra.server")
+
+
+class Liveness:
+    """This server's heartbeat, and the question whether another one is alive."""
+
+    def __init__(self, storage: Storage, *, every_s: float, gone_after_s: float) -> None:
+        self.storage = storage
+        self.server_id = str(uuid7())
+        self.every_s = every_s
+        self.gone_after_s = gone_after_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _key(self, server_id: str) -> str:
+        return f"servers/{server_id}.json"
+
+    def start(self) -> None:
+        """Start saying this server is alive (until ``stop``)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=anyio.run, args=(self._beat,), name="orchestra-heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    async def _beat(self) -> None:
+        key = self._key(self.server_id)
+        while not self._stop.is_set():
+            try:
+                await self.storage.write(key, json.dumps({"alive_at": time.time()}).encode())
+            except StorageError as exc:  # the next beat tries again; runs are unaffected
+                log.warning("heartbeat_failed", server_id=self.server_id, error=str(exc))
+            await anyio.to_thread.run_sync(self._stop.wait, self.every_s)
+
+    async def stop(self) -> None:
+        """Stop the heartbeat and say this server is gone (it runs nothing any more)."""
+        self._stop.set()
+        if self._thread is not None:
+            await anyio.to_thread.run_sync(self._thread.join)
+            self._thread = None
+        try:
+            await self.storage.delete(self._key(self.server_id))
+        except StorageError as exc:
+            log.warning("heartbeat_not_removed", server_id=self.server_id, error=str(exc))
+
+    async def is_alive(self, server_id: str | None) -> bool:
+        """Whether ``server_id`` said it was alive within ``gone_after_s`` (this server always is)."""
+        if server_id == self.server_id:
+            return True
+        if server_id is None:
+            return False
+        found = await self.storage.read(self._key(server_id))
+        if found is None:
+            return False
+        try:
+            alive_at = float(json.loads(found[0])["alive_at"])
+        except (ValueError, KeyError, TypeError):
+            return False
+        return time.time() - alive_at < self.gone_after_s

@@ -1,0 +1,102 @@
+"""How the outcome of a hosted run is answered over HTTP, decided by the error's type, never its text.
+
+| outcome | status | code | stored |
+| --- | --- | --- | --- |
+| completed, or interrupted for a human | 200 | | yes |
+| another writer saved the session first | 409 | ``session_conflict`` | no |
+| a full disk or quota | 507 | ``storage_full`` | no |
+| the storage kept failing (a passing outage) | 503 | ``storage_unavailable`` | no |
+| the storage lost an answer and could not tell | 503 | ``outcome_unknown`` | not known |
+| the storage is misconfigured | 500 | ``storage_misconfigured`` | no |
+| a stored session is damaged | 500 | ``session_damaged`` | no |
+| the model or a tool failed | 502 | ``run_failed`` | no (an agent's turn is rolled back) |
+
+``stored`` is whether the turn is in the session. A request repeated with its ``Idempotency-Key`` gets
+the first answer again when the turn was stored, and runs it again when it was not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestra.errors import (
+    OrchestraError,
+    SessionConflictError,
+    SnapshotError,
+    StorageConfigurationError,
+    StorageError,
+    StorageFullError,
+    StorageOutcomeUnknownError,
+    StorageUnavailableError,
+)
+
+__all__ = ["Failure", "failure_of"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The HTTP answer a failed run gets."""
+
+    status: int
+    code: str
+    message: str
+    retry_after: float | None = None
+    stored: bool | None = False
+    internal: bool = False  # the message says what failed, but details stay in the server's log
+
+
+def failure_of(exc: BaseException, run_id: str) -> Failure:
+    """The answer for a run that ended with ``exc`` (see the module docstring)."""
+    stored = getattr(exc, "stored", False)
+    if isinstance(exc, SessionConflictError):
+        return Failure(409, "session_conflict", str(exc), retry_after=1)
+    if isinstance(exc, StorageFullError):
+        return Failure(
+            507,
+            "storage_full",
+            f"the server's storage is full, so the turn was not stored (run {run_id}); try again once an "
+            "operator has freed space",
+            stored=stored,
+        )
+    if isinstance(exc, StorageOutcomeUnknownError):
+        return Failure(
+            503,
+            "outcome_unknown",
+            f"the storage lost the answer to the turn's save, so it may or may not have been stored (run "
+            f"{run_id}); repeat the request with the same Idempotency-Key to get its outcome",
+            retry_after=1,
+            stored=None,
+        )
+    if isinstance(exc, StorageUnavailableError):
+        return Failure(
+            503,
+            "storage_unavailable",
+            f"the server's storage is unavailable, so the turn was not stored (run {run_id}); try again",
+            retry_after=1,
+            stored=stored,
+        )
+    if isinstance(exc, StorageConfigurationError):
+        return Failure(
+            500,
+            "storage_misconfigured",
+            f"the server's storage is misconfigured (run {run_id}); an operator must fix it",
+            internal=True,
+        )
+    if isinstance(exc, StorageError):
+        message = f"the server's storage failed, and the turn was {_stored_text(stored)} (run {run_id})"
+        return Failure(500, "storage_failed", message, stored=stored, internal=True)
+    if isinstance(exc, SnapshotError):
+        return Failure(
+            500,
+            "session_damaged",
+            f"the stored session could not be read (run {run_id}); an operator must restore it",
+            internal=True,
+        )
+    if isinstance(exc, OrchestraError):
+        return Failure(502, "run_failed", f"{exc} (run {run_id})", stored=stored)
+    # A custom model or tool raised: the run failed (and is recorded), the server did not.
+    return Failure(502, "run_failed", f"the run failed: {type(exc).__name__} (details in run {run_id})")
+
+
+def _stored_text(stored: bool | None) -> str:
+    return "stored" if stored else "not stored" if stored is False else "perhaps stored"
