@@ -14,7 +14,8 @@ class FaultyProxy:
     """Forwards HTTP requests to ``target``; ``fail_next``/``delay_next`` inject faults.
 
     ``delay_next`` forwards the request first and delays only the answer, like a network that lost the
-    response of a request the server did carry out.
+    response of a request the server did carry out; ``lose_next`` forwards it and answers an error instead
+    (a 5xx after the server took the request).
     """
 
     def __init__(self, target: str) -> None:
@@ -22,6 +23,7 @@ class FaultyProxy:
         self._lock = threading.Lock()
         self._fail: list[int] = []
         self._delay: list[float] = []
+        self._lose: list[int] = []
         self.requests = 0
         proxy = self
 
@@ -36,8 +38,16 @@ class FaultyProxy:
                 body = self.rfile.read(length) if length else b""
                 with proxy._lock:
                     proxy.requests += 1
-                    fail = proxy._fail.pop(0) if proxy._fail else None
+                    lose = proxy._lose.pop(0) if proxy._lose else None  # before any planned failure
+                    fail = proxy._fail.pop(0) if proxy._fail and lose is None else None
                     delay = proxy._delay.pop(0) if proxy._delay else None
+                if lose is not None:
+                    headers = {
+                        k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                    }
+                    with httpx.Client() as client:  # carried out; its answer never reaches the caller
+                        client.request(self.command, proxy.target + self.path, headers=headers, content=body)
+                    fail = lose
                 if fail is not None:
                     payload = b"<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>"
                     self.send_response(fail)
@@ -81,6 +91,10 @@ class FaultyProxy:
     def fail_next(self, count: int, status: int = 503) -> None:
         with self._lock:
             self._fail.extend([status] * count)
+
+    def lose_next(self, count: int, status: int = 503) -> None:
+        with self._lock:
+            self._lose.extend([status] * count)
 
     def delay_next(self, count: int, seconds: float) -> None:
         with self._lock:

@@ -9,16 +9,24 @@ follow_up = client.invoke("support", {"message": "What about Paris?"}, session_i
 for event in client.stream("support", "Hello"):
     print(event.event, event.data)
 ```
+
+Every ``invoke`` sends an ``Idempotency-Key`` (a new one per call, or the one you pass) and retries what
+may have failed half way with it: a lost connection or timeout, 503 (the storage is unavailable, or lost
+an answer), 409 ``request_in_progress`` or ``session_conflict``, 500 ``internal``. The server answers a
+repeated key from the first run, so a retry never stores a turn twice.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict
 
@@ -31,10 +39,12 @@ __all__ = [
     "Client",
     "ClientError",
     "ConflictError",
+    "InsufficientStorageError",
     "InvalidRequestError",
     "InvokeResult",
     "NotFoundError",
     "ServerError",
+    "ServiceUnavailableError",
     "StreamEvent",
 ]
 
@@ -70,6 +80,15 @@ class ServerError(ClientError):
     """5xx: the server, or the run, failed."""
 
 
+class ServiceUnavailableError(ServerError):
+    """503: the server's storage is unavailable (``storage_unavailable``: nothing was stored) or lost an
+    answer (``outcome_unknown``: repeat with the same Idempotency-Key to learn the outcome)."""
+
+
+class InsufficientStorageError(ServerError):
+    """507: the server's storage is full; the turn was not stored."""
+
+
 _ERRORS: dict[int, type[ClientError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,
@@ -77,7 +96,35 @@ _ERRORS: dict[int, type[ClientError]] = {
     409: ConflictError,
     413: InvalidRequestError,
     422: InvalidRequestError,
+    503: ServiceUnavailableError,
+    507: InsufficientStorageError,
 }
+
+_RETRIED = {409: {"session_conflict", "request_in_progress"}, 500: {"internal"}, 503: None}
+
+
+def _retry_delay(response: httpx.Response | None, attempt: int) -> float | None:
+    """How long to wait before repeating a request with its key (None: its answer is final)."""
+    if response is not None:
+        codes = _RETRIED.get(response.status_code, set())
+        if codes is not None:
+            try:
+                code = response.json()["error"]["code"]
+            except (ValueError, KeyError, TypeError):
+                code = None
+            if code not in codes:
+                return None
+        retry_after = response.headers.get("retry-after")
+        if retry_after is not None:
+            try:
+                return min(float(retry_after), 30.0)
+            except ValueError:
+                pass
+    return min(0.25 * 2.0**attempt, 5.0)
+
+
+def _key_header(idempotency_key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
 
 
 class InvokeResult(BaseModel):
@@ -179,12 +226,15 @@ class Client:
         base_url: the server, e.g. ``http://127.0.0.1:8000``.
         api_key: the workspace's API key.
         timeout: seconds to wait for an answer (runs can be long).
+        retries: how many times ``invoke`` repeats a request that may have failed half way (with its
+            Idempotency-Key, so that it runs once).
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0) -> None:
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0, retries: int = 3) -> None:
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
         )
+        self.retries = retries
 
     def __enter__(self) -> Client:
         return self
@@ -206,13 +256,30 @@ class Client:
         input: Any,
         session_id: str | None = None,
         history: list[dict[str, str]] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> InvokeResult:
-        """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither."""
-        response = self._http.post(
-            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke", json=_body(input, session_id, history)
-        )
-        _raise_for(response)
-        return InvokeResult.model_validate(response.json())
+        """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither.
+
+        The request carries ``idempotency_key`` (a new one if not given) and is repeated with it when it
+        may have failed half way (see the module docstring), so the turn runs once."""
+        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
+        body, headers = _body(input, session_id, history), _key_header(idempotency_key)
+        for attempt in range(self.retries + 1):
+            try:
+                response: httpx.Response | None = self._http.post(url, json=body, headers=headers)
+            except httpx.TransportError:
+                if attempt == self.retries:
+                    raise
+                response = None
+            if response is not None and response.status_code < 400:
+                return InvokeResult.model_validate(response.json())
+            delay = _retry_delay(response, attempt) if attempt < self.retries else None
+            if delay is None:
+                assert response is not None
+                _raise_for(response)
+            time.sleep(delay or 0)
+        raise AssertionError("unreachable")
 
     def stream(
         self,
@@ -220,11 +287,18 @@ class Client:
         input: Any,
         session_id: str | None = None,
         history: list[dict[str, str]] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> Iterator[StreamEvent]:
-        """Invoke with ``?stream=true`` and yield the events as they come."""
+        """Invoke with ``?stream=true`` and yield the events as they come (with an Idempotency-Key: a
+        repeat with the same key yields only the first run's last event)."""
         url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
         with self._http.stream(
-            "POST", url, params={"stream": "true"}, json=_body(input, session_id, history)
+            "POST",
+            url,
+            params={"stream": "true"},
+            json=_body(input, session_id, history),
+            headers=_key_header(idempotency_key),
         ) as response:
             if response.status_code >= 400:
                 response.read()
@@ -265,10 +339,11 @@ class Client:
 class AsyncClient:
     """An async client (the same methods as :class:`Client`, awaited)."""
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0) -> None:
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0, retries: int = 3) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
         )
+        self.retries = retries
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -290,12 +365,26 @@ class AsyncClient:
         input: Any,
         session_id: str | None = None,
         history: list[dict[str, str]] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> InvokeResult:
-        response = await self._http.post(
-            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke", json=_body(input, session_id, history)
-        )
-        _raise_for(response)
-        return InvokeResult.model_validate(response.json())
+        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
+        body, headers = _body(input, session_id, history), _key_header(idempotency_key)
+        for attempt in range(self.retries + 1):
+            try:
+                response: httpx.Response | None = await self._http.post(url, json=body, headers=headers)
+            except httpx.TransportError:
+                if attempt == self.retries:
+                    raise
+                response = None
+            if response is not None and response.status_code < 400:
+                return InvokeResult.model_validate(response.json())
+            delay = _retry_delay(response, attempt) if attempt < self.retries else None
+            if delay is None:
+                assert response is not None
+                _raise_for(response)
+            await anyio.sleep(delay or 0)
+        raise AssertionError("unreachable")
 
     async def stream(
         self,
@@ -303,10 +392,14 @@ class AsyncClient:
         input: Any,
         session_id: str | None = None,
         history: list[dict[str, str]] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
         url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
-        body = _body(input, session_id, history)
-        async with self._http.stream("POST", url, params={"stream": "true"}, json=body) as response:
+        body, headers = _body(input, session_id, history), _key_header(idempotency_key)
+        async with self._http.stream(
+            "POST", url, params={"stream": "true"}, json=body, headers=headers
+        ) as response:
             if response.status_code >= 400:
                 await response.aread()
                 _raise_for(response)

@@ -1,14 +1,22 @@
 """Test doubles and capture helpers, for your own tests as for ours.
 
 ``ScriptedModel`` and ``FunctionModel`` make agents deterministic and offline; ``EventRecorder`` records
-the hook events an agent (or orchestrator) emits; ``collect`` gathers what ``stream_async`` yields.
+the hook events an agent (or orchestrator) emits; ``collect`` gathers what ``stream_async`` yields;
+``CountingStorage`` counts what goes through a storage and ``FaultyStorage`` fails chosen calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Literal, TypeVar
 
+from orchestra.errors import (
+    StorageError,
+    StorageFullError,
+    StorageOutcomeUnknownError,
+    StorageUnavailableError,
+)
 from orchestra.hooks import HookEvent, HookRegistry
 from orchestra.hooks import events as _agent_events
 from orchestra.models.scripted import FunctionModel, ModelRequest, Reply, ScriptedModel, ToolCall
@@ -18,6 +26,8 @@ from orchestra.storage._base import ForwardingStorage
 __all__ = [
     "CountingStorage",
     "EventRecorder",
+    "Fault",
+    "FaultyStorage",
     "FunctionModel",
     "ModelRequest",
     "Reply",
@@ -91,3 +101,115 @@ class CountingStorage(ForwardingStorage):
         self.writes += 1
         self.bytes_written += len(data)
         return version
+
+
+FaultKind = Literal["full", "unavailable", "reset"]
+
+
+@dataclass
+class Fault:
+    """One planned failure of ``FaultyStorage``: the ``nth`` call from now of ``operation`` on a key that
+    contains ``key_contains`` fails with ``kind``, before it takes effect or (``after``) after."""
+
+    operation: str
+    key_contains: str = ""
+    kind: FaultKind = "unavailable"
+    after: bool = False
+    nth: int = 1
+
+    def error(self, operation: str, key: str) -> StorageError:
+        """What an honest backend says: it knows a full disk or a refusal came before the write was made;
+        a lost answer (``after``, or a reset) leaves the outcome unknown."""
+        reason = {"full": "[Errno 28] No space left on device", "unavailable": "503 SlowDown"}.get(
+            self.kind, "connection reset by peer"
+        )
+        message = f"injected fault: {operation} of {key!r}: {reason}"
+        if self.after or self.kind == "reset":
+            return StorageOutcomeUnknownError(
+                f"{message}; the answer was lost", operation=operation, key=key, reason=reason
+            )
+        cls = StorageFullError if self.kind == "full" else StorageUnavailableError
+        return cls(f"{message}; nothing was changed", operation=operation, key=key, reason=reason)
+
+
+class FaultyStorage(ForwardingStorage):
+    """Wraps a storage and fails chosen calls, before or after they take effect, to test what a full disk,
+    a refused request or a lost answer does to the code above.
+
+    Example::
+
+        storage = FaultyStorage(LocalFileStorage(tmp_path))
+        storage.fail("write", "snapshot_latest.json", kind="full")  # the next snapshot rewrite: disk full
+        storage.fail("write", "/journal/", after=True)  # the next record is written, its answer is lost
+
+    ``made`` lists the writes and deletes that took effect, ``(operation, key)``, injected ones included.
+    Batch calls (``read_many``, ``write_many``, ``delete_many``) go through the single calls, so faults
+    planned for those apply to them.
+    """
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.faults: list[Fault] = []
+        self.made: list[tuple[str, str]] = []
+        self.injected: list[StorageError] = []
+
+    def fail(
+        self,
+        operation: str,
+        key_contains: str = "",
+        *,
+        kind: FaultKind = "unavailable",
+        after: bool = False,
+        nth: int = 1,
+    ) -> Fault:
+        """Plan a fault (see ``Fault``); returns it."""
+        fault = Fault(operation, key_contains, kind, after, nth)
+        self.faults.append(fault)
+        return fault
+
+    def _due(self, operation: str, key: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.operation == operation and fault.key_contains in key:
+                fault.nth -= 1
+                if fault.nth == 0:
+                    self.faults.remove(fault)
+                    return fault
+        return None
+
+    def _raise(self, fault: Fault, operation: str, key: str) -> None:
+        error = fault.error(operation, key)
+        self.injected.append(error)
+        raise error
+
+    async def read(self, key: str) -> tuple[bytes, str] | None:
+        fault = self._due("read", key)
+        if fault is not None:
+            self._raise(fault, "read", key)
+        return await self.inner.read(key)
+
+    async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
+        fault = self._due("write", key)
+        if fault is not None and not fault.after:
+            self._raise(fault, "write", key)
+        version = await self.inner.write(key, data, expect=expect)
+        self.made.append(("write", key))
+        if fault is not None:
+            self._raise(fault, "write", key)
+        return version
+
+    async def delete(self, key: str) -> None:
+        fault = self._due("delete", key)
+        if fault is not None and not fault.after:
+            self._raise(fault, "delete", key)
+        await self.inner.delete(key)
+        self.made.append(("delete", key))
+        if fault is not None:
+            self._raise(fault, "delete", key)
+
+    async def list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        fault = self._due("list", prefix)
+        if fault is not None:
+            self._raise(fault, "list", prefix)
+        return await self.inner.list(prefix, start_after=start_after, limit=limit)

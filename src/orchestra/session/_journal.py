@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -235,6 +235,8 @@ class Journal:
         self.compaction = compaction or Compaction()
         self.seq = -1  # the last record this journal read or wrote
         self.run_id: str | None = None  # written into each record (see Record.run)
+        # Which field and log names this scope's records may hold (None: any); see _check_names.
+        self.known_names: Callable[[str], bool] | None = None
         self._latest_version: str | None = None
         self._field_text: dict[str, str] = {}
         self._log_refs: dict[str, list[Any]] = {}
@@ -331,6 +333,17 @@ class Journal:
                 "snapshot"
             )
 
+    def _check_names(self, read: _Read) -> None:
+        """A record holds only the fields and logs this kind of scope saves; anything else is damage."""
+        assert self.known_names is not None
+        for name in (*read.record.set, *read.record.unset, *read.record.logs):
+            if not self.known_names(name):
+                raise SnapshotError(
+                    f"{read.key}: field or log {name!r} is not one {self.layout.describe()} saves: the record "
+                    "is damaged. Nothing was loaded; restore the session from an export or an immutable "
+                    "snapshot"
+                )
+
     async def load(self) -> Document | None:
         """Read the scope's current state (None if it was never created) and track it for later saves.
 
@@ -375,7 +388,18 @@ class Journal:
             if snapshot is not None:
                 self._check_agrees(snapshot, doc, own)
             self._last_t = own.record.t
+        elif (
+            snapshot is not None and base_seq >= 0 and not records and snapshot.journal and snapshot.journal.t
+        ):
+            # The newest record is never deleted, so a snapshot of the newest state finds its own.
+            raise SnapshotError(
+                f"{self.layout.latest}: says it holds the journal up to record {base_seq}, which is not in "
+                f"the journal ({self.layout.describe()}): its journal.seq is wrong. Nothing was loaded; "
+                "restore the session from an export or an immutable snapshot"
+            )
         for read in records:
+            if self.known_names is not None:
+                self._check_names(read)
             doc.apply(read.record, read.key)
         if records:
             self._last_t = records[-1].record.t

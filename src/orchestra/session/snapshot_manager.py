@@ -48,6 +48,7 @@ def agent_document(data: AgentData) -> Document:
 
 
 _AGENT_FIELDS = {"state", "conversation_manager_state", "system_prompt", "interrupt_state"}
+_AGENT_NAMES = frozenset({*_AGENT_FIELDS, "messages"})
 _INTERRUPT_KEYS = {"tool_uses", "completed", "interrupts"}
 
 
@@ -188,6 +189,7 @@ class SnapshotSessionManager:
     async def _on_initialized(self, event: AgentInitialized) -> None:
         agent = event.agent
         journal = self.journal("agent", agent.agent_id)
+        journal.known_names = _AGENT_NAMES.__contains__
         binding = _AgentBinding(journal)
         doc = await journal.load()
         if doc is None:
