@@ -111,3 +111,28 @@ def spans():
     exporter.clear()
     yield exporter
     exporter.clear()
+
+
+# -- a real full disk: a small tmpfs (tests/session/test_exactly_once.py, tests/server) ---------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size)``: a folder on a tmpfs of ``size`` ("96k"), unmounted after the test. Mounting
+    needs root: without it the test is skipped, saying so (the FaultyStorage tests cover the same paths)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root; the FaultyStorage tests cover the same paths")
+    mounted: list[str] = []
+
+    def mount(size: str):
+        folder = tmp_path / f"small-{len(mounted)}"
+        folder.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+        mounted.append(str(folder))
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", folder], check=True)

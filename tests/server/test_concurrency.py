@@ -178,7 +178,8 @@ async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, strea
     else:
         record, failure = await runtime.invoke("acme", turn)
         assert (failure.status, failure.code, failure.stored) == (500, "session_damaged", False)
-        assert "SnapshotError" in record.error and "snapshot_latest.json" in record.error
+        assert "SnapshotError" in record.error
+        assert "snapshot_latest.json" in record.error
     await runtime.flush_records("acme")
     runs = await Runtime(config).runs("acme").list(["chat"], "s1")
     assert [r.input for r in runs] == ["first"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import os
-import subprocess
 
 import anyio
 import httpx
@@ -99,7 +97,8 @@ async def test_a_repeated_idempotency_key_is_answered_from_the_first_run(running
         assert other.status_code == 422
         assert other.json()["error"]["code"] == "idempotency_key_reused"
         bad = await http.post(INVOKE, json=body, headers={"Idempotency-Key": "k" * 300})
-        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_idempotency_key"
+        assert bad.status_code == 422
+        assert bad.json()["error"]["code"] == "invalid_idempotency_key"
 
 
 async def test_concurrent_repeats_of_one_key_run_the_turn_once(running):
@@ -174,7 +173,8 @@ async def test_a_5xx_never_reaches_uvicorn_and_the_connection_stays_usable(runni
         status, body = await anyio.to_thread.run_sync(
             call, "POST", INVOKE, {"input": "three", "session_id": "s1"}
         )
-        assert status == 200 and body["output"] == "echo: three (turn 2)"  # the same connection works
+        assert status == 200
+        assert body["output"] == "echo: three (turn 2)"
     connection.close()
     assert not [r for r in caplog.records if "Exception in ASGI application" in r.getMessage()]
     assert [r for r in caplog.records if r.getMessage() == "internal_error"]  # logged once, by us
@@ -190,7 +190,8 @@ async def test_a_run_left_executing_by_a_stopped_server_is_settled_from_the_sess
     turn = Invocation(hosted, "remember me", "s1", None)
     turn.idempotency_key, turn.fingerprint = "k", "f"
     record, failure = await stopped.invoke("acme", turn)
-    assert failure is None and record.status == "completed"
+    assert failure is None
+    assert record.status == "completed"
 
     other = Runtime(config)
     executing = await other.runs("acme").get(record.run_id)
@@ -207,7 +208,8 @@ async def test_a_run_left_executing_by_a_stopped_server_is_settled_from_the_sess
     repeat = Invocation(hosted, "remember me", "s1", None)
     repeat.idempotency_key, repeat.fingerprint = "k", "f"
     replayed, failure = await other.invoke("acme", repeat)
-    assert failure is None and replayed.run_id == record.run_id
+    assert failure is None
+    assert replayed.run_id == record.run_id
     again = Invocation(hosted, "and now?", "s1", None)
     answered, _ = await other.invoke("acme", again)
     assert [m["content"][0]["text"] for m in answered.messages] == turns("remember me", "and now?")
@@ -223,7 +225,8 @@ async def test_a_stopped_servers_run_that_stored_nothing_settles_failed_and_its_
     turn = Invocation(hosted, "maybe", "s1", None)
     turn.idempotency_key, turn.fingerprint = "k", "f"
     record, failure = await stopped.invoke("acme", turn)
-    assert failure.code == "outcome_unknown" and record.stored is None
+    assert failure.code == "outcome_unknown"
+    assert record.stored is None
     await stopped.flush_records("acme")
 
     other = Runtime(config)
@@ -232,44 +235,39 @@ async def test_a_stopped_servers_run_that_stored_nothing_settles_failed_and_its_
     repeat = Invocation(hosted, "maybe", "s1", None)
     repeat.idempotency_key, repeat.fingerprint = "k", "f"
     answered, failure = await other.invoke("acme", repeat)
-    assert failure is None and answered.run_id != record.run_id
+    assert failure is None
+    assert answered.run_id != record.run_id
     assert [m["content"][0]["text"] for m in answered.messages] == turns("maybe")
 
 
-async def test_a_real_full_disk_answers_507_never_500_or_502(tmp_path, caplog):
-    """A small tmpfs fills up under a real server: every answer is 200 or 507 JSON (and no traceback)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root; the FaultyStorage tests cover the same answers")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], check=True)
-    try:
-        with Server(write_config(tmp_path, f"file:{mount}")) as server:
-            statuses = []
-            stored = 0
-            with caplog.at_level(logging.ERROR):
-                async with AsyncClient(server.url, KEYS["acme"], retries=0) as client:
-                    for i in range(60):
-                        try:
-                            await client.invoke("chat", f"{i}:" + "x" * 3000, session_id="full")
-                            statuses.append(200)
-                            stored += 1
-                        except InsufficientStorageError:
-                            statuses.append(507)
-            assert 507 in statuses and set(statuses) <= {200, 507}
-            assert not [r for r in caplog.records if "Exception in ASGI application" in r.getMessage()]
-        messages = Runtime(load_config(tmp_path / "server.yaml")).agent_storage("acme", "chat")
-        from orchestra.session._journal import Journal
-        from orchestra.session._layout import ScopeLayout
+async def test_a_real_full_disk_answers_507_never_500_or_502(tmp_path, small_disk, caplog):
+    """A small tmpfs fills up under a real server: every answer is 200 or 507 JSON (and no traceback),
+    every 200 stored once and every 507 not at all."""
+    mount = small_disk("160k")
+    with Server(write_config(tmp_path, f"file:{mount}")) as server:
+        statuses = []
+        with caplog.at_level(logging.ERROR):
+            async with AsyncClient(server.url, KEYS["acme"], retries=0) as client:
+                for i in range(60):
+                    try:
+                        await client.invoke("chat", f"{i}:" + "x" * 3000, session_id="full")
+                        statuses.append(200)
+                    except InsufficientStorageError:
+                        statuses.append(507)
+        assert 507 in statuses
+        assert set(statuses) <= {200, 507}
+        assert not [r for r in caplog.records if "Exception in ASGI application" in r.getMessage()]
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
 
-        doc = await Journal(messages, ScopeLayout("full", "agent", "default")).load()
-        assert len(doc.logs["messages"]) == 2 * stored  # every 200 stored once, every 507 not at all
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
+    sessions = Runtime(load_config(tmp_path / "server.yaml")).agent_storage("acme", "chat")
+    doc = await Journal(sessions, ScopeLayout("full", "agent", "default")).load()
+    assert len(doc.logs["messages"]) == 2 * statuses.count(200)
 
 
 def test_local_storage_is_what_the_faulty_wrapper_wraps(tmp_path):
     # A FaultyStorage with no faults planned changes nothing (the other tests rely on it).
     storage = FaultyStorage(LocalFileStorage(tmp_path))
     anyio.run(storage.write, "a/b", b"x")
-    assert anyio.run(storage.read, "a/b")[0] == b"x" and storage.made == [("write", "a/b")]
+    assert anyio.run(storage.read, "a/b")[0] == b"x"
+    assert storage.made == [("write", "a/b")]

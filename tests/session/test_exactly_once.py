@@ -8,6 +8,7 @@ import logging
 from datetime import timedelta
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from orchestra import Agent
@@ -54,7 +55,8 @@ async def test_a_full_disk_at_the_snapshot_rewrite_is_housekeeping_the_turn_is_d
         await agent.invoke_async("q")  # no error: the journal record is the commit point
     assert [f.operation for f in storage.faults] == []  # the fault was hit
     (failure,) = housekeeping_failures(caplog)
-    assert "StorageFullError" in failure.error and "snapshot_latest.json" in failure.error
+    assert "StorageFullError" in failure.error
+    assert "snapshot_latest.json" in failure.error
     assert failure.session_id == "s1"
     assert texts(agent_on(LocalFileStorage(tmp_path))) == ["first", "a0", "q", "a1"]  # q once
     await agent.invoke_async("next")  # compacts again, now with room
@@ -70,7 +72,8 @@ async def test_a_full_disk_at_the_record_rolls_the_turn_back_and_says_nothing_wa
     with pytest.raises(StorageFullError) as failed:
         await agent.invoke_async("q")
     assert failed.value.stored is False
-    assert "nothing was stored" in str(failed.value) and "'s1'" in str(failed.value)
+    assert "nothing was stored" in str(failed.value)
+    assert "'s1'" in str(failed.value)
     assert failed.value.key == BASE + "journal/000000000002.json"  # record 0 created the session
     assert texts(agent) == ["first", "a0"]  # rolled back in memory, as in storage
     assert texts(agent_on(LocalFileStorage(tmp_path))) == ["first", "a0"]
@@ -78,31 +81,25 @@ async def test_a_full_disk_at_the_record_rolls_the_turn_back_and_says_nothing_wa
     assert texts(agent_on(LocalFileStorage(tmp_path))) == ["first", "a0", "q", "a2"]
 
 
-async def test_a_real_full_disk_gives_storage_full_error_and_stores_nothing(tmp_path):
-    """The same on a real file system that is full: a small tmpfs (needs root to mount)."""
-    import os
-    import subprocess
+async def test_a_real_full_disk_gives_storage_full_error_and_stores_nothing(small_disk):
+    """The same on a real file system that is full: a small tmpfs."""
+    mount = small_disk("96k")
+    agent = agent_on(LocalFileStorage(mount), replies=["ok"] * 200)
+    stored_turns = 0
 
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root; the FaultyStorage test above covers the same path")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount)], check=True)
-    try:
-        storage = LocalFileStorage(mount)
-        agent = agent_on(storage, replies=["ok"] * 200)
-        big = "x" * 20_000
-        stored_turns = 0
-        with pytest.raises(StorageFullError) as failed:
-            for _ in range(100):
-                await agent.invoke_async(big)
-                stored_turns += 1
-        assert failed.value.stored is False and "No space left on device" in str(failed.value)
-        assert "free space" in str(failed.value)
-        assert len(agent.messages) == 2 * stored_turns  # the failed turn was rolled back
-        assert len(agent_on(LocalFileStorage(mount)).messages) == 2 * stored_turns  # and is not stored
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
+    async def fill() -> None:
+        nonlocal stored_turns
+        for _ in range(100):
+            await agent.invoke_async("x" * 20_000)
+            stored_turns += 1
+
+    with pytest.raises(StorageFullError) as failed:
+        await fill()
+    assert failed.value.stored is False
+    assert "No space left on device" in str(failed.value)
+    assert "free space" in str(failed.value)
+    assert len(agent.messages) == 2 * stored_turns  # the failed turn was rolled back
+    assert len(agent_on(LocalFileStorage(mount)).messages) == 2 * stored_turns  # and is not stored
 
 
 async def test_a_lost_answer_is_read_back_and_the_turn_is_done(tmp_path):
@@ -129,7 +126,8 @@ async def test_an_outcome_that_cannot_be_read_back_says_so_and_the_next_save_set
     storage.fail("read", "/journal/000000000002")
     with pytest.raises(StorageOutcomeUnknownError) as unknown:
         await agent.invoke_async("q")
-    assert unknown.value.stored is None and "may or may not" not in str(unknown.value)
+    assert unknown.value.stored is None
+    assert "may or may not" not in str(unknown.value)
     assert "not known" in str(unknown.value)
     assert texts(agent) == ["first", "a0"]
     await agent.invoke_async("q")  # the caller retries: the turn ends up stored once
@@ -185,7 +183,8 @@ async def test_a_snapshot_whose_journal_seq_is_off_by_one_is_refused_naming_it(t
     await storage.write(LATEST, json.dumps(latest).encode())
     with pytest.raises(SnapshotError, match="snapshot_latest.json|journal record") as refused:
         agent_on(storage)
-    assert "snapshot" in str(refused.value) and "Nothing was loaded" in str(refused.value)
+    assert "snapshot" in str(refused.value)
+    assert "Nothing was loaded" in str(refused.value)
 
 
 async def test_a_damaged_base_leaves_saves_done_and_is_named_by_compact(tmp_path, caplog):
@@ -208,7 +207,8 @@ async def test_a_damaged_base_leaves_saves_done_and_is_named_by_compact(tmp_path
     command = ["sessions", "compact", "s1", "--min-age", "0s", "--storage", f"file:{tmp_path}"]
     result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(app, command))
     assert result.exit_code != 0
-    assert "snapshot_base.json" in result.output and "not valid JSON" in result.output
+    assert "snapshot_base.json" in result.output
+    assert "not valid JSON" in result.output
 
 
 async def test_a_flipped_byte_in_a_records_log_name_names_the_record_not_strands(tmp_path):
@@ -221,7 +221,8 @@ async def test_a_flipped_byte_in_a_records_log_name_names_the_record_not_strands
     with pytest.raises(SnapshotError) as refused:
         agent_on(storage)
     assert "journal/000000000001.json" in str(refused.value)
-    assert "damaged" in str(refused.value) and "Strands" not in str(refused.value)
+    assert "damaged" in str(refused.value)
+    assert "Strands" not in str(refused.value)
 
 
 async def test_a_load_that_meets_a_folded_record_starts_again_from_the_new_snapshot():
@@ -258,7 +259,7 @@ async def test_readers_racing_a_folding_writer_never_fail():
     async def write() -> None:
         for i in range(150):
             await writer.invoke_async(f"q{i}")
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
     async def read() -> None:
         nonlocal loads
@@ -267,7 +268,8 @@ async def test_readers_racing_a_folding_writer_never_fail():
 
         for _ in range(300):
             doc = await Journal(storage, ScopeLayout("s1", "agent", "default")).load()
-            assert doc is not None and len(doc.logs["messages"]) % 2 == 0
+            assert doc is not None
+            assert len(doc.logs["messages"]) % 2 == 0
             loads += 1
 
     async with anyio.create_task_group() as group:

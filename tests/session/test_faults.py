@@ -83,7 +83,8 @@ async def test_s3_faults_are_retried_and_then_reported_with_nothing_lost(moto_ur
             await agent.invoke_async("this save fails")
         # the error says nothing was stored, and the turn was rolled back in memory too
         assert failed.value.stored is False
-        assert "journal record" in str(failed.value) and "'s1'" in str(failed.value)
+        assert "journal record" in str(failed.value)
+        assert "'s1'" in str(failed.value)
         assert [m["content"][0]["text"] for m in agent.messages] == ["survives two 500s", "a"]
         # once S3 is back, saving again stores nothing of the failed turn, and a retry stores it once
         await agent.session_manager.save_snapshot(agent)
