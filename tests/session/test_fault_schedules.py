@@ -87,7 +87,9 @@ def test_an_agents_turns_under_random_faults(schedule: list[Fault]) -> None:
                 break
         storage.faults.clear()
         doc = await Journal(LocalFileStorage(root), ScopeLayout("s1", "agent", "default")).load()
-        prompts = [m["content"][0]["text"] for m in (doc.logs["messages"] if doc else []) if m["role"] == "user"]
+        prompts = [
+            m["content"][0]["text"] for m in (doc.logs["messages"] if doc else []) if m["role"] == "user"
+        ]
         for turn in range(4):
             check_told(f"q{turn}", prompts.count(f"q{turn}"), acked, told)
 
@@ -173,7 +175,9 @@ def test_hosted_turns_under_random_faults(schedule: list[Fault]) -> None:
                 assert record.json()["status"] == "completed"
         sessions = runtime.agent_storage("acme", "chat")
         doc = await Journal(sessions, ScopeLayout("s1", "agent", "default")).load()
-        prompts = [m["content"][0]["text"] for m in (doc.logs["messages"] if doc else []) if m["role"] == "user"]
+        prompts = [
+            m["content"][0]["text"] for m in (doc.logs["messages"] if doc else []) if m["role"] == "user"
+        ]
         for turn in range(3):
             check_told(f"q{turn}", prompts.count(f"q{turn}"), set(acked), told)
 
