@@ -39,7 +39,14 @@ from orchestra.cli._output import (
     resume_command,
 )
 from orchestra.cli._render import NodeTable, diagram
-from orchestra.errors import OrchestraError, OrchestraSpecError, SessionConflictError
+from orchestra.errors import (
+    OrchestraError,
+    OrchestraSpecError,
+    SessionConflictError,
+    StorageConfigurationError,
+    StorageError,
+    StorageFullError,
+)
 from orchestra.multiagent import Graph, MultiAgentBase, Status
 from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult, output_text
@@ -236,6 +243,18 @@ async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table:
     return result
 
 
+def _storage_hint(exc: BaseException, again: str) -> str:
+    """What to do after a storage failure, by its type: everything up to the failed save is stored, so a
+    resume goes on from there (a save whose outcome is unknown is settled by reading it back)."""
+    if isinstance(exc, StorageConfigurationError):
+        return ". Fix the storage's settings, then resume: " + again
+    if isinstance(exc, StorageFullError):
+        return ". Free space, then resume: " + again
+    if isinstance(exc, StorageError):
+        return ". Resume once the storage answers again: " + again
+    return ""
+
+
 def _execute(
     file: Path, target: Any, task: Any, session_id: str, storage: str | None, model: str | None, as_json: bool
 ) -> None:
@@ -271,7 +290,7 @@ def _execute(
     except SessionConflictError as exc:  # another live run of this session: refused before any work
         raise fail(str(exc)) from None
     if isinstance(result, OrchestraError):
-        raise fail(str(result))
+        raise fail(f"{result}{_storage_hint(result, again)}")
     if received:
         signum = received[0]
         name = signal.Signals(signum).name

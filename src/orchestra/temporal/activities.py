@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
-from orchestra.errors import SessionConflictError, StorageConflictError, StorageUnavailableError
+from orchestra.errors import SessionConflictError, StorageConfigurationError, StorageConflictError
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
@@ -86,31 +86,19 @@ def _light(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_MISCONFIGURED = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
-
-
-def _misconfigured(exc: BaseException) -> bool:
-    """Whether a storage error is one that retrying cannot fix: no credentials, a wrong key, no bucket."""
-    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
-
-    cause = exc.__cause__
-    if isinstance(cause, NoCredentialsError | PartialCredentialsError):
-        return True
-    return isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code") in _MISCONFIGURED
-
-
 @contextlib.contextmanager
 def _final_if_misconfigured() -> Iterator[None]:
-    """Storage errors that retries cannot fix fail the activity at once, with their message, instead of
-    being retried until the run seems to hang."""
+    """Storage errors that retries cannot fix (``StorageConfigurationError``: no credentials, a wrong key,
+    no bucket) fail the activity at once, with their message, instead of being retried until the run
+    seems to hang. Every other storage error (an outage, a full disk, a lost answer) is retried."""
     try:
         yield
-    except StorageUnavailableError as exc:
-        if _misconfigured(exc):
-            raise ApplicationError(
-                f"{exc} (a configuration problem: retrying will not help)", non_retryable=True
-            ) from exc
-        raise
+    except StorageConfigurationError as exc:
+        raise ApplicationError(
+            f"{exc} (a configuration problem: retrying will not help)",
+            type="StorageConfigurationError",
+            non_retryable=True,
+        ) from exc
 
 
 def _state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
