@@ -1,13 +1,15 @@
-"""Run async calls concurrently and get the first failure back as itself, not as an ExceptionGroup."""
+"""Run async calls concurrently and get the first failure back as itself, not as an ExceptionGroup; hold
+a lock without adding a cancellation point."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import anyio
 
-__all__ = ["map_concurrently", "unwrap_group"]
+__all__ = ["held", "map_concurrently", "unwrap_group"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,3 +64,18 @@ def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
     if len(errors) == 1:
         return errors[0]
     return MultipleNodeErrors(errors)
+
+
+@contextlib.asynccontextmanager
+async def held(lock: anyio.Lock) -> AsyncIterator[None]:
+    """Hold ``lock``; taking it when it is free is no cancellation point (``anyio.Lock`` checks for a
+    cancellation even then). Session saves hold one: a save that had no await before it had a lock (a
+    run's last save on memory storage) must not become one that a closed stream cancels half way."""
+    try:
+        lock.acquire_nowait()
+    except anyio.WouldBlock:
+        await lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

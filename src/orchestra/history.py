@@ -8,8 +8,10 @@ Amazon Bedrock's Converse API and OpenAI's Chat Completions API enforce):
 3. an assistant message's toolUse blocks (unique ids, names matching ``TOOL_NAME_PATTERN``) are answered
    by the very next message, a user message holding exactly one toolResult per toolUse and no other
    toolResult;
-4. the history ends with an assistant message that calls no tool; the one exception is an interrupted
-   agent, whose last message holds the tool calls that wait for the interrupt responses.
+4. the history ends with an assistant message that calls no tool; the exceptions are an interrupted
+   agent, whose last message holds the tool calls that wait for the interrupt responses, and an agent
+   holding an open turn (one a killed process left, see ``Agent(resume_turns=...)``), which its next
+   invocation finishes before anything else is sent.
 
 ``history_problems`` names every broken rule; ``repair_history`` makes a stored history (one that a
 killed process saved in the middle of a turn, or an older version wrote) satisfy them again, and
@@ -153,13 +155,16 @@ def _without_blank_text(message: MessageDict) -> MessageDict:
     return {**message, "content": content}
 
 
-def repair_history(messages: list[MessageDict], *, interrupted: bool = False) -> list[MessageDict]:
-    """``messages`` made to satisfy the invariant: blank text replaced, an unfinished last turn dropped.
+def repair_history(
+    messages: list[MessageDict], *, interrupted: bool = False, keep_unfinished: bool = False
+) -> list[MessageDict]:
+    """``messages`` made to satisfy the invariant: blank text replaced, an unfinished last turn dropped
+    (or kept, with ``keep_unfinished``, for an agent that resumes it).
 
     Returns the same list object when nothing needed repair (the common case costs one scan).
     """
     cleaned = [_without_blank_text(m) for m in messages]
-    if not history_problems(cleaned, interrupted=interrupted):
+    if keep_unfinished or not history_problems(cleaned, interrupted=interrupted):
         return messages if all(a is b for a, b in zip(cleaned, messages, strict=True)) else cleaned
     return cleaned[: _closed_length(cleaned, interrupted)]
 

@@ -254,13 +254,27 @@ async def test_a_session_saved_in_the_middle_of_a_turn_loads_whole_turns() -> No
     agent.model = FunctionModel(hang)
     with anyio.move_on_after(0.05):
         await agent.invoke_async("look")
-    reloaded = await Agent.create(
+    # Without resume_turns, a load drops the unfinished turn: whole turns only.
+    dropped = await Agent.create(
+        model=ScriptedModel(["again"]),
+        tools=[lookup],
+        session_manager=SnapshotSessionManager("s", storage=storage),
+        resume_turns=False,
+    )
+    assert dropped.messages == agent.messages
+    assert_next_request_valid(dropped)
+    # By default the open turn is kept and the next invocation finishes it: the model is asked with it.
+    resumed = await Agent.create(
         model=ScriptedModel(["again"]),
         tools=[lookup],
         session_manager=SnapshotSessionManager("s", storage=storage),
     )
-    assert reloaded.messages == agent.messages
-    assert_next_request_valid(reloaded)
+    assert resumed.messages == [*agent.messages, {"role": "user", "content": [{"text": "look"}]}]
+    assert resumed.open_turn() == len(agent.messages)
+    result = await resumed.invoke_async("look")  # the caller's retry of the same prompt
+    assert result.resumed
+    assert [m["content"][0]["text"] for m in resumed.messages[-2:]] == ["look", "again"]
+    assert_next_request_valid(resumed)
 
 
 # -- streaming protocols -------------------------------------------------------------------------------

@@ -288,9 +288,15 @@ async def test_load_repair_drops_only_an_unfinished_last_turn_and_logs_it(tmp_pa
     # A killed writer leaves the prompt of a turn it never answered: dropped on load, and logged.
     writer.messages.append({"role": "user", "content": [{"text": "unanswered"}]})
     await writer.session_manager.save_snapshot(writer)
+    without_resume = Agent(
+        model=ScriptedModel([]),
+        session_manager=SnapshotSessionManager("s1", storage=storage),
+        resume_turns=False,
+    )
     with caplog.at_level(logging.WARNING, logger="orchestra.agent"):
-        assert texts(agent_on(storage)) == ["q0", "a0"]
+        assert texts(without_resume) == ["q0", "a0"]
     assert any(r.getMessage() == "history_unfinished_turn_dropped" for r in caplog.records)
+    assert texts(agent_on(storage)) == ["q0", "a0", "unanswered"]  # kept, by default, to be resumed
     # Damage before the end (two assistant messages in a row, then more turns) is refused instead.
     writer.messages[2:] = [
         {"role": "assistant", "content": [{"text": "stray"}]},

@@ -29,11 +29,13 @@ from orchestra.hooks import (
     BeforeInvocation,
     BeforeModelCall,
     BeforeToolCall,
+    TurnCheckpoint,
 )
 from orchestra.interrupts import Interrupt, InterruptException, interrupt_responses, is_interrupt_responses
 from orchestra.messages import MessageDict, Usage, validate_message
 from orchestra.models import StreamStop, TextDelta, ToolUseEvent, UsageEvent
 from orchestra.tools import ToolContext, ToolResultDict, TurnControl, tool_result
+from orchestra.tools.effects import UNKNOWN_OUTCOME, idempotency_key, unknown_outcome_reason, wants_retry
 
 if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
@@ -42,24 +44,38 @@ __all__ = ["Checkpoint", "PendingTools", "prompt_messages", "run_invocation", "r
 
 
 class PendingTools:
-    """Tool calls stopped by an interrupt, waiting for responses (persisted with the agent's state)."""
+    """A turn's tool calls while they run (its ledger), and after an interrupt stopped them: persisted with
+    the agent's state as ``interrupt_state``, so that a resumed turn runs only what is left.
+
+    Attributes:
+        tool_uses: the model's tool calls, in order.
+        completed: the results so far, by tool-use id.
+        interrupts: the questions raised, by interrupt id (with their responses once given).
+        started: the side-effecting calls that began (``@tool(effects=True)``); one with no result has an
+            unknown outcome (see ``orchestra.tools.effects``).
+    """
 
     def __init__(
         self,
         tool_uses: list[dict[str, Any]],
         completed: dict[str, ToolResultDict],
         interrupts: dict[str, Interrupt],
+        started: set[str] | None = None,
     ) -> None:
         self.tool_uses = tool_uses
         self.completed = completed
         self.interrupts = interrupts
+        self.started = started if started is not None else set()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "tool_uses": self.tool_uses,
             "completed": self.completed,
             "interrupts": {k: v.model_dump(mode="json") for k, v in self.interrupts.items()},
         }
+        if self.started:
+            out["started"] = sorted(self.started)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingTools:
@@ -67,11 +83,15 @@ class PendingTools:
             list(data["tool_uses"]),
             dict(data["completed"]),
             {k: Interrupt.model_validate(v) for k, v in data["interrupts"].items()},
+            set(data.get("started", ())),
         )
 
     def copy(self) -> PendingTools:
         """An independent copy (the loop changes ``completed`` and the interrupts' responses in place)."""
         return PendingTools.from_dict(self.to_dict())
+
+    def open_interrupts(self) -> list[Interrupt]:
+        return [i for i in self.interrupts.values() if i.response is None]
 
 
 class Checkpoint:
@@ -90,6 +110,7 @@ class Checkpoint:
         self._messages: list[MessageDict] | None = None
         self._manager_state: dict[str, Any] | None = None
         self._closed = False
+        self.kept_open = False
 
     def before_reshape(self) -> None:
         """Called before the conversation manager rewrites earlier messages."""
@@ -100,6 +121,16 @@ class Checkpoint:
     def close(self) -> None:
         """The invocation finished: nothing to roll back any more."""
         self._closed = True
+
+    def keep_open_turn(self, pending: PendingTools) -> None:
+        """A side-effecting tool is about to run: from now on a failure does not roll the turn back, it
+        leaves it open (the history up to the model's tool calls, and ``pending``, the live ledger) for the
+        next invocation to resume, so the effect is never lost nor run twice."""
+        agent = self._agent
+        self._length = len(agent.messages)
+        self._pending = pending
+        self._messages = self._manager_state = None
+        self.kept_open = True
 
     def roll_back(self) -> bool:
         """Put the history and the interrupt state back as they were (once); whether anything was done."""
@@ -185,11 +216,7 @@ async def _run_tool(
     if before.cancel is not None:
         result = tool_result(tool_use_id, f"Error: the tool call was cancelled: {before.cancel}", "error")
     else:
-        agent_tool: Any = (
-            output
-            if output is not None and tool_use["name"] == output.name
-            else agent.tool_registry.get(tool_use["name"])
-        )
+        agent_tool = _tool_of(agent, tool_use, output)
         if agent_tool is None:
             available = ", ".join(agent.tool_registry.names) or "none"
             result = tool_result(
@@ -200,6 +227,7 @@ async def _run_tool(
                 agent=agent,
                 tool_use=tool_use,
                 invocation_state=invocation_state,
+                idempotency_key=idempotency_key(agent.effect_scope, tool_use_id),
                 _interrupts=interrupts or {},
                 _turn=turn,
             )
@@ -220,17 +248,37 @@ async def _run_tools(
     invocation_state: dict[str, Any],
     turn: TurnControl,
     output: OutputTool | None,
+    checkpoint: Checkpoint,
 ) -> list[ToolResultDict] | None:
-    """Run the pending tool calls concurrently; None when one of them interrupted (pending is updated)."""
+    """Run the pending tool calls concurrently; None when one of them interrupted (pending is updated).
+
+    Side-effecting tools go through the ledger (see ``orchestra.tools.effects``): marked started and made
+    durable before they run, their result made durable before the model sees it, and a call found
+    started without a result decided by its ``on_unknown``."""
     raised: dict[str, Interrupt] = {}
 
     async def one(tool_use: dict[str, Any]) -> None:
+        tool_use_id = tool_use["toolUseId"]
+        effects = bool(getattr(_tool_of(agent, tool_use, output), "effects", False))
         try:
-            pending.completed[tool_use["toolUseId"]] = await run_tool(
+            if effects and tool_use_id in pending.started:
+                decided = _unknown_outcome(agent, tool_use, pending)
+                if decided is not None:
+                    pending.completed[tool_use_id] = decided
+                    await agent.hooks.invoke(TurnCheckpoint(agent, invocation_state))
+                    return
+            elif effects:
+                pending.started.add(tool_use_id)
+                checkpoint.keep_open_turn(pending)
+                await agent.hooks.invoke(TurnCheckpoint(agent, invocation_state))  # before it runs
+            pending.completed[tool_use_id] = await run_tool(
                 agent, tool_use, invocation_state, pending.interrupts, turn, output
             )
         except InterruptException as signal:
             raised[signal.interrupt.id] = signal.interrupt
+            return
+        if effects:
+            await agent.hooks.invoke(TurnCheckpoint(agent, invocation_state))  # before the model sees it
 
     waiting = [t for t in pending.tool_uses if t["toolUseId"] not in pending.completed]
     await map_concurrently(one, waiting, limit=len(waiting))
@@ -240,6 +288,38 @@ async def _run_tools(
             pending.interrupts[interrupt.id] = interrupt if known is None else known
         return None
     return [pending.completed[t["toolUseId"]] for t in pending.tool_uses]
+
+
+def _tool_of(agent: Agent, tool_use: dict[str, Any], output: OutputTool | None) -> Any:
+    if output is not None and tool_use["name"] == output.name:
+        return output
+    return agent.tool_registry.get(tool_use["name"])
+
+
+def _unknown_outcome(agent: Agent, tool_use: dict[str, Any], pending: PendingTools) -> ToolResultDict | None:
+    """A side-effecting call that started and never returned: its result as its ``on_unknown`` decides,
+    or None to run it again (with the same key). Raises ``InterruptException`` to ask a human."""
+    tool_use_id = tool_use["toolUseId"]
+    policy = getattr(_tool_of(agent, tool_use, None), "on_unknown", "interrupt")
+    key = idempotency_key(agent.effect_scope, tool_use_id)
+    reason = unknown_outcome_reason(tool_use, key)
+    agent.log.warning("tool_outcome_unknown", tool=tool_use["name"], policy=policy, idempotency_key=key)
+    if policy == "retry":
+        return None
+    if policy == "error":
+        return tool_result(
+            tool_use_id,
+            f"Error: {reason['message']} (idempotency key {key}). Check whether it did before calling it "
+            "again.",
+            "error",
+        )
+    interrupt_id = Interrupt.make_id(tool_use_id, UNKNOWN_OUTCOME)
+    known = pending.interrupts.get(interrupt_id)
+    if known is None or known.response is None:
+        raise InterruptException(Interrupt(id=interrupt_id, name=UNKNOWN_OUTCOME, reason=reason))
+    if wants_retry(known.response):
+        return None
+    return tool_result(tool_use_id, known.response)
 
 
 async def run_invocation(
@@ -270,6 +350,9 @@ async def run_invocation(
         await hooks.invoke(BeforeInvocation(agent, invocation_state))
         try:
             pending = agent._pending_tools
+            queued: list[MessageDict] = []  # a new prompt, once the open turn it found is finished
+            resumed = False
+            open_turn = agent.open_turn() if not is_interrupt_responses(prompt) else None
             if is_interrupt_responses(prompt):
                 if pending is None:
                     raise AgentError(f"agent {agent.name!r} got interrupt responses but is not interrupted")
@@ -277,9 +360,17 @@ async def run_invocation(
                     if interrupt_id not in pending.interrupts:
                         raise AgentError(f"agent {agent.name!r} has no open interrupt {interrupt_id!r}")
                     pending.interrupts[interrupt_id].response = response
+            elif open_turn is not None:
+                # A turn left open (a killed process, or a failure after a side effect): it is finished
+                # first. The same prompt again is the caller's retry of it; another runs after it.
+                resumed = True
+                new = prompt_messages(prompt)
+                if new and new != agent.messages[open_turn : open_turn + len(new)]:
+                    queued = new
+                agent.log.info("turn_resumed", open_messages=len(agent.messages) - open_turn)
             else:
                 if pending is not None:
-                    open_ids = ", ".join(i.id for i in pending.interrupts.values() if i.response is None)
+                    open_ids = ", ".join(i.id for i in pending.open_interrupts())
                     raise AgentError(
                         f"agent {agent.name!r} is interrupted and waits for responses to {open_ids}; invoke "
                         "it with [{'interruptResponse': {'interruptId': ..., 'response': ...}}]"
@@ -294,6 +385,17 @@ async def run_invocation(
             stop_reason = "end_turn"
             force_output = False
             while True:
+                if (
+                    pending is None
+                    and queued
+                    and message["role"] == "assistant"
+                    and stop_reason == "end_turn"
+                ):
+                    # The open turn is finished: now the prompt that came with this invocation.
+                    for prompt_message in queued:
+                        await agent._append_message(prompt_message, invocation_state)
+                        yield MessageEvent(prompt_message)
+                    queued = []
                 if pending is None:
                     metrics.cycles += 1
                     if metrics.cycles > agent.max_cycles:
@@ -347,6 +449,8 @@ async def run_invocation(
                     yield MessageEvent(stored)
                     if not tool_uses:
                         if output is None:
+                            if queued:
+                                continue  # the open turn ended: the queued prompt's turn comes next
                             break
                         # The model answered without the output tool: ask for it (forced where possible).
                         reminder = output.missed()
@@ -361,9 +465,9 @@ async def run_invocation(
                     1 for t in pending.tool_uses if t["toolUseId"] not in pending.completed
                 )
                 turn = TurnControl()
-                results = await _run_tools(agent, pending, invocation_state, turn, output)
+                agent._pending_tools = pending  # the turn's ledger, saved with the agent while tools run
+                results = await _run_tools(agent, pending, invocation_state, turn, output, checkpoint)
                 if results is None:
-                    agent._pending_tools = pending
                     stop_reason = "interrupt"
                     break
                 agent._pending_tools = pending = None
@@ -384,6 +488,8 @@ async def run_invocation(
                     await agent._append_message(message, invocation_state)
                     yield MessageEvent(message)
                     stop_reason = "end_turn"
+                    if queued:
+                        continue
                     break
 
             await agent.conversation_manager.apply_management(agent)
@@ -400,10 +506,16 @@ async def run_invocation(
                 metrics,
                 open_interrupts,
                 output=output.value if output is not None else None,
+                resumed=resumed,
             )
         except BaseException as exc:
             checkpoint.roll_back()
             if isinstance(exc, Exception):
+                if checkpoint.kept_open:
+                    exc.add_note(
+                        f"agent {agent.name!r}: a side-effecting tool of this turn ran, so the turn was kept "
+                        "open rather than rolled back: the agent's next invocation resumes it"
+                    )
                 await hooks.invoke(AfterInvocation(agent, invocation_state, exception=exc))
             raise
         await _end_turn(agent, invocation_state, checkpoint, result)

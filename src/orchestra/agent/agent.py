@@ -90,6 +90,11 @@ class Agent:
             ``orchestra.agent.structured``.
         max_output_retries: how many invalid or missing structured outputs the model may give before
             ``StructuredOutputError``.
+        resume_turns: a turn a killed process left open in the session (the prompt, the model's tool
+            calls, some results) is resumed by the next invocation: recorded tool results are reused, the
+            remaining calls run, then the model is asked again. False drops such a turn on load instead,
+            unless a side-effecting tool of it started (that turn is always resumed, so that the effect
+            runs once). See ``orchestra.tools.effects``.
     """
 
     def __init__(
@@ -109,8 +114,13 @@ class Agent:
         max_cycles: int = 50,
         output_type: type[BaseModel] | str | None = None,
         max_output_retries: int = DEFAULT_MAX_RETRIES,
+        resume_turns: bool = True,
     ) -> None:
         self.name = name or "agent"
+        self.resume_turns = resume_turns
+        # Where this agent's turns are stored (set by whatever persists it: a session manager, an
+        # orchestrator): with a tool-call id it makes the call's idempotency key.
+        self.effect_scope: str | None = None
         self.agent_id = validate_id(agent_id or "default", "agent_id")
         self.description = description
         self.system_prompt = system_prompt
@@ -317,11 +327,33 @@ class Agent:
 
         return DelegateTool(self, name, description)
 
+    def open_turn(self) -> int | None:
+        """Where an open turn starts in ``messages`` (the index of its prompt), or None.
+
+        A turn is open when a killed process left it unfinished, or when it failed after a side-effecting
+        tool started; the next invocation finishes it first. An agent waiting for interrupt responses is
+        not holding an open turn: it waits for the answers.
+        """
+        pending = self._pending_tools
+        if pending is not None and pending.open_interrupts():
+            return None
+        kept, _ = unfinished_turn(self.messages, interrupted=pending is not None)
+        if kept < len(self.messages):
+            return kept
+        if pending is None:
+            return None
+        for index in range(len(self.messages) - 1, -1, -1):  # the prompt of the turn the ledger belongs to
+            message = self.messages[index]
+            if message["role"] == "user" and not any("toolResult" in b for b in message["content"]):
+                return index
+        return 0
+
     def load_agent_data(self, data: AgentData) -> None:
         """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
         pending = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
-        # A process killed in the middle of a turn may have saved part of it: keep the whole turns. Any
-        # other broken rule is damage, which is refused rather than cut away with what follows it.
+        # A process killed in the middle of a turn may have saved part of it: it is resumed by the next
+        # invocation (or, without resume_turns, dropped). Any other broken rule is damage, which is
+        # refused rather than cut away with what follows it.
         messages = list(data.messages)
         kept, damage = unfinished_turn(messages, interrupted=pending is not None)
         if damage:
@@ -330,8 +362,15 @@ class Agent:
                 "which is more than the unfinished last turn a killed process leaves: it is damaged. "
                 "Nothing was loaded; restore it from an export or an immutable snapshot"
             )
-        self.messages = list(repair_history(messages, interrupted=pending is not None))
-        if kept < len(messages):
+        keep = kept < len(messages) and (self.resume_turns or (pending is not None and bool(pending.started)))
+        self.messages = list(repair_history(messages, interrupted=pending is not None, keep_unfinished=keep))
+        if keep:
+            last = self.messages[-1]
+            calls = [b["toolUse"] for b in last["content"] if "toolUse" in b]
+            if pending is None and last["role"] == "assistant" and calls:
+                pending = PendingTools(calls, {}, {})  # the model's calls, none run yet
+            self.log.info("history_open_turn_kept", open_messages=len(messages) - kept)
+        elif kept < len(messages):
             self.log.warning("history_unfinished_turn_dropped", dropped=len(messages) - kept, kept=kept)
         self.state.replace(data.state)
         self.conversation_manager.restore_state(data.conversation_manager_state)

@@ -51,6 +51,8 @@ class AgentResult:
         interrupts: the open questions when ``stop_reason == "interrupt"``.
         output: the validated structured output (an instance of the invocation's ``output_type``), or
             None without one; ``str(result)`` is then its JSON, the text of the closing message.
+        resumed: the invocation first finished a turn that was left open (a killed process, or a failure
+            after a side-effecting tool ran): see ``Agent(resume_turns=...)``.
     """
 
     message: MessageDict
@@ -59,6 +61,7 @@ class AgentResult:
     metrics: AgentMetrics
     interrupts: list[Interrupt] = field(default_factory=list)
     output: Any = None
+    resumed: bool = False
 
     @property
     def text(self) -> str:

@@ -18,6 +18,7 @@ from orchestra.hooks.events import (
     BeforeToolCall,
     MessageAdded,
     MessageRedacted,
+    TurnCheckpoint,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "MessageRedacted",
     "OrchestratorSessionManager",
     "SessionManager",
+    "TurnCheckpoint",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "BeforeToolCall",
     "MessageAdded",
     "MessageRedacted",
+    "TurnCheckpoint",
 ]
 
 
@@ -122,3 +123,13 @@ class AfterToolCall(HookEvent):
     result: ToolResultDict
     exception: BaseException | None = None
     reverse_order = True
+
+
+@dataclass
+class TurnCheckpoint(HookEvent):
+    """The turn in progress must be durable before it goes on: a side-effecting tool is about to run, or
+    one returned (see ``orchestra.tools.effects``). Session managers save the agent here: its messages up
+    to the model's tool calls, and its tool ledger (``interrupt_state``)."""
+
+    agent: Agent
+    invocation_state: dict[str, Any]

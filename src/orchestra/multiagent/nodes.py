@@ -254,7 +254,10 @@ class Node:
                 node_id=self.node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt]
             )
         except BaseException:
-            if before is not None:
+            # ...unless a side-effecting tool of its turn ran: that turn stays open (its ledger is saved),
+            # and the node's next run resumes it rather than running the effect again.
+            pending = self.agent._pending_tools if self.kind == "agent" else None
+            if before is not None and not (pending is not None and pending.started):
                 self.agent.load_agent_data(before)
             raise
         finally:

@@ -389,9 +389,15 @@ class Journal:
                 self._check_agrees(snapshot, doc, own)
             self._last_t = own.record.t
         elif (
-            snapshot is not None and base_seq >= 0 and not records and snapshot.journal and snapshot.journal.t
+            snapshot is not None
+            and base_seq >= 0
+            and not records
+            and snapshot.journal
+            and snapshot.journal.t
+            and await self.storage.list(self.layout.journal, limit=1)
         ):
-            # The newest record is never deleted, so a snapshot of the newest state finds its own.
+            # The newest record is never deleted, so a snapshot of the newest state finds its own (unless
+            # the journal is gone altogether: then the snapshot alone is the state).
             raise SnapshotError(
                 f"{self.layout.latest}: says it holds the journal up to record {base_seq}, which is not in "
                 f"the journal ({self.layout.describe()}): its journal.seq is wrong. Nothing was loaded; "

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from orchestra._concurrency import held
 from orchestra.errors import SessionError
-from orchestra.hooks import HookRegistry
+from orchestra.hooks import HookRegistry, TurnCheckpoint
 from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
 from orchestra.multiagent.results import Status
 from orchestra.session._commit import housekeeping
@@ -31,6 +35,7 @@ class OrchestratorPersistence:
     def __init__(self, manager: SnapshotSessionManager) -> None:
         self.manager = manager
         self._journals: weakref.WeakKeyDictionary[MultiAgentBase, Journal] = weakref.WeakKeyDictionary()
+        self._locks: weakref.WeakKeyDictionary[MultiAgentBase, anyio.Lock] = weakref.WeakKeyDictionary()
         # The changes a failed save took from an orchestrator, for its next save to write.
         self._unsaved: weakref.WeakKeyDictionary[
             MultiAgentBase, tuple[dict[str, Any], dict[str, list[Any]], list[str]]
@@ -50,6 +55,20 @@ class OrchestratorPersistence:
         if doc is not None:
             orchestrator.load_document(doc.fields, doc.logs)
         self._journals[orchestrator] = journal
+        self._locks[orchestrator] = anyio.Lock()
+        for node_id, node in orchestrator.nodes.items():
+            if node.kind == "agent":
+                # A node's side-effecting tools make its open turn durable mid-node, in the run's journal.
+                node.agent.effect_scope = (
+                    f"{self.manager.session_id}/multiAgent/{orchestrator.scope_id}/{node_id}"
+                )
+                node.agent.hooks.add_callback(
+                    TurnCheckpoint, functools.partial(self._node_turn, orchestrator, node_id)
+                )
+
+    async def _node_turn(self, orchestrator: MultiAgentBase, node_id: str, event: TurnCheckpoint) -> None:
+        orchestrator._mark_agent(node_id)
+        await self.save(orchestrator)
 
     def journal_of(self, orchestrator: MultiAgentBase) -> Journal:
         journal = self._journals.get(orchestrator)
@@ -61,6 +80,11 @@ class OrchestratorPersistence:
         return journal
 
     async def save(self, orchestrator: MultiAgentBase) -> None:
+        # One save at a time: a node's tools may checkpoint its turn while the run saves another node.
+        async with held(self._locks[orchestrator]):
+            await self._save_locked(orchestrator)
+
+    async def _save_locked(self, orchestrator: MultiAgentBase) -> None:
         journal = self._journals[orchestrator]
         journal.run_id = self.manager.run_id
         fields, logs, unset = orchestrator.take_changes()

@@ -6,10 +6,20 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
+
+from orchestra._concurrency import held
 from orchestra._ids import validate_id
 from orchestra.agent.agent import Agent, AgentData
 from orchestra.errors import SessionError, SnapshotError
-from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.hooks import (
+    AfterInvocation,
+    AgentInitialized,
+    HookRegistry,
+    MessageAdded,
+    MessageRedacted,
+    TurnCheckpoint,
+)
 from orchestra.session._commit import housekeeping
 from orchestra.session._journal import Compaction, Document, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
@@ -93,6 +103,7 @@ class _AgentBinding:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.state_version = -1
+        self.lock = anyio.Lock()  # one save at a time: a turn's tools may checkpoint it concurrently
 
 
 class SnapshotSessionManager:
@@ -177,6 +188,7 @@ class SnapshotSessionManager:
         registry.add_callback(MessageAdded, self._on_message_added)
         registry.add_callback(MessageRedacted, self._on_message_redacted)
         registry.add_callback(AfterInvocation, self._on_after_invocation)
+        registry.add_callback(TurnCheckpoint, self._on_turn_checkpoint)
 
     def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
         """Persist a Graph or Swarm (called when the orchestrator gets this session manager)."""
@@ -190,6 +202,7 @@ class SnapshotSessionManager:
         agent = event.agent
         journal = self.journal("agent", agent.agent_id)
         journal.known_names = _AGENT_NAMES.__contains__
+        agent.effect_scope = f"{self._session_id}/agent/{agent.agent_id}"
         binding = _AgentBinding(journal)
         doc = await journal.load()
         if doc is None:
@@ -219,6 +232,10 @@ class SnapshotSessionManager:
 
     async def _save(self, agent: Agent) -> bool:
         binding = self._binding(agent)
+        async with held(binding.lock):
+            return await self._save_locked(agent, binding)
+
+    async def _save_locked(self, agent: Agent, binding: _AgentBinding) -> bool:
         data = agent.agent_data()
         fields: dict[str, Any] = {
             "conversation_manager_state": data.conversation_manager_state,
@@ -231,6 +248,10 @@ class SnapshotSessionManager:
         saved = await binding.journal.save(fields, {"messages": data.messages})
         binding.state_version = agent.state.version
         return saved
+
+    async def _on_turn_checkpoint(self, event: TurnCheckpoint) -> None:
+        # Whatever save_latest_on says: a side-effecting tool's turn must be durable (its ledger).
+        await self._save(event.agent)
 
     async def _on_message_added(self, event: MessageAdded) -> None:
         if self.save_latest_on == "message":

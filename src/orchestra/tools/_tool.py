@@ -19,6 +19,7 @@ from orchestra.errors import ConfigurationError
 from orchestra.history import EMPTY_TOOL_OUTPUT, TOOL_NAME_PATTERN
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.models import ToolSpec
+from orchestra.tools.effects import OnUnknown
 
 if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
@@ -77,12 +78,15 @@ class ToolContext:
         tool_use: the model's request: ``toolUseId``, ``name``, ``input``.
         invocation_state: the invocation's state dict, shared by reference with hooks and other tools.
         orchestrator: the Graph or Swarm running the agent, if any (its ``state`` is shared by all nodes).
+        idempotency_key: the same on every execution of this call (after a crash, a retry, a resume in
+            another process): pass it on to what the tool changes (see ``orchestra.tools.effects``).
     """
 
     agent: Agent
     tool_use: dict[str, Any]
     invocation_state: dict[str, Any]
     orchestrator: Any = field(default_factory=current_orchestrator.get)
+    idempotency_key: str = ""
     _interrupts: dict[str, Interrupt] = field(default_factory=dict, repr=False)
     _turn: TurnControl | None = field(default=None, repr=False)
 
@@ -207,10 +211,18 @@ class FunctionTool:
         description: str | None = None,
         context: bool = False,
         localns: dict[str, Any] | None = None,
+        effects: bool = False,
+        on_unknown: OnUnknown = "interrupt",
     ) -> None:
         self.fn = fn
         self._name = check_tool_name(name or fn.__name__)
         self.takes_context = context
+        if on_unknown not in ("interrupt", "retry", "error"):
+            raise ConfigurationError(
+                f"tool {self._name!r}: on_unknown must be 'interrupt', 'retry' or 'error', not {on_unknown!r}"
+            )
+        self.effects = effects
+        self.on_unknown: OnUnknown = on_unknown
         signature = inspect.signature(fn)
         if context and CONTEXT_PARAMETER not in signature.parameters:
             raise ConfigurationError(
@@ -304,7 +316,12 @@ def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, context: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    context: bool = False,
+    effects: bool = False,
+    on_unknown: OnUnknown = "interrupt",
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -315,6 +332,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     context: bool = False,
+    effects: bool = False,
+    on_unknown: OnUnknown = "interrupt",
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a function, bare (``@tool``) or with options (``@tool(name=..., context=True)``).
 
@@ -326,16 +345,29 @@ def tool(
         name: the tool's name; defaults to the function's name.
         description: the tool's description; defaults to the docstring.
         context: pass a :class:`ToolContext` to the function's ``tool_context`` parameter.
+        effects: the tool changes the world (sends, pays, writes): it runs once across crashes and
+            resumes, its result recorded before the model sees it (see ``orchestra.tools.effects``).
+        on_unknown: for ``effects=True``, what a resumed turn does with a call that started but never
+            returned: ``"interrupt"`` (ask a human; the default), ``"retry"`` (run it again with the same
+            idempotency key) or ``"error"`` (tell the model the outcome is unknown).
     """
     # Annotations may name classes local to the function that defines the tool: keep that scope (at
     # module level the locals are the globals, which the function already has).
     caller = sys._getframe(1)
     localns = None if caller.f_locals is caller.f_globals else dict(caller.f_locals)
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "context": context,
+        "localns": localns,
+        "effects": effects,
+        "on_unknown": on_unknown,
+    }
     if fn is not None:
-        return FunctionTool(fn, name=name, description=description, context=context, localns=localns)
+        return FunctionTool(fn, **options)
 
     def decorate(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, context=context, localns=localns)
+        return FunctionTool(f, **options)
 
     return decorate
 
