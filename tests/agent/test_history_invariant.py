@@ -197,7 +197,9 @@ def test_every_step_leaves_a_history_both_providers_accept(steps: list[tuple[Any
             )
             open_turn = reloaded.open_turn()
             if open_turn is None:
-                assert history_problems(reloaded.messages, interrupted=reloaded._pending_tools is not None) == []
+                assert (
+                    history_problems(reloaded.messages, interrupted=reloaded._pending_tools is not None) == []
+                )
             else:
                 # A turn left open by a cancelled save is resumed by the next invocation: the whole turns
                 # before it keep the invariant, and the request the resume makes passes both providers.
