@@ -106,3 +106,51 @@ async def sleep_forever(node_input: Any) -> str:
         counts.write("ran\n")
     await anyio.sleep(3600)
     return "never"
+
+
+# -- side-effecting tools on Temporal (tests/temporal/test_kill.py): the effect service's URL comes from
+# $ORCHESTRA_TEST_EFFECTS_URL, and each tool call waits $ORCHESTRA_TEST_STEP_SECONDS after its effect.
+
+
+def _send_effect(intent: str, tool_context: Any) -> str:
+    """Carry out an intent through the effect service, with the call's idempotency key."""
+    import os
+    import time
+
+    import httpx
+
+    answer = httpx.post(
+        os.environ["ORCHESTRA_TEST_EFFECTS_URL"],
+        json={"intent": intent},
+        headers={"Idempotency-Key": tool_context.idempotency_key},
+    )
+    time.sleep(float(os.environ.get("ORCHESTRA_TEST_STEP_SECONDS", "0.3")))
+    return str(answer.json()["done"])
+
+
+def _make_send_effect() -> Any:
+    from orchestra import tool
+
+    return tool(effects=True, context=True, on_unknown="retry", name="send")(_send_effect)
+
+
+send_effect = _make_send_effect()
+
+
+def effect_planner(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> Any:
+    """Three sends, two at a time then one, each call with a fresh id as real models give, then done."""
+    import uuid
+
+    from orchestra.testing import ToolCall
+
+    prompt = max(i for i, m in enumerate(messages) if m["role"] == "user" and "text" in m["content"][0])
+    batches = sum(1 for m in messages[prompt:] if m["role"] == "user" and "toolResult" in m["content"][0])
+
+    def send(intent: str) -> Any:
+        return ToolCall("send", {"intent": intent}, tool_use_id=f"call_{uuid.uuid4().hex[:12]}")
+
+    if batches == 0:
+        return [send("a"), send("b")]
+    if batches == 1:
+        return [send("c")]
+    return "sent"

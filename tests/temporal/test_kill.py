@@ -109,3 +109,70 @@ def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_pa
             assert runs[node] == 1, f"round {round_number}: {node} had completed but ran {runs[node]} times"
         assert all(count <= 2 for count in runs.values()), runs
         assert completed(root, session) == set(NODES)
+
+
+EFFECTS_SPEC = """version: 1
+kind: graph
+id: kill-effects
+agents:
+  - {name: sender, model: 'function:tests.support:effect_planner', tools: ['tests.support:send_effect']}
+nodes:
+  - {id: sender, agent: sender}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_side_effecting_tool_runs_once_when_its_worker_is_killed(temporal_address, tmp_path, monkeypatch):
+    """An agent node's sends go through a service that counts effects by Idempotency-Key; one of two
+    workers is SIGKILLed while the node runs. Temporal retries the activity on the other worker, which
+    resumes the node's open turn from the blob its tools checkpointed: every effect happened once."""
+    from orchestra import temporal
+    from tests.effects_service import EffectService
+
+    spec = tmp_path / "effects.yaml"
+    spec.write_text(EFFECTS_SPEC)
+    parse_text(EFFECTS_SPEC, "effects.yaml")
+    root = tmp_path / "store"
+    rng = random.Random(11)
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.4")
+    with EffectService() as service:
+        monkeypatch.setenv("ORCHESTRA_TEST_EFFECTS_URL", service.url)
+        for round_number in range(2 if ROUNDS == 3 else ROUNDS):
+            service.reset()
+            queue = f"q-effects-{round_number}"
+            workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
+            session = f"e{round_number}"
+
+            async def start(queue=queue, session=session):
+                target = temporal.TemporalTarget(temporal_address, "default", queue)
+                client = await temporal.connect(target)
+                request = temporal.RunRequest(
+                    spec_id="kill-effects",
+                    session_id=session,
+                    storage=f"file:{root}",
+                    task="send them",
+                    run_id=session,
+                    heartbeat_seconds=2,
+                )
+                return await temporal.start_run(client, target, request)
+
+            handle = anyio.run(start)
+            wanted = 1 + rng.randint(0, 1)  # kill after one or two effects
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and sum(service.effects.values()) < wanted:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.3))
+            for worker in workers:  # the one running the node (the other is idle)
+                worker.send_signal(signal.SIGKILL)
+                worker.wait()
+                worker.stderr.close()
+            workers = [worker_process(temporal_address, queue, spec)]
+            try:
+                summary = anyio.run(handle.result)
+            finally:
+                for worker in workers:
+                    worker.terminate()
+                    worker.wait(30)
+                    worker.stderr.close()
+            assert summary["status"] == "completed", summary
+            assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}, f"round {round_number}"

@@ -23,7 +23,10 @@ from temporalio.exceptions import ApplicationError
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
+from orchestra.agent import Agent
+from orchestra.agent.agent import AgentData
 from orchestra.errors import SessionConflictError, StorageConfigurationError, StorageConflictError
+from orchestra.hooks import TurnCheckpoint
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent.graph import _ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
@@ -298,6 +301,8 @@ class PipelineActivities:
         node = orchestrator.nodes[request.node_id]
         if request.reset:
             node.reset()
+        if node.kind == "agent":
+            await self._keep_open_turn(storage, request, orchestrator, node.agent)
         if isinstance(orchestrator, Graph):
             # A function node sees its inputs only; edge conditions, and an agent's tools (through
             # ToolContext.orchestrator), may read any node's result.
@@ -359,6 +364,29 @@ class PipelineActivities:
             fired=fired,
             handoff=handoff,
         )
+
+    async def _keep_open_turn(
+        self, storage: Storage, request: NodeRequest, orchestrator: MultiAgentBase, agent: Agent
+    ) -> None:
+        """Make the node's agent durable mid-turn, as a session does locally: its side-effecting tools
+        checkpoint its open turn (``TurnCheckpoint``) into a blob of this execution, and a retried
+        attempt (after a worker died) starts from that blob, so the turn resumes instead of starting over
+        and an effect runs once. Keys are the same as locally: the session, the scope, the node."""
+        agent.effect_scope = f"{request.session_id}/multiAgent/{request.scope_id}/{request.node_id}"
+        key = (
+            f"{_run_folder(request.session_id, request.scope_id, request.run_id)}"
+            f"{request.node_id}-{request.execution_count}-turn.json"
+        )
+        found = await storage.read(key)
+        if found is not None:  # an earlier attempt of this execution kept its turn open
+            saved = json.loads(found[0])
+            agent.load_agent_data(AgentData(messages=saved["messages"], **saved["agent"]))
+
+        async def checkpoint(event: TurnCheckpoint) -> None:
+            fields, messages = orchestrator._agent_fields(request.node_id)
+            await storage.write(key, dumps({"agent": fields, "messages": messages}).encode())
+
+        agent.hooks.add_callback(TurnCheckpoint, checkpoint)
 
     async def _run(
         self, node: Any, node_input: NodeInput, orchestrator: MultiAgentBase, request: NodeRequest
