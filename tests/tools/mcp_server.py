@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ImageContent, TextContent
 
 server = MCPServer("orchestra-test")
@@ -32,6 +32,13 @@ def picture() -> list:
         TextContent(type="text", text="a red pixel"),
         ImageContent(type="image", data=base64.b64encode(PIXEL).decode(), mime_type="image/png"),
     ]
+
+
+@server.tool()
+def idempotency_key(ctx: Context) -> str:
+    """The idempotency key this call's request carried in its _meta (or 'none')."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("orchestra/idempotency-key", "none"))
 
 
 @server.tool()

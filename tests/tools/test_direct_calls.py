@@ -67,3 +67,22 @@ def test_direct_call_errors_become_error_results():
 async def test_direct_call_inside_a_running_loop():
     agent = Agent(tools=[double])
     assert agent.tool.double(x=2)["content"] == [{"text": "4"}]
+
+
+def test_a_direct_call_has_an_idempotency_key_that_the_caller_can_pin():
+    from orchestra import ToolContext, tool
+
+    keys = []
+
+    @tool(context=True, effects=True)
+    def pay(amount: int, tool_context: ToolContext) -> str:
+        """Pay."""
+        keys.append(tool_context.idempotency_key)
+        return "paid"
+
+    agent = Agent(model=ScriptedModel([]), tools=[pay])
+    agent.tool.pay(amount=1)
+    agent.tool.pay(amount=1, idempotency_key="order-42")  # repeating a call that may have run
+    agent.tool.pay(amount=1, idempotency_key="order-42", record_direct_tool_call=False)
+    assert keys[0].startswith("oc-")
+    assert keys[1:] == ["order-42", "order-42"]

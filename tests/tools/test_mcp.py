@@ -45,7 +45,7 @@ def http_server():
 async def test_stdio_tools_are_called_by_the_model():
     async with stdio() as client:
         agent = Agent(model=ScriptedModel([ToolCall("add", {"a": 2, "b": 3}), "5"]), tools=[client])
-        assert sorted(agent.tool_registry.names) == ["add", "crash", "hang", "picture"]
+        assert sorted(agent.tool_registry.names) == ["add", "crash", "hang", "idempotency_key", "picture"]
         result = await agent.invoke_async("2+3?")
     assert str(result) == "5"
     tool_result = agent.messages[2]["content"][0]["toolResult"]
@@ -160,3 +160,21 @@ agents:
         parse_text(
             "version: 1\nkind: agent\nid: x\nagents:\n  - name: x\n    tools: [{mcp: {}}]\n", "bad.yaml"
         )
+
+
+async def test_a_calls_idempotency_key_reaches_the_server_in_meta():
+    """The server (the official SDK's) reads the key from the tools/call request's _meta: the same key as
+    the tool call's ToolContext.idempotency_key, made from the session, the scope and the call's id."""
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import InMemoryStorage
+    from orchestra.tools.effects import idempotency_key
+
+    async with stdio() as client:
+        agent = await Agent.create(
+            model=ScriptedModel([ToolCall("idempotency_key", {}, tool_use_id="call-7"), "ok"]),
+            tools=[client],
+            session_manager=SnapshotSessionManager("s1", storage=InMemoryStorage()),
+        )
+        await agent.invoke_async("which key?")
+    received = agent.messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert received == idempotency_key("s1/agent/default", "call-7")

@@ -51,7 +51,8 @@ class _DirectCall:
 
         ``record_direct_tool_call=False`` (here or on the agent) leaves the history untouched; otherwise
         the call is recorded as a valid exchange: a user note, the toolUse, its toolResult, and an
-        assistant acknowledgement.
+        assistant acknowledgement. The tool's ``ToolContext.idempotency_key`` is derived from a new call
+        id, or is the ``idempotency_key=`` passed here (to repeat a direct call that may have run).
         """
         return run_sync(self.call_async, **kwargs)
 
@@ -61,6 +62,7 @@ class _DirectCall:
         agent = self._agent
         record = kwargs.pop("record_direct_tool_call", agent.record_direct_tool_call)
         invocation_state: dict[str, Any] = kwargs.pop("invocation_state", None) or {}
+        key: str | None = kwargs.pop("idempotency_key", None)
         tool_use = {"toolUseId": f"tooluse_{secrets.token_hex(8)}", "name": self._name, "input": kwargs}
         with agent.exclusive("direct tool call"):
             if record and agent._pending_tools is not None:
@@ -69,7 +71,7 @@ class _DirectCall:
                     f"interrupt responses, and a recorded call of {self._name!r} would land between them and "
                     "their results. Answer the interrupts first, or pass record_direct_tool_call=False"
                 )
-            result = await run_tool(agent, tool_use, invocation_state)
+            result = await run_tool(agent, tool_use, invocation_state, idempotency_key=key)
             if not record:
                 return result
             length = len(agent.messages)

@@ -184,10 +184,13 @@ async def run_tool(
     interrupts: dict[str, Interrupt] | None = None,
     turn: TurnControl | None = None,
     output: OutputTool | None = None,
+    idempotency_key: str | None = None,
 ) -> ToolResultDict:
-    """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts."""
+    """Run one tool call through the hooks. Raises ``InterruptException`` if the tool interrupts.
+
+    ``idempotency_key`` overrides the key derived from the agent's ``effect_scope`` and the call's id."""
     if not tracing.recording():
-        return await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output)
+        return await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key)
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool_use["name"],
@@ -195,7 +198,7 @@ async def run_tool(
     }
     with tracing.span(f"execute_tool {tool_use['name']}", attributes) as tool_span:
         tool_span.content("gen_ai.tool.call.arguments", tool_use.get("input"))
-        result = await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output)
+        result = await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key)
         tool_span.set(orchestra__tool__status=result.get("status"))
         tool_span.content("gen_ai.tool.call.result", result.get("content"))
         return result
@@ -208,6 +211,7 @@ async def _run_tool(
     interrupts: dict[str, Interrupt] | None,
     turn: TurnControl | None,
     output: OutputTool | None,
+    key: str | None = None,
 ) -> ToolResultDict:
     hooks = agent.hooks
     before = await hooks.invoke(BeforeToolCall(agent, tool_use, invocation_state))
@@ -227,7 +231,7 @@ async def _run_tool(
                 agent=agent,
                 tool_use=tool_use,
                 invocation_state=invocation_state,
-                idempotency_key=idempotency_key(agent.effect_scope, tool_use_id),
+                idempotency_key=key or idempotency_key(agent.effect_scope, tool_use_id),
                 _interrupts=interrupts or {},
                 _turn=turn,
             )

@@ -32,6 +32,10 @@ from orchestra.tools._tool import ToolContext, ToolResultDict, tool_result
 __all__ = ["MCPClient", "MCPTool"]
 
 _log = get_logger("orchestra.mcp")
+
+IDEMPOTENCY_META_KEY = "orchestra/idempotency-key"
+"""The ``_meta`` key of a ``tools/call`` request that carries the call's idempotency key (the same on every
+execution of one model tool call; see ``orchestra.tools.effects``)."""
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -208,8 +212,9 @@ class MCPClient:
             atexit.register(self.close)
         return list(self._tools)
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Call a tool on the server; raises on a dead server or after ``timeout`` seconds."""
+    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> Any:
+        """Call a tool on the server (``meta`` goes in the request's ``_meta``); raises on a dead server or
+        after ``timeout`` seconds."""
         portal = self._portal
         if portal is None or self._session is None:
             raise ConnectionError(
@@ -219,7 +224,12 @@ class MCPClient:
 
         async def call() -> Any:
             with anyio.fail_after(self.timeout):
-                return await session.call_tool(name, arguments, read_timeout_seconds=self.timeout)
+                return await session.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=self.timeout,
+                    meta=meta,
+                )
 
         return await anyio.to_thread.run_sync(portal.call, call)
 
@@ -262,8 +272,10 @@ class MCPTool:
 
     async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
         tool_use_id = tool_use["toolUseId"]
+        # The call's idempotency key travels in the request's _meta, where MCP allows such metadata.
+        meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context.idempotency_key else None
         try:
-            result = await self.client.call(self.remote_name, dict(tool_use.get("input") or {}))
+            result = await self.client.call(self.remote_name, dict(tool_use.get("input") or {}), meta)
         except Exception as exc:
             reason = _reason(exc)
             _log.warning(
