@@ -309,6 +309,15 @@ class Client:
                 if event is not None:
                     yield _checked(event)
 
+    def resume(self, agent_id: str, session_id: str) -> InvokeResult:
+        """Finish what a session left open (a turn cut by a crash, an unfinished run); ``resumed`` is
+        true in the answer. ``ConflictError`` (``nothing_to_resume``) if there is nothing."""
+        response = self._http.post(
+            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}/resume"
+        )
+        _raise_for(response)
+        return InvokeResult.model_validate(response.json())
+
     def agents(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/agents")["agents"])
 
@@ -408,6 +417,13 @@ class AsyncClient:
                 event = parser.feed(line)
                 if event is not None:
                     yield _checked(event)
+
+    async def resume(self, agent_id: str, session_id: str) -> InvokeResult:
+        response = await self._http.post(
+            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}/resume"
+        )
+        _raise_for(response)
+        return InvokeResult.model_validate(response.json())
 
     async def agents(self) -> list[dict[str, Any]]:
         return list((await self._get("/api/v1/agents"))["agents"])

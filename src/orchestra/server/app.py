@@ -569,6 +569,24 @@ def create_app(config: ServerConfig) -> FastAPI:
                 }
         return _plain(out)
 
+    @app.post(
+        "/api/v1/agents/{agent_id}/sessions/{session_id}/resume",
+        response_model=InvokeResponse,
+        responses=_errors(401, 404, 409, 422, 500, 502, 503, 507),
+    )
+    async def resume(agent_id: str, session_id: Annotated[str, ID_PATH], ws: Workspace) -> Any:
+        """Finish what the session left open (an agent's turn cut by a crash, a pipeline's unfinished run)
+        without sending anything new; 409 ``nothing_to_resume`` if there is nothing."""
+        target = hosted(agent_id, ws)
+        checked_id(session_id, "session_id")
+        invocation = Invocation(target, "", session_id, None)
+        invocation.resume = True
+        record, failure = await runtime.invoke(ws, invocation)
+        write_record = BackgroundTask(runtime.flush_records, ws)
+        if failure is not None:
+            return _failure_response(failure, record, background=write_record)
+        return JSONResponse(_answer(record), background=write_record)
+
     @app.delete(
         "/api/v1/agents/{agent_id}/sessions/{session_id}",
         status_code=204,

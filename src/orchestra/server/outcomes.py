@@ -9,6 +9,7 @@
 | the storage lost an answer and could not tell | 503 | ``outcome_unknown`` | not known |
 | the storage is misconfigured | 500 | ``storage_misconfigured`` | no |
 | a stored session is damaged | 500 | ``session_damaged`` | no |
+| ``POST .../resume`` with nothing to resume | 409 | ``nothing_to_resume`` | no |
 | the model or a tool failed | 502 | ``run_failed`` | no (an agent's turn is rolled back) |
 
 ``stored`` is whether the turn is in the session. A request repeated with its ``Idempotency-Key`` gets
@@ -30,7 +31,11 @@ from orchestra.errors import (
     StorageUnavailableError,
 )
 
-__all__ = ["Failure", "failure_of"]
+__all__ = ["Failure", "NothingToResume", "failure_of"]
+
+
+class NothingToResume(OrchestraError):
+    """``POST .../resume`` on a session with no open turn and no unfinished run (409)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ def failure_of(exc: BaseException, run_id: str) -> Failure:
     stored = getattr(exc, "stored", False)
     if isinstance(exc, SessionConflictError):
         return Failure(409, "session_conflict", str(exc), retry_after=1)
+    if isinstance(exc, NothingToResume):
+        return Failure(409, "nothing_to_resume", str(exc))
     if isinstance(exc, StorageFullError):
         return Failure(
             507,

@@ -49,7 +49,7 @@ from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.idempotency import IdempotencyKeys, KeyEntry, KeyRefused
 from orchestra.server.liveness import Liveness
-from orchestra.server.outcomes import Failure, failure_of
+from orchestra.server.outcomes import Failure, NothingToResume, failure_of
 from orchestra.server.runs import Mode, RunRecord, RunStore
 from orchestra.server.settle import settle_from_session
 from orchestra.session import Compaction, SnapshotSessionManager
@@ -101,6 +101,7 @@ class Invocation:
         self.fingerprint = ""  # of the request's body, which a repeat with the same key must match
         # Set when this request runs again what an earlier one with its key left undone.
         self.prior: RunRecord | None = None
+        self.resume = False  # POST .../resume: finish what the session left open, with no new input
 
     def traced(self) -> Any:
         """The span of this invocation, continuing the caller's trace (``traceparent``) if it sent one."""
@@ -282,6 +283,7 @@ class Runtime:
             # A structured output is answered as JSON (an object), else the text.
             record.output = outcome.output if outcome.output is not None else str(outcome)
             record.usage = _usage(outcome.metrics.usage)
+            record.resumed = outcome.resumed
         else:
             assert isinstance(outcome, MultiAgentResult)
             record.status = outcome.status.value
@@ -372,7 +374,9 @@ class Runtime:
                 replay = await self._already_done(workspace, invocation, record)
                 if replay is not None:
                     return replay
-                if isinstance(target, MultiAgentBase):
+                if invocation.resume:
+                    outcome = await _resume(target)
+                elif isinstance(target, MultiAgentBase):
                     task = self._task(invocation, target)
                     outcome = await target.invoke_async(task, resume_unfinished=True)
                 else:
@@ -499,10 +503,21 @@ class Runtime:
         return self._lock(workspace, invocation.hosted.id, invocation.session_id)
 
 
+async def _resume(target: Agent | MultiAgentBase) -> Any:
+    """Finish what a session left open: an agent's open turn, or a pipeline's unfinished run."""
+    if isinstance(target, Agent):
+        if target.open_turn() is None:
+            raise NothingToResume("the session has no open turn to resume: send a message instead")
+        return await target.invoke_async(None)
+    if target.status.value not in ("executing", "failed", "interrupted"):
+        raise NothingToResume("the session has no unfinished run to resume: send a task instead")
+    return await target.invoke_async(None)
+
+
 def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool:
     """A turn that never ran (its session did not load) or lost to another writer stored nothing: unless
     a repeat with its Idempotency-Key may ask for it, it leaves no run record."""
-    never_ran = target is None or isinstance(outcome, SessionConflictError)
+    never_ran = target is None or isinstance(outcome, SessionConflictError | NothingToResume)
     return never_ran and isinstance(outcome, Exception) and invocation.idempotency_key is None
 
 
