@@ -179,3 +179,64 @@ def test_a_redaction_made_by_orchestra_is_what_strands_shows(where):
     anyio.run(go)
     follower = strands_agent(where, "s4", [])
     assert follower.messages[0]["content"] == [{"text": "[card removed]"}]
+
+
+def test_an_open_turn_orchestra_left_loads_in_strands_and_resumes_in_orchestra(where):
+    """A process killed in the middle of a turn (a side-effecting tool had run, another had not) leaves an
+    open turn in the shared layout. Strands loads that session as it is, and closes the unanswered call
+    with an error result of its own when its next prompt arrives. orchestra loads it as an open turn and
+    resumes it: the recorded result is reused, not run again."""
+    ran: list[str] = []
+
+    @tool(effects=True, name="add")
+    def recorded_add(a: int, b: int) -> int:
+        """Add two numbers."""
+        ran.append("add")
+        return a + b
+
+    @tool
+    async def slow(query: str) -> str:
+        """Never returns: the process dies here."""
+        await anyio.sleep_forever()
+        return "never"
+
+    async def die_mid_turn(session_id: str) -> list[dict[str, Any]]:
+        agent = await Agent.create(
+            model=ScriptedModel(
+                [
+                    [
+                        ToolCall("add", {"a": 1, "b": 2}, tool_use_id="t1"),
+                        ToolCall("slow", {"query": "q"}, tool_use_id="t2"),
+                    ]
+                ]
+            ),
+            tools=[recorded_add, slow],
+            agent_id="helper",
+            session_manager=orchestra_manager(where, session_id),
+        )
+        with anyio.move_on_after(0.3):
+            await agent.invoke_async("add 1 and 2")
+        return agent.messages
+
+    left = anyio.run(die_mid_turn, "open-strands")
+    strands_side = strands_agent(where, "open-strands", ["three"])
+    assert core(strands_side.messages) == left  # loaded as it is: the prompt and the tool calls
+    strands_side("and then?")
+    closed = [b["toolResult"] for m in core(strands_side.messages) for b in m["content"] if "toolResult" in b]
+    assert {r["toolUseId"] for r in closed} == {"t1", "t2"}  # Strands answered the calls itself
+    assert all(r["status"] == "error" for r in closed)
+
+    anyio.run(die_mid_turn, "open")
+    assert ran == ["add", "add"]  # once in each session
+    resumed = Agent(
+        model=ScriptedModel(["three; the lookup found nothing"]),
+        tools=[recorded_add, tool(lambda query: "nothing", name="slow")],
+        agent_id="helper",
+        session_manager=orchestra_manager(where, "open"),
+    )
+    assert resumed.open_turn() == 0
+    result = resumed("add 1 and 2")
+    assert result.resumed
+    assert ran == ["add", "add"]  # the recorded result was reused
+    assert history_problems(resumed.messages) == []
+    assert_bedrock_accepts([*resumed.messages, {"role": "user", "content": [{"text": "next"}]}])

@@ -34,7 +34,14 @@ from orchestra._ids import validate_id
 from orchestra._json import decode_bytes
 from orchestra.agent.agent import Agent, AgentData
 from orchestra.errors import SessionConflictError, SessionError, SnapshotError, StorageConflictError
-from orchestra.hooks import AfterInvocation, AgentInitialized, HookRegistry, MessageAdded, MessageRedacted
+from orchestra.hooks import (
+    AfterInvocation,
+    AgentInitialized,
+    HookRegistry,
+    MessageAdded,
+    MessageRedacted,
+    TurnCheckpoint,
+)
 from orchestra.messages import Message, MessageDict, validate_message
 from orchestra.session._strands_files import file_json, message_from_file, message_to_file
 from orchestra.session.snapshot import now_iso
@@ -369,6 +376,7 @@ class RepositorySessionManager:
         registry.add_callback(MessageAdded, self._on_message_added)
         registry.add_callback(MessageRedacted, self._on_message_redacted)
         registry.add_callback(AfterInvocation, self._on_after_invocation)
+        registry.add_callback(TurnCheckpoint, self._on_turn_checkpoint)
 
     def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
         """Persist a Graph or Swarm as one ``multi_agent.json`` (rewritten whole after every node)."""
@@ -424,6 +432,7 @@ class RepositorySessionManager:
 
     async def _on_initialized(self, event: AgentInitialized) -> None:
         agent = event.agent
+        agent.effect_scope = f"{self._session_id}/agent/{agent.agent_id}"  # keys of its tool calls
         repo = self.session_repository
         await self._ensure_session()
         stored: SessionAgent | None = await _call(repo.read_agent(self._session_id, agent.agent_id))
@@ -477,8 +486,15 @@ class RepositorySessionManager:
         stored.message = stored.redact_message = Message.model_validate(event.message)
         await _call(repo.update_message(self._session_id, agent.agent_id, stored))
 
+    async def _on_turn_checkpoint(self, event: TurnCheckpoint) -> None:
+        # A side-effecting tool's ledger (interrupt_state) must be durable before it runs; the messages
+        # up to the model's tool calls already are (this layout saves each message as it is added).
+        await self._save_agent(event.agent)
+
     async def _on_after_invocation(self, event: AfterInvocation) -> None:
-        agent = event.agent
+        await self._save_agent(event.agent)
+
+    async def _save_agent(self, agent: Agent) -> None:
         tracked = self._tracked(agent)
         data = agent.agent_data()
         await _call(
