@@ -88,3 +88,23 @@ def test_the_agents_as_tools_example_delegates(capsys, monkeypatch):
         "tool said: The note is accurate.",
         "assistant: Tides come mainly from the Moon's gravity (checked by the review pipeline).",
     ]
+
+
+def test_the_exactly_once_example_resumes_after_ctrl_c(tmp_path):
+    """Ctrl-C once an invoice is out, run again: the turn resumes and every invoice is sent once."""
+    import json
+    import signal
+    import subprocess
+
+    example = [sys.executable, str(EXAMPLES / "python" / "exactly_once_tools.py"), str(tmp_path / "state")]
+    first = subprocess.Popen(example, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert first.stdout.readline().strip() == "sent the invoice for acme (120 EUR)"
+    first.send_signal(signal.SIGINT)
+    out, _ = first.communicate(timeout=60)
+    assert "stopped half way: run me again to resume the turn" in out
+    again = subprocess.run(example, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == "resuming the turn a stopped run left open"
+    assert "All three invoices are out. (resumed)" in again.stdout
+    outbox = [json.loads(line) for line in (tmp_path / "state" / "outbox.jsonl").read_text().splitlines()]
+    assert sorted(entry["customer"] for entry in outbox) == ["acme", "globex", "initech"]
