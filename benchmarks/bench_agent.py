@@ -12,7 +12,12 @@ calls, one tool), each setup in fresh processes, alternated, best of 5: the ``[o
 if not installed: nothing imported), the API installed with no SDK configured (no-op spans), and the
 SDK recording to memory. The ratios are to "absent"; "absent_again" measures the noise of the same setup.
 
-    python benchmarks/bench_agent.py [--turns 300] [--long] [--tracing]
+With ``--effects``, the cost of the effect ledger (``@tool(effects=True)``) per tool-calling turn (a tool
+call and an answer), on local files (durable: fsynced) and in memory, with a session saving per
+invocation. The floor is the same turn with the same tool not declared side-effecting; the ledger adds two
+saves a call (before it runs, and its result before the model sees it). Cases alternate, best of 3.
+
+    python benchmarks/bench_agent.py [--turns 300] [--long] [--tracing] [--effects]
 """
 
 from __future__ import annotations
@@ -135,17 +140,71 @@ def run_tracing(turns: int = 400, rounds: int = 5) -> dict[str, Any]:
     }
 
 
+async def effects_turns(turns: int, effects: bool, storage: str, root: str) -> float:
+    """Microseconds per tool-calling turn, with or without the ledger."""
+    from orchestra import ToolContext, tool
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import InMemoryStorage, LocalFileStorage
+    from orchestra.testing import ToolCall
+
+    @tool(effects=effects, context=True)
+    def send(n: int, tool_context: ToolContext) -> str:
+        """Send."""
+        return f"sent {n} with {tool_context.idempotency_key}"
+
+    replies = [r for i in range(turns) for r in (ToolCall("send", {"n": i}), f"done {i}")]
+    store = LocalFileStorage(root) if storage == "local" else InMemoryStorage()
+    agent = await Agent.create(
+        model=ScriptedModel(replies),
+        tools=[send],
+        conversation_manager=NullConversationManager(),
+        session_manager=SnapshotSessionManager("bench", storage=store),
+    )
+    started = time.perf_counter()
+    for i in range(turns):
+        await agent.invoke_async(f"turn {i}")
+    return (time.perf_counter() - started) / turns * 1e6
+
+
+def run_effects(turns: int = 200, rounds: int = 3) -> list[dict[str, Any]]:
+    import tempfile
+
+    out = []
+    for storage in ("local", "memory"):
+        best = {"ledger": float("inf"), "plain": float("inf")}
+        for _ in range(rounds):
+            for case in ("plain", "ledger"):  # alternated: the machine's noise hits both
+                with tempfile.TemporaryDirectory() as root:
+                    figure = anyio.run(effects_turns, turns, case == "ledger", storage, root)
+                best[case] = min(best[case], figure)
+        out.append(
+            {
+                "benchmark": "effect_ledger_cost",
+                "storage": "local files (fsync)" if storage == "local" else "memory",
+                "turn": "one tool call + one answer, saved per invocation",
+                "floor_plain_tool_us_per_turn": round(best["plain"], 1),
+                "ledger_us_per_turn": round(best["ledger"], 1),
+                "ledger_over_floor": round(best["ledger"] / best["plain"], 3),
+            }
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--long", action="store_true", help="also run the 10,000-message conversation")
     parser.add_argument("--tracing", action="store_true", help="also measure what tracing costs per turn")
+    parser.add_argument("--effects", action="store_true", help="also measure the effect ledger per turn")
     args = parser.parse_args()
     print(json.dumps(anyio.run(run, args.turns)))
     if args.long:
         print(json.dumps(anyio.run(run_long)))
     if args.tracing:
         print(json.dumps(run_tracing()))
+    if args.effects:
+        for figures in run_effects():
+            print(json.dumps(figures))
 
 
 if __name__ == "__main__":
