@@ -337,6 +337,10 @@ class Agent:
         pending = self._pending_tools
         if pending is not None and pending.open_interrupts():
             return None
+        if pending is None and self.messages:
+            last = self.messages[-1]  # the common case, checked per invocation in O(1): a finished turn
+            if last["role"] == "assistant" and not any("toolUse" in block for block in last["content"]):
+                return None
         kept, _ = unfinished_turn(self.messages, interrupted=pending is not None)
         if kept < len(self.messages):
             return kept
