@@ -1,7 +1,8 @@
 """Storage: pluggable bytes-level key-value backends with conditional writes.
 
-``InMemoryStorage``, ``LocalFileStorage`` (the default, ``./.orchestra/``) and ``S3Storage`` implement the
-``Storage`` protocol; ``storage_from_uri`` builds one from ``file:./dir``, ``s3://bucket/prefix`` or ``memory``.
+``InMemoryStorage``, ``LocalFileStorage`` (the default, ``./.orchestra/``), ``S3Storage``, ``SQLiteStorage``
+and ``PostgresStorage`` implement the ``Storage`` protocol; ``storage_from_uri`` builds one from
+``file:./dir``, ``s3://bucket/prefix``, ``sqlite:./file.db``, ``postgresql://host/db`` or ``memory``.
 ``EncryptedStorage`` wraps any of them to encrypt every value at rest.
 """
 
@@ -15,16 +16,26 @@ from orchestra.storage.memory import InMemoryStorage
 from orchestra.storage.prefixed import PrefixedStorage
 
 if _typing.TYPE_CHECKING:
+    from orchestra.storage.postgres import PostgresStorage
     from orchestra.storage.s3 import S3Storage
+    from orchestra.storage.sqlite import SQLiteStorage
 
 
 def __getattr__(name: str) -> _typing.Any:
     # S3Storage is imported on first use: boto3 costs every process about 20 MB and a third of a second
-    # at import, and most never touch S3.
+    # at import, and most never touch S3. The database storages likewise (sqlite3; psycopg, an extra).
     if name == "S3Storage":
         from orchestra.storage.s3 import S3Storage
 
         return S3Storage
+    if name == "SQLiteStorage":
+        from orchestra.storage.sqlite import SQLiteStorage
+
+        return SQLiteStorage
+    if name == "PostgresStorage":
+        from orchestra.storage.postgres import PostgresStorage
+
+        return PostgresStorage
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -39,8 +50,10 @@ __all__ = [
     "KMSKeyProvider",
     "KeyProvider",
     "LocalFileStorage",
+    "PostgresStorage",
     "PrefixedStorage",
     "S3Storage",
+    "SQLiteStorage",
     "Storage",
     "storage_from_uri",
     "validate_key",

@@ -2,12 +2,19 @@
 
 - ``file:./dir`` (or ``file:///abs/dir``, or a bare path): ``LocalFileStorage``
 - ``s3://bucket/prefix`` with optional ``?region=...&endpoint_url=...``: ``S3Storage``
+- ``sqlite:PATH`` (``sqlite:./app.db``, ``sqlite:///abs/app.db``), with optional ``?synchronous=NORMAL``
+  and ``?timeout=SECONDS``: ``SQLiteStorage``
+- ``postgresql://...`` (or ``postgres://...``), a libpq connection URI: ``PostgresStorage``
 - ``memory``: a new ``InMemoryStorage``; ``memory://name``: one shared per process under that name
+
+A database storage is shared per URI within a process (one connection pool, one group commit for every
+caller: the more writers share it, the more share each commit).
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from orchestra.errors import ConfigurationError
@@ -20,12 +27,18 @@ __all__ = ["DEFAULT_STORAGE_URI", "check_storage_uri", "parse_storage_uri", "sto
 DEFAULT_STORAGE_URI = "file:./.orchestra"
 
 _named_memory: dict[str, InMemoryStorage] = {}
+_databases: dict[tuple[str, ...], Storage] = {}
 _named_lock = threading.Lock()
 
 
 def parse_storage_uri(uri: str) -> tuple[str, dict[str, str]]:
-    """``(kind, parts)`` of a storage URI: kind is memory, s3 or file (see the module docstring)."""
+    """``(kind, parts)`` of a storage URI: kind is memory, s3, sqlite, postgresql or file (see the module
+    docstring)."""
     uri = uri.strip()
+    if uri.startswith(("postgresql://", "postgres://")):
+        return "postgresql", {"conninfo": uri}
+    if uri.startswith("sqlite:"):
+        return "sqlite", _sqlite_parts(uri)
     if uri in ("memory", "memory:"):
         return "memory", {}
     if uri.startswith("memory://"):
@@ -43,8 +56,30 @@ def parse_storage_uri(uri: str) -> tuple[str, dict[str, str]]:
         if uri.startswith(scheme):
             return "file", {"root": uri[len(scheme) :] or "."}
     if "://" in uri or not uri:
-        raise ConfigurationError(f"unknown storage URI {uri!r}: use file:./dir, s3://bucket/prefix or memory")
+        raise ConfigurationError(
+            f"unknown storage URI {uri!r}: use file:./dir, s3://bucket/prefix, sqlite:./file.db, "
+            "postgresql://host/db or memory"
+        )
     return "file", {"root": uri}
+
+
+def _sqlite_parts(uri: str) -> dict[str, str]:
+    path, _, query = uri[len("sqlite:") :].partition("?")
+    if path.startswith("//"):  # sqlite:///abs/path, as SQLAlchemy writes it
+        path = path[2:]
+    if not path:
+        raise ConfigurationError(f"storage URI {uri!r} names no file; write sqlite:./sessions.db")
+    options = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = set(options) - {"synchronous", "timeout"}
+    if unknown:
+        raise ConfigurationError(f"storage URI {uri!r}: unknown option(s) {', '.join(sorted(unknown))}")
+    if options.get("synchronous", "FULL").upper() not in ("FULL", "NORMAL"):
+        raise ConfigurationError(f"storage URI {uri!r}: synchronous is FULL (the default) or NORMAL")
+    try:
+        float(options.get("timeout", "30"))
+    except ValueError:
+        raise ConfigurationError(f"storage URI {uri!r}: timeout is a number of seconds") from None
+    return {"path": path, **options}
 
 
 def check_storage_uri(uri: str) -> None:
@@ -68,6 +103,8 @@ def storage_from_uri(uri: str) -> Storage:
             return InMemoryStorage()
         with _named_lock:
             return _named_memory.setdefault(parts["name"], InMemoryStorage())
+    if kind in ("sqlite", "postgresql"):
+        return _database(kind, parts)
     if kind == "s3":
         from orchestra.storage.s3 import S3Storage
 
@@ -78,3 +115,27 @@ def storage_from_uri(uri: str) -> Storage:
             endpoint_url=parts.get("endpoint_url"),
         )
     return LocalFileStorage(parts["root"])
+
+
+def _database(kind: str, parts: dict[str, str]) -> Storage:
+    """The process's one storage for a database URI (made on first use)."""
+    if kind == "sqlite":
+        from orchestra.storage.sqlite import SQLiteStorage
+
+        path = str(Path(parts["path"]).absolute())
+        synchronous = parts.get("synchronous", "FULL").upper()
+        timeout = float(parts.get("timeout", "30"))
+        ident: tuple[str, ...] = (kind, path, synchronous, str(timeout))
+        with _named_lock:
+            if ident not in _databases:
+                _databases[ident] = SQLiteStorage(
+                    path, synchronous="NORMAL" if synchronous == "NORMAL" else "FULL", timeout=timeout
+                )
+            return _databases[ident]
+    from orchestra.storage.postgres import PostgresStorage
+
+    ident = (kind, parts["conninfo"])
+    with _named_lock:
+        if ident not in _databases:
+            _databases[ident] = PostgresStorage(parts["conninfo"])
+        return _databases[ident]
