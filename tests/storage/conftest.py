@@ -33,7 +33,9 @@ def storage(request: pytest.FixtureRequest, tmp_path, moto_url: str, monkeypatch
     if not kind.startswith("encrypted-"):
         return build(kind, request, tmp_path, moto_url)
     monkeypatch.setenv("ORCHESTRA_ENCRYPTION_KEYS", f"k1={KEY}")
-    return EncryptedStorage(build(kind.removeprefix("encrypted-"), request, tmp_path, moto_url), EnvKeyProvider())
+    return EncryptedStorage(
+        build(kind.removeprefix("encrypted-"), request, tmp_path, moto_url), EnvKeyProvider()
+    )
 
 
 from tests.postgres import postgres_storage, postgres_uri  # noqa: E402, F401 - fixtures for this folder

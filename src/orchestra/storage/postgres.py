@@ -141,15 +141,15 @@ class PostgresStorage(SQLStorage):
                 return self._pool
             psycopg, psycopg_pool = _psycopg()
             try:
-                with (
-                    psycopg.connect(
-                        self.conninfo, autocommit=True, connect_timeout=int(self.timeout)
-                    ) as conn,
-                    conn.transaction(),
-                ):
-                    # Two processes creating the table at once would collide in the catalog.
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra_storage'))")
-                    conn.execute(_CREATE)
+                with psycopg.connect(
+                    self.conninfo, autocommit=True, connect_timeout=int(self.timeout)
+                ) as conn:
+                    # Made only if missing: a role that may not create tables can use one made for it.
+                    if conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
+                        with conn.transaction():
+                            # Two processes creating the table at once would collide in the catalog.
+                            conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra_storage'))")
+                            conn.execute(_CREATE)
             except psycopg.Error as exc:
                 raise self._error(exc, "open", "", stored=False) from None
             self._pid = os.getpid()
@@ -159,6 +159,10 @@ class PostgresStorage(SQLStorage):
                 max_size=self.max_connections,
                 kwargs={"autocommit": True},
                 timeout=self.timeout,
+                # The pool retries a lost connection with a growing delay; giving up after `timeout`
+                # lets the next call connect at once once the server is back (after an outage or a
+                # failover), instead of waiting out the delay.
+                reconnect_timeout=self.timeout,
                 name=f"orchestra-{id(self):x}",
                 open=False,
             )
@@ -180,6 +184,28 @@ class PostgresStorage(SQLStorage):
                 key=key,
                 reason=str(exc),
             ) from exc
+
+    @contextlib.contextmanager
+    def _live_connection(self, operation: str, key: str) -> Iterator[psycopg.Connection[Any]]:
+        """A connection that answered just now. A commit sent on a connection that had died unnoticed
+        (the server restarted, a failover) would be in doubt and need reading back; one that is known
+        alive fails in doubt only if it dies during the commit itself. Costs one round trip per batch."""
+        psycopg, _ = _psycopg()
+        for _ in range(self.max_connections + 1):
+            with self._connection(operation, key) as conn:
+                try:
+                    conn.execute("")
+                except psycopg.Error:
+                    continue  # a dead connection: the pool drops it when it comes back
+                yield conn
+                return
+        raise StorageUnavailableError(
+            f"{self.where}: {operation} of {key!r} failed: every connection was lost "
+            f"({self._why_unreachable()}); nothing was stored, try again later",
+            operation=operation,
+            key=key,
+            reason="connections lost",
+        )
 
     def _why_unreachable(self) -> str:
         """What a fresh connection says (the pool only logs why it could not connect)."""
@@ -239,7 +265,7 @@ class PostgresStorage(SQLStorage):
         psycopg, _ = _psycopg()
         first = batch[0]
         cursors = []
-        with self._connection("commit", first.key) as conn:
+        with self._live_connection("commit", first.key) as conn:
             try:
                 # One pipeline: BEGIN, every statement, COMMIT, sent without waiting for each answer.
                 with conn.pipeline(), conn.transaction():
