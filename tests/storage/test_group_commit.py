@@ -55,7 +55,7 @@ class Table:
         if fault is not None and fault[0] == "raise":
             raise fault[1]
         if fault is not None and fault[0] == "lose-answer-before":
-            raise StorageOutcomeUnknownError("connection reset before COMMIT arrived", stored=None)
+            raise StorageUnavailableError("connection reset before COMMIT arrived", stored=None)
         rows = dict(self.rows)
         for pending in batch:
             change = pending.change
@@ -74,7 +74,7 @@ class Table:
         self.rows = rows
         self.batches.append([p.key for p in batch])
         if fault is not None:  # lose-answer-after: committed, but the caller hears a reset
-            raise StorageOutcomeUnknownError("connection reset after COMMIT", stored=None)
+            raise StorageUnavailableError("connection reset after COMMIT", stored=None)
 
     def applied(self, batch: Sequence[Pending]) -> list[bool]:
         if self.read_back_fails:

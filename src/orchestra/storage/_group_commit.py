@@ -16,12 +16,14 @@ nodes of one run, the run records beside them - share commits:
   (``StorageConflictError``), never the batch. A caller's changes stay together, in one batch.
 - A commit that failed before it was made (``stored=False`` on the error it raised) fails the batch's
   changes with that error; a passing outage (``StorageUnavailableError``) is tried again first, a few
-  times. A commit whose answer was lost (a connection that dropped during COMMIT: the error says
-  ``stored=None``) is resolved by reading back before anyone is told: ``Committer.applied`` says which
-  changes are in storage (a write's version is a token made for it, so a value is never taken for
-  somebody else's). Those are done; the others are tried again as new changes (a conditional write is
-  checked again, exactly as on its first try). If reading back fails too, each unresolved change gets
-  ``StorageOutcomeUnknownError`` (``stored=None``), naming its key.
+  times. A commit whose answer was lost (a connection that dropped during COMMIT, an I/O error while
+  committing: the error says ``stored=None``) is resolved by reading back before anyone is told:
+  ``Committer.applied`` says which changes are in storage (a write's version is a token made for it, so
+  a value is never taken for somebody else's). Those are done. The others were not made: after a lost
+  connection they are tried again as new changes (a conditional write is checked again, exactly as on
+  its first try); after any other error (a full disk) they fail with it, ``stored=False``. If reading
+  back fails too, each unresolved change gets ``StorageOutcomeUnknownError`` (``stored=None``), naming
+  its key.
 
 ``commit_many`` is the same for callers above the storage: several changes, each with its own outcome,
 in one commit where the storage groups commits (SQLite, PostgreSQL) and concurrently elsewhere.
@@ -117,6 +119,9 @@ class Committer(Protocol):
 
     def commit(self, batch: Sequence[Pending]) -> None:
         """Apply every change of ``batch``, in order, in one commit (one transaction).
+
+        An error it raises says what went wrong with the commit (its reason, and what to do); the group
+        commit prefixes the storage and the change for each caller.
 
         Settle each change that was decided (``Pending.succeed`` with the write's ``Pending.version``, a
         delete's None, a prefix's count; ``Pending.fail`` with a ``StorageConflictError`` for a condition
@@ -214,11 +219,15 @@ class GroupCommit:
                     pending.done, pending.error, pending.result = False, None, None
                 if exc.stored is None:  # the answer was lost: read back before anyone is told
                     todo = self._read_back(todo, exc)
-                    if todo and attempt == self.attempts:
+                    if not todo:
+                        return
+                    if not isinstance(exc, StorageUnavailableError):  # not made, and will not be
+                        for pending in todo:
+                            pending.fail(self._error_for(pending, exc, stored=False))
+                        return
+                    if attempt == self.attempts:
                         for pending in todo:
                             pending.fail(self._error_for(pending, exc, stored=False, unavailable=True))
-                        return
-                    if not todo:
                         return
                 elif not isinstance(exc, StorageUnavailableError) or attempt == self.attempts:
                     for pending in todo:
@@ -274,10 +283,12 @@ class GroupCommit:
                 f"{self.where}: {_describe(pending)} failed: the commit's answer was lost ({exc}) and, read "
                 f"back, it was not made, {self.attempts} times; nothing was stored, try again later"
             )
-        elif pending.key not in message:
+        else:  # a committer's error is about the batch: say which change of it this is
             message = f"{self.where}: {_describe(pending)} failed: {message}"
-        if stored is False and "nothing was" not in message:
-            message += "; nothing was stored"
+        if stored is False:
+            message = message.replace("; it may or may not have been stored", "")
+            if "nothing was" not in message:
+                message += "; nothing was stored"
         error = kind(
             message,
             operation=_operation(pending),

@@ -40,7 +40,6 @@ from orchestra.errors import (
     StorageConfigurationError,
     StorageError,
     StorageFullError,
-    StorageOutcomeUnknownError,
     StorageUnavailableError,
 )
 from orchestra.storage._group_commit import Pending
@@ -133,7 +132,7 @@ class PostgresStorage(SQLStorage):
 
     # -- connections -------------------------------------------------------------------------------------
 
-    def _open_pool(self) -> ConnectionPool[Any]:
+    def _open_pool(self, operation: str, key: str) -> ConnectionPool[Any]:
         """The pool, opened on first use (and again in a forked child): the table is made first, on a
         connection of its own, so that a wrong password or database is reported as itself."""
         with self._lock:
@@ -151,7 +150,7 @@ class PostgresStorage(SQLStorage):
                             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra_storage'))")
                             conn.execute(_CREATE)
             except psycopg.Error as exc:
-                raise self._error(exc, "open", "", stored=False) from None
+                raise self._error(exc, operation, key, stored=False) from None
             self._pid = os.getpid()
             self._pool = psycopg_pool.ConnectionPool(
                 self.conninfo,
@@ -172,13 +171,13 @@ class PostgresStorage(SQLStorage):
     @contextlib.contextmanager
     def _connection(self, operation: str, key: str) -> Iterator[psycopg.Connection[Any]]:
         _, psycopg_pool = _psycopg()
-        pool = self._open_pool()
+        pool = self._open_pool(operation, key)
         try:
             with pool.connection() as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
             raise StorageUnavailableError(
-                f"{self.where}: {operation} of {key!r} failed: no connection within {self.timeout}s "
+                f"{self._failed(operation, key)}no connection within {self.timeout}s "
                 f"({self._why_unreachable()}); nothing was stored, try again later",
                 operation=operation,
                 key=key,
@@ -200,7 +199,7 @@ class PostgresStorage(SQLStorage):
                 yield conn
                 return
         raise StorageUnavailableError(
-            f"{self.where}: {operation} of {key!r} failed: every connection was lost "
+            f"{self._failed(operation, key)}every connection was lost "
             f"({self._why_unreachable()}); nothing was stored, try again later",
             operation=operation,
             key=key,
@@ -230,9 +229,7 @@ class PostgresStorage(SQLStorage):
         sqlstate = getattr(exc, "sqlstate", None) or ""
         reason = f"{str(exc).strip()}" + (f" (SQLSTATE {sqlstate})" if sqlstate else "")
         kind: type[StorageError]
-        if stored is None:
-            kind = StorageOutcomeUnknownError
-        elif not sqlstate:  # libpq's own: the connection could not be made, or was lost
+        if not sqlstate:  # libpq's own: the connection could not be made, or was lost
             message = str(exc)
             fatal = "FATAL" in message and not any(word in message for word in _PASSING_AT_CONNECT)
             kind = StorageConfigurationError if fatal else StorageUnavailableError
@@ -245,13 +242,19 @@ class PostgresStorage(SQLStorage):
         else:
             kind = StorageError
         outcome = {False: "; nothing was stored", None: "; it may or may not have been stored"}[stored]
-        what = f"{self.where}: {operation}" + (f" of {key!r}" if key else "")
-        message = f"{what} failed: {reason}" + (outcome if operation not in ("read", "list", "open") else "")
+        message = (
+            self._failed(operation, key) + reason + (outcome if operation not in ("read", "list") else "")
+        )
         if kind is StorageUnavailableError:
             message += ", try again later"
         error = kind(message, operation=operation, key=key, reason=reason, stored=stored)
         error.__cause__ = exc
         return error
+
+    def _failed(self, operation: str, key: str) -> str:
+        """How a message starts: the storage, the operation and the key (for a commit, GroupCommit says
+        which change of the batch each caller's was)."""
+        return "" if operation == "commit" else f"{self.where}: {operation} of {key!r} failed: "
 
     @staticmethod
     def _lost(exc: Exception) -> bool:

@@ -36,7 +36,6 @@ from orchestra.errors import (
     StorageConfigurationError,
     StorageError,
     StorageFullError,
-    StorageOutcomeUnknownError,
     StorageUnavailableError,
 )
 from orchestra.storage._group_commit import Pending
@@ -170,9 +169,7 @@ class SQLiteStorage(SQLStorage):
         what = f"{self.where}: {operation} of {key!r} failed: {reason}"
         outcome = {False: "nothing was stored", None: "it may or may not have been stored"}.get(stored, "")
         kind: type[StorageError]
-        if stored is None:
-            kind, hint = StorageOutcomeUnknownError, ""
-        elif code in _FULL:
+        if code in _FULL:
             kind, hint = StorageFullError, "; free disk space"
         elif code in _BUSY:
             kind, hint = (
@@ -186,7 +183,9 @@ class SQLiteStorage(SQLStorage):
             )
         else:
             kind, hint = StorageError, ""
-        message = f"{what}{hint}" + (f"; {outcome}" if outcome and operation != "read" else "")
+        if operation == "commit":  # GroupCommit names the storage and each change
+            what = reason
+        message = f"{what}{hint}" + (f"; {outcome}" if outcome and operation not in ("read", "list") else "")
         error = kind(message, operation=operation, key=key, reason=reason, stored=stored)
         error.__cause__ = exc
         return error
