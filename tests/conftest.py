@@ -11,6 +11,8 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.postgres import postgres_storage, postgres_uri  # noqa: F401 - a real PostgreSQL, for any test
+
 # Fake credentials for moto; no test may reach a real AWS endpoint or read the developer's AWS config.
 os.environ.update(
     {

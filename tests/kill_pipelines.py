@@ -1,4 +1,5 @@
-"""Pipelines the kill tests run in child processes: ``python -m tests.kill_pipelines graph|swarm ROOT SESSION CALLS``.
+"""Pipelines the kill tests run in child processes: ``python -m tests.kill_pipelines graph|swarm ROOT SESSION CALLS``
+(ROOT: a folder, or any storage URI).
 
 Every model call appends the node's name to the CALLS file (one ``os.write`` of a line with O_APPEND,
 atomic even across threads), so the parent can count how often each node ran across kills and resumes.
@@ -16,7 +17,7 @@ from typing import Any
 from orchestra import Agent
 from orchestra.multiagent import Graph, Swarm
 from orchestra.session import SnapshotSessionManager
-from orchestra.storage import LocalFileStorage
+from orchestra.storage import storage_from_uri
 from orchestra.testing import FunctionModel, ToolCall
 
 FAN_OUT = [f"a{i}" for i in range(10)]
@@ -46,7 +47,7 @@ def build_graph(root: str, session: str, calls: str, latency: float = 0.01) -> G
     names = ["start", *FAN_OUT, "join", *CHAIN]
     edges = [("start", a) for a in FAN_OUT] + [(a, "join") for a in FAN_OUT]
     edges += [("join", CHAIN[0]), *list(itertools.pairwise(CHAIN))]
-    manager = SnapshotSessionManager(session, storage=LocalFileStorage(root))
+    manager = SnapshotSessionManager(session, storage=storage_from_uri(root))
     return Graph([agent(n) for n in names], edges=edges, id="kill-graph", session_manager=manager)
 
 
@@ -65,7 +66,7 @@ def build_swarm(root: str, session: str, calls: str, latency: float = 0.01) -> S
 
         return Agent(name=name, model=FunctionModel(reply, latency=latency))
 
-    manager = SnapshotSessionManager(session, storage=LocalFileStorage(root))
+    manager = SnapshotSessionManager(session, storage=storage_from_uri(root))
     return Swarm(
         [agent(n) for n in SWARM],
         max_handoffs=50,

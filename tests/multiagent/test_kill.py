@@ -1,8 +1,8 @@
 """Kill tests: a run SIGKILLed at a random moment resumes to the result of an uninterrupted run.
 
 Every node (graph) or turn (swarm) that had completed before the kill runs exactly once in total; the
-one(s) in flight at most twice. 20 rounds each in CI; ``ORCHESTRA_STRESS=1`` runs 100, and
-``ORCHESTRA_KILL_ROUNDS=N`` any number.
+one(s) in flight at most twice. 20 rounds each in CI on local files and 4 on SQLite and on PostgreSQL;
+``ORCHESTRA_STRESS=1`` runs 100 (and 20), and ``ORCHESTRA_KILL_ROUNDS=N`` any number.
 """
 
 import json
@@ -20,7 +20,7 @@ import pytest
 
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
-from orchestra.storage import LocalFileStorage
+from orchestra.storage import storage_from_uri
 
 ROUNDS = int(os.environ.get("ORCHESTRA_KILL_ROUNDS", "100" if os.environ.get("ORCHESTRA_STRESS") else "20"))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -48,7 +48,7 @@ def calls_of(path):
 
 
 def persisted(root, session, scope):
-    return anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", scope)).load)
+    return anyio.run(Journal(storage_from_uri(str(root)), ScopeLayout(session, "multiAgent", scope)).load)
 
 
 @pytest.fixture(scope="module")
@@ -61,23 +61,28 @@ def expected(tmp_path_factory):
     }
 
 
+@pytest.mark.parametrize("backend", ["files", "sqlite", "postgres"])
 @pytest.mark.parametrize("kind", ["graph", "swarm"])
-def test_killed_runs_resume_to_the_uninterrupted_result(kind, tmp_path, expected):
+def test_killed_runs_resume_to_the_uninterrupted_result(kind, backend, tmp_path, expected, request):
     rng = random.Random(f"kill-{kind}")
     reference = expected[kind]
     assert reference["status"] == "completed"
+    where = {"files": tmp_path, "sqlite": f"sqlite:{tmp_path}/runs.db"}.get(backend)
+    if backend == "postgres":
+        where = request.getfixturevalue("postgres_uri")
+    rounds = ROUNDS if backend == "files" else max(2, ROUNDS // 5)
     killed_mid_run = 0
-    for round_number in range(ROUNDS):
+    for round_number in range(rounds):
         session = f"{kind}-{round_number}"
         calls = tmp_path / f"{session}.calls"
-        child = spawn(kind, tmp_path, session, calls)
+        child = spawn(kind, where, session, calls)
         assert child.stdout.readline().strip() == b"ready"
         time.sleep(rng.uniform(0.0, RUN_SECONDS[kind]))
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
 
-        doc = persisted(tmp_path, session, f"kill-{kind}")
+        doc = persisted(where, session, f"kill-{kind}")
         before = calls_of(calls)
         if kind == "graph":
             done_before = {
@@ -89,7 +94,7 @@ def test_killed_runs_resume_to_the_uninterrupted_result(kind, tmp_path, expected
             history = doc.logs.get("node_history", []) if doc else []
             done_before = {f"{name}:{turn}" for turn, name in enumerate(history)}
         finished_before_kill = doc is not None and doc.fields["run"]["status"] == "completed"
-        final = run_to_end(kind, tmp_path, session, calls)
+        final = run_to_end(kind, where, session, calls)
         after = calls_of(calls)
         assert final == reference, f"round {round_number}: the resumed result differs"
         if finished_before_kill:
@@ -104,4 +109,4 @@ def test_killed_runs_resume_to_the_uninterrupted_result(kind, tmp_path, expected
             if count == 2:
                 assert name not in done_before
                 assert before[name] >= 1
-    assert killed_mid_run >= ROUNDS // 2, "most kills should land while the run is in progress"
+    assert killed_mid_run >= rounds // 2, "most kills should land while the run is in progress"

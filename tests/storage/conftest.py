@@ -36,6 +36,3 @@ def storage(request: pytest.FixtureRequest, tmp_path, moto_url: str, monkeypatch
     return EncryptedStorage(
         build(kind.removeprefix("encrypted-"), request, tmp_path, moto_url), EnvKeyProvider()
     )
-
-
-from tests.postgres import postgres_storage, postgres_uri  # noqa: E402, F401 - fixtures for this folder
