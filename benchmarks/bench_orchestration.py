@@ -4,7 +4,9 @@
   the same graph run again), with durable per-node saves on LocalFileStorage, and saving per invocation
   only (plus bytes written and their ratio to the final state). Beside them, the floors measured in the
   same run: the same chain without a framework (messages validated, text passed on) and one fsync'd
-  append per node of the same size as orchestra's records; and the ratios.
+  append per node of the same size as orchestra's records; and the ratios. ``--storage sqlite|postgres``
+  runs the per-node saves on that database instead, with one more floor: a one-row durable commit per
+  node made by the database driver alone.
 - W2: entry -> 100 parallel agents -> aggregator, 50 ms model latency: wall seconds, against the
   floor of the critical path (three model calls), and the overhead in milliseconds.
 - W4: a Swarm of 3 agents, 30 handoffs then an answer: seconds and model calls.
@@ -13,6 +15,7 @@
   in a fresh process: seconds, peak RSS, RSS over the imports, and how they grew against size.
 
     python benchmarks/bench_orchestration.py [--workload W1 W2 W4 W5 SCALE] [--repeat 3]
+    python benchmarks/bench_orchestration.py --workload W1 --storage sqlite|postgres
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from typing import Any
 
 import anyio
+from _databases import KINDS, commit_floor, database
 from _measure import fsynced_appends, growth, in_fresh_process
 
 from orchestra import Agent
@@ -57,6 +61,39 @@ async def timed_run(graph: Graph) -> float:
     result = await graph.invoke_async("run the chain")
     assert result.status.value == "completed", result.reason
     return time.perf_counter() - started
+
+
+async def w1_on_database(kind: str, repeat: int) -> dict[str, Any]:
+    """W1's durable per-node saves on SQLite or PostgreSQL, with their floors in the same run: the run
+    without a session plus one fdatasync'd append per node, and plus one durable one-row commit per node
+    made by the database driver alone."""
+    nodes = 200
+    no_session, saved = [], []
+    bytes_written = commits = 0
+    for _ in range(repeat):
+        no_session.append(await timed_run(chain(nodes)))
+        with database(kind) as (inner, _):
+            storage = CountingStorage(inner)
+            manager = SnapshotSessionManager("bench", storage=storage, multi_agent_save_latest_on="node")
+            saved.append(await timed_run(chain(nodes, session_manager=manager)))
+            bytes_written, commits = storage.bytes_written, inner.group.commits
+    size = bytes_written // nodes
+    append = min(no_session) + fsynced_appends(nodes, size)
+    driver = min(no_session) + commit_floor(kind, nodes, size)
+    us = {"saves": min(saved) / nodes * 1e6, "append": append / nodes * 1e6, "driver": driver / nodes * 1e6}
+    return {
+        "workload": "W1",
+        "storage": kind,
+        "nodes": nodes,
+        "us_per_node_no_session": round(min(no_session) / nodes * 1e6, 1),
+        "us_per_node_with_saves": round(us["saves"], 1),
+        "floor_us_per_node_no_session_plus_fsynced_append": round(us["append"], 1),
+        "saves_over_append_floor": round(us["saves"] / us["append"], 2),
+        "floor_us_per_node_no_session_plus_driver_commit": round(us["driver"], 1),
+        "saves_over_driver_floor": round(us["saves"] / us["driver"], 2),
+        "group_commits": commits,
+        "bytes_written": bytes_written,
+    }
 
 
 async def w1(repeat: int) -> dict[str, Any]:
@@ -282,9 +319,11 @@ def scale() -> None:
         )
 
 
-async def main(workloads: list[str], repeat: int) -> None:
+async def main(workloads: list[str], repeat: int, storage: str) -> None:
     for workload in workloads:
-        if workload == "W1":
+        if workload == "W1" and storage in KINDS:
+            print(json.dumps(await w1_on_database(storage, repeat)))
+        elif workload == "W1":
             print(json.dumps(await w1(repeat)))
         elif workload == "W2":
             print(json.dumps(await w2(repeat)))
@@ -300,5 +339,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", nargs="*", default=["W1", "W2", "W4", "W5", "SCALE"])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--storage",
+        choices=["local", *KINDS],
+        default="local",
+        help="where W1 saves (postgres: see _databases.py)",
+    )
     args = parser.parse_args()
-    anyio.run(main, args.workload, args.repeat)
+    anyio.run(main, args.workload, args.repeat, args.storage)

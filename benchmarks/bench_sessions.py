@@ -11,13 +11,15 @@ local files, a sliding window of 40 messages, an immutable snapshot every 100 tu
 the bytes on disk at the end (every file of the session) and their ratio to the final state's export, next
 to the same run keeping every record (``delete_after=None``).
 
-    python benchmarks/bench_sessions.py [--turns 300] [--backend local|s3|all]
+    python benchmarks/bench_sessions.py [--turns 300] [--backend local|s3|sqlite|postgres|all]
     python benchmarks/bench_sessions.py --retention [--turns 10000]
     python benchmarks/bench_sessions.py --long     # an agent's per-call save over 10,000 messages, RSS
     python benchmarks/bench_sessions.py --scale    # a 100,000-message session's load next to 10,000
 
 The 300-turn run also measures its floor in the same run: as many fdatasync'd appends of the same size
-to one file as orchestra made writes, and prints the ratio.
+to one file as orchestra made writes, and prints the ratio. On SQLite and PostgreSQL (``--backend sqlite``,
+``--backend postgres`` with ORCHESTRA_BENCH_POSTGRES set) it also measures the database's own floor: as
+many one-row transactions, committed durably by the driver alone.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _databases import KINDS, commit_floor, database
 from _measure import fsynced_appends, growth, in_fresh_process
 
 from orchestra import Agent
@@ -62,9 +65,17 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
     first, last = sum(durations[:50]) / 50, sum(durations[-50:]) / 50
     floor = (
         fsynced_appends(counting.writes, counting.bytes_written // counting.writes)
-        if backend == "local"
+        if backend in ("local", *KINDS)
         else None
     )
+    database: dict[str, Any] = {}
+    if backend in KINDS:  # the database's own floor: as many one-row commits, by the driver alone
+        commits = commit_floor(backend, counting.writes, counting.bytes_written // counting.writes)
+        database = {
+            "floor_seconds_driver_commits": round(commits, 3),
+            "total_over_driver_commits": round(total / commits, 2),
+            "group_commits": storage.group.commits,  # type: ignore[attr-defined]
+        }
     return {
         "benchmark": "session_turns",
         "backend": backend,
@@ -81,6 +92,7 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
         "floor_seconds_fsynced_appends": round(floor, 3) if floor is not None else None,
         "total_over_floor": round(total / floor, 2) if floor else None,
         "target_total_seconds": 0.3 if backend == "local" else None,
+        **database,
     }
 
 
@@ -228,7 +240,12 @@ def s3_storage() -> tuple[Storage, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
-    parser.add_argument("--backend", choices=["local", "s3", "all"], default="all")
+    parser.add_argument(
+        "--backend",
+        choices=["local", "s3", "sqlite", "postgres", "all"],
+        default="all",
+        help="all: local and s3 (the database ones need their own run)",
+    )
     parser.add_argument("--retention", action="store_true", help="bytes on disk of a long session")
     parser.add_argument("--long", action="store_true", help="an agent's save cost over 10,000 messages")
     parser.add_argument("--scale", action="store_true", help="loading a 100,000-message session")
@@ -249,6 +266,9 @@ def main() -> None:
     if args.backend in ("local", "all"):
         with tempfile.TemporaryDirectory() as root:
             print(json.dumps(anyio.run(run, LocalFileStorage(root), args.turns, "local")))
+    if args.backend in KINDS:
+        with database(args.backend) as (storage, _):
+            print(json.dumps(anyio.run(run, storage, args.turns, args.backend)))
     if args.backend in ("s3", "all"):
         storage, server = s3_storage()
         try:
