@@ -345,3 +345,29 @@ async def test_one_batch_keeps_each_writers_condition(kind, tmp_path, request):
     assert "already exists" in str(outcomes[1])
     assert await storage.read("new") == (b"1", outcomes[0])
     assert await storage.read("taken") == (b"4", outcomes[3])
+
+
+async def test_commit_many_through_a_prefixed_view_is_still_one_commit(tmp_path):
+    from orchestra.storage import PrefixedStorage
+
+    inner = SQLiteStorage(tmp_path / "db")
+    await inner.write("ws/acme/taken", b"x")
+    view = PrefixedStorage(inner, "ws/acme")
+    before = inner.group.commits
+    outcomes = await commit_many(
+        view,
+        [
+            Write("session/s1/journal/1.json", b"turn", ABSENT),
+            Write("runs/r1.json", b"{}"),
+            Write("taken", b"y", ABSENT),
+        ],
+    )
+    assert inner.group.commits - before == 1
+    assert isinstance(outcomes[2], StorageConflictError)
+    assert outcomes[2].key == "taken"  # as the caller named it
+    assert await view.read("runs/r1.json") == (b"{}", outcomes[1])
+    assert await inner.list("ws/") == [
+        "ws/acme/runs/r1.json",
+        "ws/acme/session/s1/journal/1.json",
+        "ws/acme/taken",
+    ]

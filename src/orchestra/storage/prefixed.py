@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from orchestra.errors import StorageError
 from orchestra.storage._base import Expect, Storage, delete_many, read_many, validate_key, write_many
+from orchestra.storage._group_commit import Change, DeletePrefix, Outcome, commit_many
 
 __all__ = ["PrefixedStorage"]
 
@@ -37,6 +40,20 @@ class PrefixedStorage:
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         await delete_many(self.inner, [self.prefix + validate_key(key) for key in keys])
+
+    async def commit_many(self, changes: Sequence[Change]) -> list[Outcome]:
+        """Passed on, so that the changes still share one commit where the inner storage groups them."""
+        moved = [
+            DeletePrefix(self.prefix + c.prefix)
+            if isinstance(c, DeletePrefix)
+            else dataclasses.replace(c, key=self.prefix + validate_key(c.key))
+            for c in changes
+        ]
+        outcomes = await commit_many(self.inner, moved)
+        for outcome in outcomes:  # errors name the key as the caller knows it
+            if isinstance(outcome, StorageError) and outcome.key and outcome.key.startswith(self.prefix):
+                outcome.key = outcome.key[len(self.prefix) :]
+        return outcomes
 
     async def list(
         self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
