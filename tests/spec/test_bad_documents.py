@@ -233,7 +233,7 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nagents:\n  - name: writer\n    model: scripted\n  - name: reviewer\n    model: scripted\nnodes:\n  - agent: writer\nsession:\n  storage: ftp://host/x\n",
-        "pipeline.yaml:12:12: session.storage: unknown storage URI 'ftp://host/x': use file:./dir, s3://bucket/prefix or memory",
+        "pipeline.yaml:12:12: session.storage: unknown storage URI 'ftp://host/x': use file:./dir, s3://bucket/prefix, sqlite:./file.db, postgresql://host/db or memory",
         id="bad_storage",
     ),
     pytest.param(

@@ -73,7 +73,7 @@ StorageOption = Annotated[
     typer.Option(
         "--storage",
         metavar="URI",
-        help="Storage URI: file:./dir, s3://bucket/prefix or memory (default: the spec's, or file:./.orchestra).",
+        help="Storage URI: file:./dir, s3://bucket/prefix, sqlite:./file.db, postgresql://host/db or memory (default: the spec's, or file:./.orchestra).",
     ),
 ]
 ModelOption = Annotated[

@@ -265,7 +265,8 @@ class LimitsSpec(_Spec):
 
 
 class SessionSpec(_Spec):
-    """Where runs are saved: ``file:./dir``, ``s3://bucket/prefix`` or ``memory``."""
+    """Where runs are saved: ``file:./dir``, ``s3://bucket/prefix``, ``sqlite:./runs.db``,
+    ``postgresql://host/db`` or ``memory``."""
 
     storage: str = "file:./.orchestra"
     save_on: Literal["node", "invocation"] = "node"
