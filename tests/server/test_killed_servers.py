@@ -1,4 +1,5 @@
-"""Three ``orchestra serve`` processes on one S3 bucket (moto's server), one SIGKILLed under load.
+"""Three ``orchestra serve`` processes on one S3 bucket (moto's server), or on one PostgreSQL database,
+one SIGKILLed under load.
 
 Clients send every turn with an Idempotency-Key and repeat it on another server until it is answered
 200, as ``orchestra.client`` does. Afterwards: every turn answered 200 is stored exactly once, and its
@@ -13,6 +14,7 @@ import signal
 
 import anyio
 import httpx
+import pytest
 
 from tests.server.conftest import auth, write_config
 from tests.server.test_concurrency import free_port, start_server
@@ -55,8 +57,13 @@ async def drive(urls: list[str], alive: list[str], kill) -> dict[str, str]:
     return answered
 
 
-def test_a_killed_server_leaves_no_turn_unrecorded_lost_or_doubled(tmp_path, s3_bucket, moto_url):
-    storage = f"s3://{s3_bucket}/server?endpoint_url={moto_url}"
+@pytest.mark.parametrize("backend", ["s3", "postgres"])
+def test_a_killed_server_leaves_no_turn_unrecorded_lost_or_doubled(backend, tmp_path, request):
+    if backend == "s3":
+        bucket, moto_url = request.getfixturevalue("s3_bucket"), request.getfixturevalue("moto_url")
+        storage = f"s3://{bucket}/server?endpoint_url={moto_url}"
+    else:  # a fresh schema on the test PostgreSQL server
+        storage = f"'{request.getfixturevalue('postgres_uri')}'"
     config = write_config(tmp_path, storage, FAST_LIVENESS)
     ports = [free_port() for _ in range(3)]
     servers = [start_server(config, port) for port in ports]

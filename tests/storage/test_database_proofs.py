@@ -1,8 +1,9 @@
 """SQLite and PostgreSQL give the proofs every storage gives: a second writer in another process is
 refused, a writer SIGKILLed mid-save leaves a session that loads to a whole turn, values encrypted with
 EncryptedStorage never reach the database in clear, and ``orchestra sessions ...`` works on them.
-(The graph and swarm kill tests run on both in tests/multiagent/test_kill.py; the server on PostgreSQL
-in test_postgres_servers.py.)"""
+(The graph and swarm kill tests run on both in tests/multiagent/test_kill.py; three servers on one
+PostgreSQL, one SIGKILLed, in tests/server/test_killed_servers.py; random fault schedules in
+tests/session/test_fault_schedules.py.)"""
 
 from __future__ import annotations
 
