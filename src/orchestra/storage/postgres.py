@@ -270,8 +270,10 @@ class PostgresStorage(SQLStorage):
         cursors = []
         with self._live_connection("commit", first.key) as conn:
             try:
-                # One pipeline: BEGIN, every statement, COMMIT, sent without waiting for each answer.
-                with conn.pipeline(), conn.transaction():
+                # One pipeline, one round trip: BEGIN, every statement, COMMIT. (psycopg's transaction()
+                # would wait for the answers of BEGIN and of COMMIT on their own.)
+                with conn.pipeline():
+                    conn.execute("BEGIN")
                     if not self.durable:
                         conn.execute("SET LOCAL synchronous_commit = off")
                     for pending in batch:
@@ -288,12 +290,15 @@ class PostgresStorage(SQLStorage):
                         else:
                             cursor.execute(_STATEMENTS[kind], params)
                         cursors.append(cursor)
+                    conn.execute("COMMIT")
             except psycopg.Error as exc:
                 # The server's own error (a SQLSTATE) aborted the transaction: nothing was made. A lost
                 # connection may have lost the answer of a COMMIT that was made: GroupCommit reads back.
-                raise self._error(
-                    exc, "commit", first.key, stored=None if self._lost(exc) else False
-                ) from None
+                lost = self._lost(exc)
+                if not lost:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")  # the failed transaction, still open on the connection
+                raise self._error(exc, "commit", first.key, stored=None if lost else False) from None
         for pending, cursor in zip(batch, cursors, strict=True):
             self.settle(pending, cursor.rowcount)
 
