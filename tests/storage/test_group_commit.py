@@ -371,3 +371,36 @@ async def test_commit_many_through_a_prefixed_view_is_still_one_commit(tmp_path)
         "ws/acme/session/s1/journal/1.json",
         "ws/acme/taken",
     ]
+
+
+async def test_local_writers_of_one_folder_share_its_fsync_and_other_folders_do_not_wait(
+    tmp_path, monkeypatch
+):
+    """Local files write and rename in each caller's thread, then group only the folder's fsync: the
+    first writer's fsync is held; a writer in another folder finishes meanwhile; the 10 writers that
+    arrive in the held folder share one fsync after it."""
+    from orchestra.storage import LocalFileStorage
+
+    storage = LocalFileStorage(tmp_path / "store")
+    real = LocalFileStorage._sync_folder
+    held, entered, synced = threading.Event(), threading.Event(), []
+
+    def sync_folder(where, fd, key):
+        synced.append(key)
+        if key == "run/journal/first.json":
+            entered.set()
+            held.wait(30)
+        real(where, fd, key)
+
+    monkeypatch.setattr(LocalFileStorage, "_sync_folder", staticmethod(sync_folder))
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(functools.partial(storage.write, "run/journal/first.json", b"1", expect=ABSENT))
+        await anyio.to_thread.run_sync(entered.wait, 30)
+        await storage.write("other/journal/0.json", b"x", expect=ABSENT)  # not held up by the other folder
+        for i in range(10):
+            tasks.start_soon(functools.partial(storage.write, f"run/journal/{i}.json", b"x", expect=ABSENT))
+        group = storage._syncs["run/journal"]
+        await anyio.to_thread.run_sync(wait_until, lambda: len(group._queue) == 10, "10 writers queued")
+        held.set()
+    assert len(synced) == 3  # the held one, the other folder's, and one for the ten
+    assert len(await storage.list("run/journal/")) == 11

@@ -25,6 +25,10 @@ nodes of one run, the run records beside them - share commits:
   back fails too, each unresolved change gets ``StorageOutcomeUnknownError`` (``stored=None``), naming
   its key.
 
+A storage whose changes are made by each caller in its own thread (local files: write and rename, in
+parallel) can group only what makes them durable: its callers submit ``Sync`` once their change is in
+place, and one folder fsync answers every caller whose change was in place before it started.
+
 ``commit_many`` is the same for callers above the storage: several changes, each with its own outcome,
 in one commit where the storage groups commits (SQLite, PostgreSQL) and concurrently elsewhere.
 """
@@ -50,6 +54,7 @@ __all__ = [
     "GroupCommit",
     "Outcome",
     "Pending",
+    "Sync",
     "Write",
     "commit_many",
     "new_version",
@@ -79,7 +84,16 @@ class DeletePrefix:
     prefix: str
 
 
-Change: TypeAlias = Write | Delete | DeletePrefix
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """Make durable a change its caller already made under ``key`` (local files: the new name, in the
+    folder open as ``folder_fd``, which stays open while the caller waits). Its outcome is None."""
+
+    key: str
+    folder_fd: int
+
+
+Change: TypeAlias = Write | Delete | DeletePrefix | Sync
 Outcome: TypeAlias = str | int | StorageError | None
 """A change's outcome: a write's new version, a prefix deletion's count, None for a delete, or the
 ``StorageError`` that change failed with."""
@@ -303,7 +317,11 @@ class GroupCommit:
 def _operation(pending: Pending) -> str:
     change = pending.change
     return (
-        "write" if isinstance(change, Write) else "delete" if isinstance(change, Delete) else "delete_prefix"
+        "write"
+        if isinstance(change, Write | Sync)
+        else "delete"
+        if isinstance(change, Delete)
+        else "delete_prefix"
     )
 
 
@@ -320,6 +338,8 @@ async def commit_many(storage: Storage, changes: Sequence[Change]) -> list[Outco
     call before anything is changed.
     """
     for change in changes:
+        if isinstance(change, Sync):
+            raise TypeError("Sync is a storage's own change, not one to commit_many")
         if isinstance(change, DeletePrefix):
             validate_prefix(change.prefix)
         else:
@@ -336,6 +356,7 @@ async def commit_many(storage: Storage, changes: Sequence[Change]) -> list[Outco
             if isinstance(change, Delete):
                 await storage.delete(change.key)
                 return None
+            assert isinstance(change, DeletePrefix)
             return await storage.delete_prefix(change.prefix)
         except StorageError as exc:
             return exc

@@ -91,6 +91,7 @@ class SQLStorage(abc.ABC):
             return "update", (change.data, pending.version, change.key, change.expect)
         if isinstance(change, Delete):
             return "delete", (change.key,)
+        assert isinstance(change, DeletePrefix)  # Sync is for storages that write before they commit
         low, high = prefix_range(change.prefix)
         return "delete_range", (low, high)
 

@@ -28,12 +28,15 @@ import hashlib
 import os
 import secrets
 import stat
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from orchestra.errors import StorageConflictError, StorageOutcomeUnknownError, StorageSecurityError
 from orchestra.storage._base import ABSENT, Expect
 from orchestra.storage._blocking import BlockingStorage
+from orchestra.storage._group_commit import GroupCommit, Pending, Sync
 
 __all__ = ["LocalFileStorage"]
 
@@ -61,6 +64,8 @@ class LocalFileStorage(BlockingStorage):
         self.durable = durable
         # Linking an unnamed file by name goes through /proc (linkat with AT_EMPTY_PATH needs privileges).
         self._links = bool(_O_TMPFILE) and os.path.isdir("/proc/self/fd")
+        self._syncs: weakref.WeakValueDictionary[str, GroupCommit] = weakref.WeakValueDictionary()
+        self._syncs_lock = threading.Lock()
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def __repr__(self) -> str:
@@ -227,16 +232,30 @@ class LocalFileStorage(BlockingStorage):
         return _version(data)
 
     def _sync_written(self, fd: int, key: str) -> None:
-        """Sync the folder a new value was just given its name in. The value is in place already, so a
-        failure here cannot say "nothing was written": it says the outcome is not known."""
+        """Sync the folder a new value was just given its name in. Writers of one folder share the sync
+        (group commit): one fsync answers every writer whose name was in place before it started, and
+        the others wait for the next one."""
         if not self.durable:
             return
+        folder = key.rpartition("/")[0]
+        with self._syncs_lock:
+            group = self._syncs.get(folder)
+            if group is None:  # held weakly: a folder nobody is writing to costs nothing
+                group = self._syncs[folder] = GroupCommit(_FolderSyncs(repr(self)), where=repr(self))
+        [pending] = group.run([Sync(key, fd)])
+        if pending.error is not None:
+            raise pending.error
+
+    @staticmethod
+    def _sync_folder(where: str, fd: int, key: str) -> None:
+        """fsync a folder a new value is in. The value is in place already, so a failure here cannot say
+        "nothing was written": it says the outcome is not known."""
         try:
             os.fsync(fd)
         except OSError as exc:
             reason = f"[Errno {exc.errno}] {exc.strerror}"
             raise StorageOutcomeUnknownError(
-                f"{self!r}: write of {key!r}: the new value is in place, but syncing its folder failed "
+                f"{where}: write of {key!r}: the new value is in place, but syncing its folder failed "
                 f"({reason}), so it may not survive a power cut; read it back to know",
                 operation="write",
                 key=key,
@@ -384,3 +403,33 @@ class LocalFileStorage(BlockingStorage):
             os.close(fd)
         with contextlib.suppress(OSError):
             os.rmdir(name, dir_fd=parent)
+
+
+class _FolderSyncs:
+    """The committer of one folder's group commit: the writers' names are in place, and one fsync of
+    the folder makes them all durable (a folder deleted and made again meanwhile is another inode,
+    synced on its own)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def commit(self, batch: Sequence[Pending]) -> None:
+        by_inode: dict[tuple[int, int], list[Pending]] = {}
+        for pending in batch:
+            assert isinstance(pending.change, Sync)
+            info = os.fstat(pending.change.folder_fd)
+            by_inode.setdefault((info.st_dev, info.st_ino), []).append(pending)
+        for pendings in by_inode.values():
+            first = pendings[0].change
+            assert isinstance(first, Sync)
+            try:
+                LocalFileStorage._sync_folder(self.where, first.folder_fd, first.key)
+            except StorageOutcomeUnknownError as exc:
+                for pending in pendings:
+                    pending.fail(exc)
+                continue
+            for pending in pendings:
+                pending.succeed(None)
+
+    def applied(self, batch: Sequence[Pending]) -> list[bool]:  # pragma: no cover - commit never raises
+        return [False] * len(batch)
