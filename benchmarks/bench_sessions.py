@@ -19,7 +19,8 @@ to the same run keeping every record (``delete_after=None``).
 The 300-turn run also measures its floor in the same run: as many fdatasync'd appends of the same size
 to one file as orchestra made writes, and prints the ratio. On SQLite and PostgreSQL (``--backend sqlite``,
 ``--backend postgres`` with ORCHESTRA_BENCH_POSTGRES set) it also measures the database's own floor: as
-many one-row transactions, committed durably by the driver alone.
+many one-row transactions, committed durably by the driver alone; and then 50 sessions talking at once
+(10 turns each): how many group commits their 500 saves took, against 500 driver commits.
 """
 
 from __future__ import annotations
@@ -93,6 +94,42 @@ async def run(storage: Storage, turns: int, backend: str) -> dict[str, Any]:
         "total_over_floor": round(total / floor, 2) if floor else None,
         "target_total_seconds": 0.3 if backend == "local" else None,
         **database,
+    }
+
+
+async def concurrent_sessions(storage: Any, kind: str, sessions: int = 50, turns: int = 10) -> dict[str, Any]:
+    """``sessions`` agents, each in its own session, talking at once (a server's turns): how many group
+    commits their saves took, against as many durable one-row commits made by the driver alone."""
+    agents = [
+        await Agent.create(
+            model=ScriptedModel([f"r{t}" for t in range(turns)]),
+            session_manager=SnapshotSessionManager(f"c{i}", storage=storage),
+        )
+        for i in range(sessions)
+    ]
+    commits, changes = storage.group.commits, storage.group.changes
+
+    async def talk(agent: Agent) -> None:
+        for turn in range(turns):
+            await agent.invoke_async(f"turn {turn}")
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for agent in agents:
+            group.start_soon(talk, agent)
+    total = time.perf_counter() - started
+    made = storage.group.changes - changes
+    floor = commit_floor(kind, made, 300)
+    return {
+        "benchmark": "concurrent_sessions",
+        "backend": kind,
+        "sessions": sessions,
+        "turns_each": turns,
+        "total_seconds": round(total, 3),
+        "writes": made,
+        "group_commits": storage.group.commits - commits,
+        "floor_seconds_driver_commits_one_per_write": round(floor, 3),
+        "total_over_that_floor": round(total / floor, 3),
     }
 
 
@@ -269,6 +306,8 @@ def main() -> None:
     if args.backend in KINDS:
         with database(args.backend) as (storage, _):
             print(json.dumps(anyio.run(run, storage, args.turns, args.backend)))
+        with database(args.backend) as (storage, _):
+            print(json.dumps(anyio.run(concurrent_sessions, storage, args.backend)))
     if args.backend in ("s3", "all"):
         storage, server = s3_storage()
         try:
