@@ -571,6 +571,7 @@ class MultiAgentBase:
         with structlog.contextvars.bound_contextvars(**context):
             attributes = {
                 "gen_ai.operation.name": "invoke_workflow",
+                "gen_ai.workflow.name": self.id,
                 "orchestra.run.kind": self.kind,
                 "orchestra.run.id": self.id,
                 "orchestra.run.resumed": resumed,
@@ -580,6 +581,8 @@ class MultiAgentBase:
                 result = await self._run_logged(invocation_state, emit, responses, resumed)
                 run_span.set(orchestra__run__status=result.status.value)
                 run_span.usage(result.usage)
+                if result.status.value == "failed":
+                    run_span.fail(description=result.reason)
                 return result
 
     async def _run_logged(

@@ -89,6 +89,8 @@ class ToolContext:
     idempotency_key: str = ""
     _interrupts: dict[str, Interrupt] = field(default_factory=dict, repr=False)
     _turn: TurnControl | None = field(default=None, repr=False)
+    # What a tool caught and answered as an error result (its span's ``error.type``).
+    _error: BaseException | None = field(default=None, repr=False)
 
     def end_turn(self, message: str) -> None:
         """End the agent's turn once this tool call returns: no further model call in this invocation.
@@ -306,6 +308,7 @@ class FunctionTool:
         except InterruptException:
             raise
         except Exception as exc:
+            context._error = exc
             return tool_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}", "error")
         return tool_result(tool_use_id, value)
 
