@@ -29,6 +29,7 @@ from typing import Any, Self
 
 import anyio
 import structlog
+from pydantic import BaseModel
 
 from orchestra import tracing
 from orchestra._concurrency import unwrap_group
@@ -222,11 +223,17 @@ class MultiAgentBase:
     def _restored_result(self, node_id: str, data: dict[str, Any]) -> NodeResult:
         """A node result from the run document: a structured output (stored as JSON) is its model again."""
         result = NodeResult.model_validate(data)
+        result.output = self._restored_output(node_id, result.output)
+        return result
+
+    def _restored_output(self, node_id: str, output: Any) -> Any:
+        """A stored output of ``node_id`` as its agent's output type, if it has one. Stored by alias; by
+        field name before aliases were kept (both are accepted, so older runs still resume)."""
         node = self.nodes.get(node_id)
         output_type = node.agent.output_type if node is not None and node.kind == "agent" else None
-        if output_type is not None and isinstance(result.output, dict):
-            result.output = output_type.model_validate(result.output)
-        return result
+        if output_type is None or output is None or isinstance(output, BaseModel):
+            return output
+        return output_type.model_validate(output, by_alias=True, by_name=True)
 
     def _agent_fields(self, node_id: str) -> tuple[dict[str, Any], list[Any]]:
         data = self.nodes[node_id].agent.agent_data()
