@@ -496,6 +496,8 @@ async def run_invocation(
                 turn = TurnControl()
                 agent._pending_tools = pending  # the turn's ledger, saved with the agent while tools run
                 results = await _run_tools(agent, pending, invocation_state, turn, output, checkpoint)
+                for progress in turn.progress:
+                    yield progress
                 if results is None:
                     stop_reason = "interrupt"
                     break
