@@ -1,0 +1,7 @@
+"""AG-UI (stub)."""
+
+from typing import Any
+
+
+def mount_agui(*args: Any) -> None:
+    return None
