@@ -18,6 +18,10 @@ from a2a.types import (
     TaskState,
 )
 
+from orchestra import Agent
+from orchestra.models import ScriptedModel
+from orchestra.models.scripted import ToolCall
+from orchestra.tools.a2a import a2a_tool
 from tests.server.conftest import KEYS, Server, auth, write_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -185,3 +189,17 @@ async def test_a_failed_run_is_a_failed_task_that_says_why(a2a_server):
     assert "the custom model's backend exploded" in get_message_text(failed.task.status.message) or (
         "RuntimeError" in get_message_text(failed.task.status.message)
     )
+
+
+async def test_our_own_a2a_tool_calls_a_hosted_pipeline(a2a_server):
+    tool = a2a_tool(f"{a2a_server.url}/a2a/approval", headers=auth())
+    agent = Agent(
+        model=ScriptedModel(
+            [ToolCall("approval", {"input": "ship"}), ToolCall("approval", {"input": "yes"}), "ok"]
+        ),
+        tools=[tool],
+    )
+    await agent.invoke_async("get it approved")
+    asked = agent.messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert "ship it?" in asked
+    assert agent.messages[4]["content"][0]["toolResult"]["content"][0]["text"] == "human said yes"
