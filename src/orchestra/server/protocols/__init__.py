@@ -27,12 +27,15 @@ __all__ = ["available", "mount_protocols"]
 
 
 def available() -> dict[str, bool]:
-    """Which doors can be mounted here (their packages are installed)."""
-    return {
-        "mcp": importlib.util.find_spec("mcp") is not None,
-        "a2a": importlib.util.find_spec("a2a") is not None,
-        "ag-ui": importlib.util.find_spec("ag_ui") is not None,
-    }
+    """Which doors can be mounted here (their packages are installed; nothing is imported to know)."""
+    return {"mcp": _installed("mcp"), "a2a": _installed("a2a"), "ag-ui": _installed("ag_ui")}
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a package blocked in sys.modules, or a broken one
+        return False
 
 
 def mount_protocols(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
