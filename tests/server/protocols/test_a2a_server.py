@@ -203,3 +203,14 @@ async def test_our_own_a2a_tool_calls_a_hosted_pipeline(a2a_server):
     asked = agent.messages[2]["content"][0]["toolResult"]["content"][0]["text"]
     assert "ship it?" in asked
     assert agent.messages[4]["content"][0]["toolResult"]["content"][0]["text"] == "human said yes"
+
+
+async def test_the_server_continues_the_caller_s_trace(a2a_server, spans):
+    tool = a2a_tool(f"{a2a_server.url}/a2a/chat", headers=auth())
+    agent = Agent(model=ScriptedModel([ToolCall("chat", {"input": "traced"}), "ok"]), tools=[tool])
+    await agent.invoke_async("go")
+    finished = spans.get_finished_spans()
+    (client_span,) = [s for s in finished if s.name == "invoke_agent chat" and s.kind.name == "CLIENT"]
+    (served,) = [s for s in finished if s.name == "invoke chat"]
+    assert served.context.trace_id == client_span.context.trace_id
+    assert served.parent.span_id == client_span.context.span_id

@@ -98,3 +98,18 @@ async def test_our_own_mcp_client_calls_a_pipeline_and_gets_its_output(server):
 def test_without_a_key_our_client_says_to_pass_headers(server):
     with pytest.raises(ConnectionError, match=r"401.*headers="):
         MCPClient.http(f"{server.url}/mcp", connect_timeout=10).start()
+
+
+async def test_each_run_event_is_a_progress_notification(server):
+    seen = []
+
+    async def progress(done, total, message):
+        seen.append((done, message))
+
+    async with Sdk(server.url) as session:
+        result = await session.call_tool("helper", {"input": "note it"}, progress_callback=progress)
+    assert result.is_error is False
+    assert [done for done, _ in seen] == list(range(1, len(seen) + 1))
+    messages = [message for _, message in seen]
+    assert "tool_call notebook" in messages
+    assert "tool_result success" in messages
