@@ -14,9 +14,9 @@ agents. A door whose package is not installed is simply not mounted, and nothing
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from fastapi import FastAPI
 
     from orchestra.server.auth import KeyRing
