@@ -1,6 +1,7 @@
 """``orchestra serve`` as A2A agents, driven by the official a2a-sdk's own client over real HTTP."""
 
 import contextlib
+import json
 import uuid
 
 import httpx
@@ -26,6 +27,14 @@ from tests.server.conftest import KEYS, Server, auth, write_config
 
 pytestmark = pytest.mark.timeout(120)
 
+CHATTY = """version: 1
+kind: agent
+id: chatty
+agents:
+  - name: chatty
+    model: {provider: scripted, replies: [[one, " two", " three", " four"]]}
+"""
+
 SLOW = """version: 1
 kind: agent
 id: slow
@@ -39,8 +48,11 @@ agents:
 def a2a_server(tmp_path):
     config = write_config(tmp_path, f"file:{tmp_path}/store")
     (tmp_path / "slow.yaml").write_text(SLOW)
+    (tmp_path / "chatty.yaml").write_text(CHATTY)
     text = config.read_text().replace(
-        "api_keys:", "  - {id: slow, spec: slow.yaml, workspace: acme}\napi_keys:"
+        "api_keys:",
+        "  - {id: slow, spec: slow.yaml, workspace: acme}\n"
+        "  - {id: chatty, spec: chatty.yaml, workspace: acme}\napi_keys:",
     )
     config.write_text(text)
     with Server(config) as running:
@@ -214,3 +226,27 @@ async def test_the_server_continues_the_caller_s_trace(a2a_server, spans):
     (served,) = [s for s in finished if s.name == "invoke chat"]
     assert served.context.trace_id == client_span.context.trace_id
     assert served.parent.span_id == client_span.context.span_id
+
+
+async def test_a_streamed_reply_writes_its_task_once_per_state_not_per_delta(a2a_server, monkeypatch):
+    from orchestra.storage import PrefixedStorage
+
+    task_writes = []
+    write = PrefixedStorage.write
+
+    async def counted(self, key, data, **options):
+        if "/tasks/" in key:
+            task_writes.append(json.loads(data)["status"]["state"])
+        return await write(self, key, data, **options)
+
+    monkeypatch.setattr(PrefixedStorage, "write", counted)
+    async with client_for(a2a_server, "chatty", streaming=True) as (client, _):
+        events = await send(client, message("talk"))
+    working = [
+        e
+        for e in events
+        if e.HasField("status_update") and e.status_update.status.state == TaskState.TASK_STATE_WORKING
+    ]
+    assert len(working) == 5  # the start, then each of the four text deltas
+    assert task_writes.count("TASK_STATE_WORKING") == 1
+    assert task_writes[-1] == "TASK_STATE_COMPLETED"

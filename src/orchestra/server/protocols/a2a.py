@@ -110,6 +110,9 @@ class StorageTaskStore(TaskStore):
     def __init__(self, runtime: Runtime, agent_id: str) -> None:
         self.runtime = runtime
         self.agent_id = agent_id
+        # A streamed reply is one WORKING update per text delta: only a change of state is written (each
+        # write is durable), so a long reply costs two or three writes, not one per delta.
+        self._written: dict[str, int] = {}
 
     def _key(self, task_id: str, context: ServerCallContext) -> tuple[Any, str] | None:
         try:
@@ -121,8 +124,16 @@ class StorageTaskStore(TaskStore):
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         where = self._key(task.id, context)
-        if where is not None:
-            await where[0].write(where[1], json_format.MessageToJson(task).encode())
+        if where is None:
+            return
+        state = task.status.state
+        if state == TaskState.TASK_STATE_WORKING and self._written.get(task.id) == state:
+            return
+        await where[0].write(where[1], json_format.MessageToJson(task).encode())
+        if state in _FINAL:
+            self._written.pop(task.id, None)
+        else:
+            self._written[task.id] = state
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         where = self._key(task_id, context)
@@ -151,6 +162,14 @@ class StorageTaskStore(TaskStore):
         where = self._key(task_id, context)
         if where is not None:
             await where[0].delete(where[1])
+
+
+_FINAL = {
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_FAILED,
+    TaskState.TASK_STATE_CANCELED,
+    TaskState.TASK_STATE_REJECTED,
+}
 
 
 class RuntimeExecutor(AgentExecutor):
