@@ -190,7 +190,9 @@ async def run_tool(
 
     ``idempotency_key`` overrides the key derived from the agent's ``effect_scope`` and the call's id."""
     if not tracing.recording():
-        return (await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key))[0]
+        return (
+            await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key)
+        )[0]
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool_use["name"],
