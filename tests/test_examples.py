@@ -108,3 +108,21 @@ def test_the_exactly_once_example_resumes_after_ctrl_c(tmp_path):
     assert "All three invoices are out. (resumed)" in again.stdout
     outbox = [json.loads(line) for line in (tmp_path / "state" / "outbox.jsonl").read_text().splitlines()]
     assert sorted(entry["customer"] for entry in outbox) == ["acme", "globex", "initech"]
+
+
+def test_the_protocol_doors_example_speaks_mcp_a2a_and_ag_ui():
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "python" / "protocol_doors.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "mcp tools: assistant, support"
+    assert lines[1].startswith("mcp: support answered: I found the duplicate charge")
+    assert lines[2] == "a2a: assistant answered: echo: hello over A2A"
+    assert lines[3].startswith("ag-ui: RUN_STARTED STATE_SNAPSHOT STEP_STARTED")
+    assert lines[3].endswith("STATE_SNAPSHOT RUN_FINISHED")

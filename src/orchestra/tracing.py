@@ -1,9 +1,13 @@
 """OpenTelemetry spans, following the GenAI semantic conventions, when the ``[otel]`` extra is installed.
 
-- ``invoke_agent {name}`` per agent invocation, ``chat {model}`` per model call, ``execute_tool {name}``
-  per tool call, with token usage attributes (``gen_ai.usage.input_tokens``/``output_tokens``);
+- ``invoke_agent {name}`` per agent invocation, ``chat {request model}`` per model call (a CLIENT span for
+  a remote model, with ``gen_ai.provider.name`` and the model id as sent on the wire, see
+  ``ModelTelemetry``), ``execute_tool {name}`` per tool call, with token usage attributes;
 - ``invoke_workflow {id}`` per Graph or Swarm run and ``execute_node {node}`` per node execution
   (``orchestra.node.id``, ``.status``, ``.attempt``, ``orchestra.run.resumed``).
+
+A span whose work failed has status ERROR and ``error.type``: raised exceptions, and failures reported as
+values (a tool's error result, a run that ended ``failed``) through ``_Span.fail``.
 
 Spans nest through the current OpenTelemetry context, which lives in context variables: nested
 orchestrators, concurrent nodes (anyio copies the context into each task) and agents used as tools
@@ -12,19 +16,43 @@ propagate the context through activity headers (temporalio's ``TracingIntercepto
 
 Without the extra nothing is imported, and without a tracer provider (an SDK's, or ``--otlp-endpoint``)
 nothing is created: ``span()`` is then a no-op context manager that costs one check.
-Message contents go into spans only with ``ORCHESTRA_TRACE_CONTENT=1``.
+Message contents go into spans only with ``ORCHESTRA_TRACE_CONTENT=1``, in the conventions' structure
+(``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}, ...]}``, see
+``genai_messages``).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
 import os
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["configure_otlp", "content_enabled", "continued", "enabled", "recording", "span"]
+if TYPE_CHECKING:
+    from orchestra.models import Model, ModelTelemetry
+
+__all__ = [
+    "OTHER_ERROR",
+    "SpanKind",
+    "chat_attributes",
+    "configure_otlp",
+    "content_enabled",
+    "continued",
+    "enabled",
+    "finish_reason",
+    "genai_messages",
+    "model_telemetry",
+    "output_messages",
+    "recording",
+    "span",
+    "system_instructions",
+]
+
+SpanKind = Literal["internal", "client", "server"]
+OTHER_ERROR = "_OTHER"  # the conventions' error.type when no exception type names the failure
 
 try:  # the [otel] extra
     from opentelemetry import trace as _trace
@@ -59,10 +87,14 @@ class _Span:
                 if value is not None:
                     self._span.set_attribute(key.replace("__", "."), value)
 
-    def content(self, key: str, value: Any) -> None:
-        """Record a message content attribute, only when ``ORCHESTRA_TRACE_CONTENT=1``."""
+    def content(self, key: str, value: Any, *args: Any) -> None:
+        """Record a message content attribute, only when ``ORCHESTRA_TRACE_CONTENT=1``.
+
+        ``value`` may be a function that makes it from ``args``, so nothing is converted when contents are off.
+        """
         if self._span is not None and content_enabled():
-            self._span.set_attribute(key, json.dumps(value, default=str))
+            made = value(*args) if callable(value) else value
+            self._span.set_attribute(key, json.dumps(made, default=_json_default))
 
     def usage(self, usage: Any) -> None:
         if self._span is None:
@@ -70,6 +102,14 @@ class _Span:
         self.set(
             gen_ai__usage__input_tokens=usage.input_tokens, gen_ai__usage__output_tokens=usage.output_tokens
         )
+
+    def fail(self, error_type: str = OTHER_ERROR, description: str | None = None) -> None:
+        """Mark the span failed (status ERROR, ``error.type``) for a failure that was not raised."""
+        if self._span is None:
+            return
+        assert _trace is not None
+        self._span.set_attribute("error.type", error_type)
+        self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, description))
 
 
 _NOOP = _Span()
@@ -100,11 +140,13 @@ _UNKNOWN = object()
 _PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
-def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[_Span]:
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, kind: SpanKind = "internal"
+) -> contextlib.AbstractContextManager[_Span]:
     """A span named ``name``, current inside the block; errors mark it failed (``error.type``)."""
     # Not recording: one shared context manager that does nothing (a generator-based one per span cost
     # about 3 us, paid twice per agent invocation).
-    return _recording_span(name, attributes) if recording() else _NO_SPAN
+    return _recording_span(name, attributes, kind) if recording() else _NO_SPAN
 
 
 class _NoSpan(contextlib.AbstractContextManager[_Span]):
@@ -119,10 +161,13 @@ _NO_SPAN = _NoSpan()
 
 
 @contextlib.contextmanager
-def _recording_span(name: str, attributes: Mapping[str, Any] | None) -> Iterator[_Span]:
+def _recording_span(name: str, attributes: Mapping[str, Any] | None, kind: SpanKind) -> Iterator[_Span]:
     assert _trace is not None
     with _tracer().start_as_current_span(
-        name, attributes=dict(attributes or {}), record_exception=True
+        name,
+        kind=getattr(_trace.SpanKind, kind.upper()),
+        attributes={k: v for k, v in (attributes or {}).items() if v is not None},
+        record_exception=True,
     ) as current:
         handle = _Span(current)
         try:
@@ -169,3 +214,129 @@ def configure_otlp(endpoint: str, service_name: str = "orchestra") -> None:
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
     assert _trace is not None  # the SDK imported, so the API did
     _trace.set_tracer_provider(provider)
+
+
+# -- the GenAI conventions' shapes ---------------------------------------------------------------------
+
+
+def model_telemetry(model: Model) -> ModelTelemetry:
+    """What ``model`` is in the conventions: its own ``telemetry``, or its ``provider:model`` name read."""
+    from orchestra.models import ModelTelemetry
+
+    telemetry = getattr(model, "telemetry", None)
+    if isinstance(telemetry, ModelTelemetry):
+        return telemetry
+    provider, _, model_id = model.name.partition(":")
+    return ModelTelemetry(provider if model_id else OTHER_ERROR, model_id or model.name)
+
+
+def chat_attributes(telemetry: ModelTelemetry, operation: str = "chat") -> dict[str, Any]:
+    """The attributes a span about a model call (or an agent using that model) starts with."""
+    return {
+        "gen_ai.operation.name": operation,
+        "gen_ai.provider.name": telemetry.provider,
+        "gen_ai.request.model": telemetry.request_model,
+        "server.address": telemetry.server_address,
+        "server.port": telemetry.server_port,
+    }
+
+
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_call",
+    "max_tokens": "length",
+    "content_filtered": "content_filter",
+    "interrupt": "stop",
+}
+
+
+def finish_reason(stop_reason: str) -> str:
+    """Our stop reason as the conventions' finish reason."""
+    return _FINISH_REASONS.get(stop_reason, stop_reason)
+
+
+def _parts(content: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if "text" in block:
+            parts.append({"type": "text", "content": block["text"]})
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": use["toolUseId"],
+                    "name": use["name"],
+                    "arguments": use.get("input"),
+                }
+            )
+        elif "toolResult" in block:
+            result = block["toolResult"]
+            response: Any = [_result_value(item) for item in result.get("content", [])]
+            parts.append(
+                {
+                    "type": "tool_call_response",
+                    "id": result["toolUseId"],
+                    "response": response[0] if len(response) == 1 else response,
+                }
+            )
+        elif "image" in block or "document" in block:
+            kind = "image" if "image" in block else "document"
+            item = block[kind]
+            source = item.get("source", {})
+            data = source.get("bytes")
+            parts.append(
+                {
+                    "type": "blob",
+                    "modality": "image" if kind == "image" else "document",
+                    "mime_type": f"{'image' if kind == 'image' else 'application'}/{item.get('format', '')}",
+                    "content": base64.b64encode(data).decode() if isinstance(data, bytes) else data,
+                }
+            )
+        elif "reasoningContent" in block:
+            text = block["reasoningContent"].get("reasoningText", {}).get("text", "")
+            parts.append({"type": "reasoning", "content": text})
+    return parts
+
+
+def _result_value(item: Mapping[str, Any]) -> Any:
+    if "text" in item:
+        return item["text"]
+    if "json" in item:
+        return item["json"]
+    return {key: _json_default(value) if isinstance(value, bytes) else value for key, value in item.items()}
+
+
+def genai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages in the conventions' structure: a user message of tool results is a ``tool`` message."""
+    converted = []
+    for message in messages:
+        content = message.get("content", [])
+        role = message["role"]
+        if role == "user" and content and all("toolResult" in block for block in content):
+            role = "tool"
+        converted.append({"role": role, "parts": _parts(content)})
+    return converted
+
+
+def output_messages(message: Mapping[str, Any], stop_reason: str) -> list[dict[str, Any]]:
+    """A model's reply as the conventions' output messages (with its ``finish_reason``)."""
+    return [
+        {
+            "role": "assistant",
+            "parts": _parts(message.get("content", [])),
+            "finish_reason": finish_reason(stop_reason),
+        }
+    ]
+
+
+def system_instructions(prompt: str | None) -> list[dict[str, Any]] | None:
+    """A system prompt as the conventions' ``gen_ai.system_instructions`` parts."""
+    return [{"type": "text", "content": prompt}] if prompt else None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)

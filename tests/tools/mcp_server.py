@@ -10,7 +10,15 @@ import sys
 import time
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ImageContent, TextContent
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
 
 server = MCPServer("orchestra-test")
 
@@ -52,6 +60,58 @@ def hang() -> str:
     """Never answers."""
     time.sleep(3600)
     return "late"
+
+
+@server.tool()
+def documents() -> list:
+    """Every other content kind: an embedded text resource, an embedded blob, a resource link, audio."""
+    return [
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(uri="notes://today", mime_type="text/plain", text="Buy milk."),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(
+                uri="files://pixel.png", mime_type="image/png", blob=base64.b64encode(PIXEL).decode()
+            ),
+        ),
+        ResourceLink(type="resource_link", uri="notes://today", name="today", mime_type="text/plain"),
+        AudioContent(type="audio", data=base64.b64encode(b"RIFF0000WAVE").decode(), mime_type="audio/wav"),
+    ]
+
+
+def shout(text: str) -> str:
+    """Shout the text."""
+    return text.upper()
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the shout tool and tell the client its tools changed."""
+    server.add_tool(shout)
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+@server.tool()
+async def slow(ctx: Context) -> str:
+    """Report progress twice, then answer."""
+    await ctx.report_progress(1, 2, "half way")
+    await ctx.report_progress(2, 2, "done")
+    return "slow done"
+
+
+@server.resource("notes://today", mime_type="text/plain")
+def today() -> str:
+    """Today's notes."""
+    return "Buy milk."
+
+
+@server.prompt()
+def summarize(topic: str) -> str:
+    """Ask for a summary of a topic."""
+    return f"Summarize {topic} in one line."
 
 
 if __name__ == "__main__":

@@ -45,7 +45,16 @@ def http_server():
 async def test_stdio_tools_are_called_by_the_model():
     async with stdio() as client:
         agent = Agent(model=ScriptedModel([ToolCall("add", {"a": 2, "b": 3}), "5"]), tools=[client])
-        assert sorted(agent.tool_registry.names) == ["add", "crash", "hang", "idempotency_key", "picture"]
+        assert sorted(agent.tool_registry.names) == [
+            "add",
+            "crash",
+            "documents",
+            "grow",
+            "hang",
+            "idempotency_key",
+            "picture",
+            "slow",
+        ]
         result = await agent.invoke_async("2+3?")
     assert str(result) == "5"
     tool_result = agent.messages[2]["content"][0]["toolResult"]

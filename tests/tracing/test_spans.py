@@ -61,8 +61,8 @@ def test_contents_only_with_the_variable(spans, monkeypatch):
     found = by_name(spans)
     assert found["execute_tool add"].attributes["gen_ai.tool.call.arguments"] == '{"a": 1, "b": 2}'
     chats = [s for s in spans.get_finished_spans() if s.name == "chat scripted"]
-    assert "1+2?" in chats[0].attributes["gen_ai.input.messages"]  # the newest message sent
-    assert "toolResult" in chats[1].attributes["gen_ai.input.messages"]
+    assert "1+2?" in chats[0].attributes["gen_ai.input.messages"]
+    assert "tool_call_response" in chats[1].attributes["gen_ai.input.messages"]
 
 
 def test_a_failed_model_call_marks_the_spans(spans):

@@ -9,6 +9,7 @@ from orchestra.agent.result import (
     ResultEvent,
     TextChunkEvent,
     ToolCallEvent,
+    ToolProgressEvent,
     ToolResultEvent,
 )
 from orchestra.agent.state import AgentState, JSONState
@@ -25,5 +26,6 @@ __all__ = [
     "ResultEvent",
     "TextChunkEvent",
     "ToolCallEvent",
+    "ToolProgressEvent",
     "ToolResultEvent",
 ]

@@ -190,17 +190,24 @@ async def run_tool(
 
     ``idempotency_key`` overrides the key derived from the agent's ``effect_scope`` and the call's id."""
     if not tracing.recording():
-        return await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key)
+        return (
+            await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key)
+        )[0]
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool_use["name"],
         "gen_ai.tool.call.id": tool_use["toolUseId"],
+        "gen_ai.tool.type": "function",  # every tool runs on the agent's side
     }
     with tracing.span(f"execute_tool {tool_use['name']}", attributes) as tool_span:
         tool_span.content("gen_ai.tool.call.arguments", tool_use.get("input"))
-        result = await _run_tool(agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key)
+        result, exception = await _run_tool(
+            agent, tool_use, invocation_state, interrupts, turn, output, idempotency_key
+        )
         tool_span.set(orchestra__tool__status=result.get("status"))
         tool_span.content("gen_ai.tool.call.result", result.get("content"))
+        if result.get("status") == "error":
+            tool_span.fail(type(exception).__name__ if exception is not None else tracing.OTHER_ERROR)
         return result
 
 
@@ -212,11 +219,12 @@ async def _run_tool(
     turn: TurnControl | None,
     output: OutputTool | None,
     key: str | None = None,
-) -> ToolResultDict:
+) -> tuple[ToolResultDict, BaseException | None]:
     hooks = agent.hooks
     before = await hooks.invoke(BeforeToolCall(agent, tool_use, invocation_state))
     tool_use_id = tool_use["toolUseId"]
     exception: BaseException | None = None
+    caught: BaseException | None = None
     if before.cancel is not None:
         result = tool_result(tool_use_id, f"Error: the tool call was cancelled: {before.cancel}", "error")
     else:
@@ -242,8 +250,9 @@ async def _run_tool(
             except Exception as exc:
                 exception = exc
                 result = tool_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}", "error")
+            caught = context._error
     after = await hooks.invoke(AfterToolCall(agent, tool_use, invocation_state, result, exception))
-    return after.result
+    return after.result, exception or caught
 
 
 async def _run_tools(
@@ -342,11 +351,15 @@ async def run_invocation(
     rolls the history back to where it started; ``AfterInvocation`` then sees the rolled-back history
     (hooks run for exceptions, not for cancellations, where nothing may be awaited).
     """
-    attributes = {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent.name,
-        "gen_ai.agent.id": agent.agent_id,
-    }
+    telemetry = tracing.model_telemetry(agent.model) if tracing.recording() else None
+    attributes: dict[str, Any] = {}
+    if telemetry is not None:
+        attributes = {
+            **tracing.chat_attributes(telemetry, "invoke_agent"),
+            "gen_ai.agent.name": agent.name,
+            "gen_ai.agent.id": agent.agent_id,
+            "gen_ai.conversation.id": getattr(agent.session_manager, "session_id", None),
+        }
     with tracing.span(f"invoke_agent {agent.name}", attributes) as agent_span:
         started = time.perf_counter()
         metrics = AgentMetrics()
@@ -411,12 +424,22 @@ async def run_invocation(
                     text: list[str] = []
                     tool_uses: list[dict[str, Any]] = []
                     usage = Usage()
-                    chat_attributes = {
-                        "gen_ai.operation.name": "chat",
-                        "gen_ai.request.model": agent.model.name,
-                    }
-                    with tracing.span(f"chat {agent.model.name}", chat_attributes) as chat_span:
-                        chat_span.content("gen_ai.input.messages", agent.messages[-1:])
+                    chat = (
+                        tracing.span(
+                            f"chat {telemetry.request_model}",
+                            tracing.chat_attributes(telemetry),
+                            "client" if telemetry.remote else "internal",
+                        )
+                        if telemetry is not None
+                        else tracing.span("chat")
+                    )
+                    with chat as chat_span:
+                        chat_span.content("gen_ai.input.messages", tracing.genai_messages, agent.messages)
+                        chat_span.content(
+                            "gen_ai.system_instructions",
+                            tracing.system_instructions,
+                            agent.system_prompt,
+                        )
                         try:
                             model_stream = _stream_model(agent, checkpoint, output, force_output)
                             async with aclosing(model_stream) as model_events:
@@ -440,11 +463,15 @@ async def run_invocation(
                             await hooks.invoke(AfterModelCall(agent, invocation_state, exception=exc))
                             raise
                         chat_span.usage(usage)
+                        reply = "".join(text)
+                        content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
+                        content.extend({"toolUse": t} for t in tool_uses)
+                        message = {"role": "assistant", "content": content}
+                        chat_span.set(gen_ai__response__finish_reasons=[tracing.finish_reason(stop_reason)])
+                        chat_span.content(
+                            "gen_ai.output.messages", tracing.output_messages, message, stop_reason
+                        )
                     metrics.usage = metrics.usage + usage
-                    reply = "".join(text)
-                    content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
-                    content.extend({"toolUse": t} for t in tool_uses)
-                    message = {"role": "assistant", "content": content}
                     await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
                     # No provider accepts an empty assistant message: an empty reply is stored as a marker,
                     # while the result keeps what the model said (nothing).
@@ -471,6 +498,8 @@ async def run_invocation(
                 turn = TurnControl()
                 agent._pending_tools = pending  # the turn's ledger, saved with the agent while tools run
                 results = await _run_tools(agent, pending, invocation_state, turn, output, checkpoint)
+                for progress in turn.progress:
+                    yield progress
                 if results is None:
                     stop_reason = "interrupt"
                     break
@@ -525,7 +554,7 @@ async def run_invocation(
         await _end_turn(agent, invocation_state, checkpoint, result)
         agent_span.usage(metrics.usage)
         agent_span.set(orchestra__stop_reason=stop_reason)
-        agent_span.content("gen_ai.output.messages", [message])
+        agent_span.content("gen_ai.output.messages", tracing.output_messages, message, stop_reason)
         yield ResultEvent(result)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestra.interrupts import Interrupt
 from orchestra.messages import MessageDict, Usage, text_of
-from orchestra.tools import ToolResultDict
+from orchestra.tools import ToolProgressEvent, ToolResultDict
 
 __all__ = [
     "AgentMetrics",
@@ -17,6 +17,7 @@ __all__ = [
     "ResultEvent",
     "TextChunkEvent",
     "ToolCallEvent",
+    "ToolProgressEvent",
     "ToolResultEvent",
 ]
 
@@ -106,4 +107,6 @@ class ResultEvent:
     result: AgentResult
 
 
-AgentStreamEvent = TextChunkEvent | ToolCallEvent | ToolResultEvent | MessageEvent | ResultEvent
+AgentStreamEvent = (
+    TextChunkEvent | ToolCallEvent | ToolProgressEvent | ToolResultEvent | MessageEvent | ResultEvent
+)

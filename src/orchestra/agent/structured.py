@@ -7,6 +7,10 @@ closing assistant message is the output as JSON); invalid input goes back as an 
 the fields, and the model tries again. When the model ends its turn without calling it, the agent asks
 for it once more and, where the model supports ``tool_choice``, forces it. Past ``max_retries`` failed
 attempts the invocation raises ``StructuredOutputError`` (and its turn is rolled back like any failure).
+
+A tool's input is an object for every provider, so an output type whose schema is not one (a
+``RootModel[list[str]]``, a ``RootModel[int]``) is wrapped, before anything runs: the tool takes
+``{"value": <the type's schema>}`` and the value under ``value`` is validated.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ class OutputTool:
         self.name = _NAME.sub("_", output_type.__name__)[:64]
         schema = output_type.model_json_schema()
         description = schema.pop("description", None) or f"A {output_type.__name__}."
+        self.wrapped = schema.get("type") != "object"
+        if self.wrapped:
+            schema = _wrapped(schema)
         self.spec: ToolSpec = {
             "name": self.name,
             "description": f"Give your final answer with this tool (and only then): {description}",
@@ -64,11 +71,16 @@ class OutputTool:
 
     async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
         tool_use_id = tool_use["toolUseId"]
+        given = tool_use.get("input") or {}
         try:
-            value = self.output_type.model_validate(tool_use.get("input") or {})
-        except ValidationError as exc:
+            if self.wrapped and not (isinstance(given, dict) and "value" in given):
+                raise _MissingValue
+            value = self.output_type.model_validate(given["value"] if self.wrapped else given)
+        except (ValidationError, _MissingValue) as exc:
             self.failures += 1
-            self.last_problem = validation_problems(exc)
+            self.last_problem = (
+                validation_problems(exc) if isinstance(exc, ValidationError) else "value: Field required"
+            )
             return tool_result(
                 tool_use_id,
                 f"Error: invalid {self.name}: {self.last_problem}. Call {self.name} again with every field "
@@ -92,6 +104,27 @@ class OutputTool:
                 f"agent {agent_name!r}: no valid {self.output_type.__name__} after {self.failures} attempts "
                 f"(the last: {self.last_problem}); raise max_output_retries or make the fields easier to fill"
             )
+
+
+class _MissingValue(Exception):
+    """A wrapped output tool was called without its ``value``."""
+
+
+def _wrapped(schema: dict[str, Any]) -> dict[str, Any]:
+    """A non-object schema as the object ``{"value": schema}`` (its ``$defs`` kept at the top, where the
+    references inside point)."""
+    inner = dict(schema)
+    defs = inner.pop("$defs", None)
+    inner.pop("title", None)
+    wrapped: dict[str, Any] = {
+        "type": "object",
+        "properties": {"value": inner},
+        "required": ["value"],
+        "additionalProperties": False,
+    }
+    if defs:
+        wrapped["$defs"] = defs
+    return wrapped
 
 
 @functools.cache

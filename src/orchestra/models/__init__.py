@@ -7,6 +7,7 @@ Providers for real services live in submodules imported on demand (``orchestra.m
 from orchestra.models._base import (
     Model,
     ModelEvent,
+    ModelTelemetry,
     StopReason,
     StreamStop,
     TextDelta,
@@ -23,6 +24,7 @@ __all__ = [
     "Model",
     "ModelEvent",
     "ModelRequest",
+    "ModelTelemetry",
     "Reply",
     "ScriptedModel",
     "StopReason",

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from urllib.parse import urlsplit
 
 from orchestra.messages import MessageDict, Usage
 
 __all__ = [
     "Model",
     "ModelEvent",
+    "ModelTelemetry",
     "StopReason",
     "StreamStop",
     "TextDelta",
@@ -62,6 +64,34 @@ class StreamStop:
 
 
 ModelEvent = TextDelta | ToolUseEvent | UsageEvent | StreamStop
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTelemetry:
+    """What a model call is in the OpenTelemetry GenAI conventions (``orchestra.tracing`` reads it).
+
+    A model may expose one as ``telemetry``; without it the ``name`` is read as ``provider:model``.
+
+    Attributes:
+        provider: ``gen_ai.provider.name`` (``openai``, ``aws.bedrock``, ...).
+        request_model: ``gen_ai.request.model``: the model id exactly as sent on the wire.
+        server_address: ``server.address`` of the endpoint, if remote.
+        server_port: ``server.port`` of the endpoint, if remote.
+        remote: a call over the network (a CLIENT span) rather than in this process (INTERNAL).
+    """
+
+    provider: str
+    request_model: str
+    server_address: str | None = None
+    server_port: int | None = None
+    remote: bool = True
+
+    @classmethod
+    def from_url(cls, provider: str, request_model: str, url: str | None) -> ModelTelemetry:
+        """Telemetry for a model served at ``url`` (its host and port become ``server.*``)."""
+        parsed = urlsplit(url or "")
+        port = parsed.port or {"https": 443, "http": 80}.get(parsed.scheme)
+        return cls(provider, request_model, parsed.hostname, port)
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ from orchestra.errors import (
 from orchestra.messages import MessageDict, Usage
 from orchestra.models._base import (
     ModelEvent,
+    ModelTelemetry,
     StopReason,
     StreamStop,
     TextDelta,
@@ -106,6 +107,11 @@ class BedrockModel:
     @property
     def name(self) -> str:
         return f"bedrock:{self.model_id}"
+
+    @property
+    def telemetry(self) -> ModelTelemetry:
+        # The model id as botocore puts it in the request path, not our "bedrock:" model string.
+        return ModelTelemetry.from_url("aws.bedrock", self.model_id, self.client.meta.endpoint_url)
 
     def request_body(
         self,

@@ -25,6 +25,7 @@ from orchestra.errors import (
 from orchestra.messages import MessageDict, Usage
 from orchestra.models._base import (
     ModelEvent,
+    ModelTelemetry,
     StopReason,
     StreamStop,
     TextDelta,
@@ -162,6 +163,11 @@ class OpenAIModel:
     @property
     def name(self) -> str:
         return f"openai:{self.model}"
+
+    @property
+    def telemetry(self) -> ModelTelemetry:
+        # OpenAI-compatible servers (Ollama, vLLM) speak OpenAI's API; server.address tells them apart.
+        return ModelTelemetry.from_url("openai", self.model, self.base_url)
 
     def _error(self, status: int, body: str) -> ModelError:
         try:

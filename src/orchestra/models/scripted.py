@@ -12,7 +12,15 @@ import anyio
 
 from orchestra.errors import ScriptExhaustedError
 from orchestra.messages import MessageDict, Usage, text_of
-from orchestra.models._base import ModelEvent, StreamStop, TextDelta, ToolSpec, ToolUseEvent, UsageEvent
+from orchestra.models._base import (
+    ModelEvent,
+    ModelTelemetry,
+    StreamStop,
+    TextDelta,
+    ToolSpec,
+    ToolUseEvent,
+    UsageEvent,
+)
 
 __all__ = ["FunctionModel", "ModelRequest", "Reply", "ScriptedModel", "ToolCall"]
 
@@ -97,6 +105,10 @@ class _RecordingModel:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def telemetry(self) -> ModelTelemetry:
+        return ModelTelemetry("orchestra", self._name, remote=False)  # it runs in this process
 
     def _record(
         self,

@@ -29,6 +29,7 @@ from typing import Any, Self
 
 import anyio
 import structlog
+from pydantic import BaseModel
 
 from orchestra import tracing
 from orchestra._concurrency import unwrap_group
@@ -101,6 +102,10 @@ class MultiAgentBase:
         self._dirty: set[str] = set()
         self._dirty_logs: set[str] = set()
         self._dirty_agents: set[str] = set()
+        # Agents used as tools by agent nodes ("<node>/tools/<tool>" -> agent), saved like node agents;
+        # and what a loaded run holds for those not attached yet in this process.
+        self._tool_agents: dict[str, Any] = {}
+        self._saved_tool_agents: dict[str, AgentData] = {}
         self._unset: set[str] = set()
         self._shared_records: set[str] = set()  # node records still the caller's (see load_document)
         self._saved_state_version = -1
@@ -222,14 +227,41 @@ class MultiAgentBase:
     def _restored_result(self, node_id: str, data: dict[str, Any]) -> NodeResult:
         """A node result from the run document: a structured output (stored as JSON) is its model again."""
         result = NodeResult.model_validate(data)
-        node = self.nodes.get(node_id)
-        output_type = node.agent.output_type if node is not None and node.kind == "agent" else None
-        if output_type is not None and isinstance(result.output, dict):
-            result.output = output_type.model_validate(result.output)
+        result.output = self._restored_output(node_id, result.output)
         return result
 
+    def _restored_output(self, node_id: str, output: Any) -> Any:
+        """A stored output of ``node_id`` as its agent's output type, if it has one. Stored by alias; by
+        field name before aliases were kept (both are accepted, so older runs still resume)."""
+        node = self.nodes.get(node_id)
+        output_type = node.agent.output_type if node is not None and node.kind == "agent" else None
+        if output_type is None or output is None or isinstance(output, BaseModel):
+            return output
+        return output_type.model_validate(output, by_alias=True, by_name=True)
+
+    def attach_tool_agent(self, caller: Any, tool_name: str, agent: Any) -> str | None:
+        """``agent`` is used as the tool ``tool_name`` by ``caller``, one of this run's agent nodes: it is
+        saved with the run like a node's agent (``agent/<node>/tools/<tool>``), and gets back what the
+        loaded run saved of it the first time. Returns its key for ``_mark_agent`` (None: not a node's)."""
+        node_id = next(
+            (i for i, node in self.nodes.items() if node.kind == "agent" and node.agent is caller), None
+        )
+        if node_id is None:
+            return None
+        key = f"{node_id}/tools/{tool_name}"
+        if self._tool_agents.get(key) is not agent:
+            self._tool_agents[key] = agent
+            saved = self._saved_tool_agents.pop(key, None)
+            if saved is not None:
+                agent.load_agent_data(saved)
+        return key
+
+    def _agent_of(self, key: str) -> Any:
+        tool_agent = self._tool_agents.get(key)
+        return tool_agent if tool_agent is not None else self.nodes[key].agent
+
     def _agent_fields(self, node_id: str) -> tuple[dict[str, Any], list[Any]]:
-        data = self.nodes[node_id].agent.agent_data()
+        data = self._agent_of(node_id).agent_data()
         fields = {
             "state": data.state,
             "conversation_manager_state": data.conversation_manager_state,
@@ -283,11 +315,14 @@ class MultiAgentBase:
         out["state"] = self.state.to_dict()
         for name, items in self._logs.items():
             out[name] = list(items)
-        for node_id, node in self.nodes.items():
-            if node.kind == "agent":
-                agent_fields, messages = self._agent_fields(node_id)
-                out[f"agent/{node_id}"] = agent_fields
-                out[f"agent/{node_id}/messages"] = json.loads(messages_to_json(messages))  # bytes as base64
+        agent_keys = [node_id for node_id, node in self.nodes.items() if node.kind == "agent"]
+        for key in [*agent_keys, *self._tool_agents]:
+            agent_fields, messages = self._agent_fields(key)
+            out[f"agent/{key}"] = agent_fields
+            out[f"agent/{key}/messages"] = json.loads(messages_to_json(messages))  # bytes as base64
+        for key, data in self._saved_tool_agents.items():
+            out[f"agent/{key}"] = _agent_data_fields(data)
+            out[f"agent/{key}/messages"] = json.loads(messages_to_json(data.messages))
         return out
 
     def deserialize_state(self, payload: Mapping[str, Any]) -> None:
@@ -324,16 +359,13 @@ class MultiAgentBase:
         for node_id, node in self.nodes.items():
             if node.kind != "agent" or f"agent/{node_id}" not in fields:
                 continue
-            agent_fields = fields[f"agent/{node_id}"]
-            node.agent.load_agent_data(
-                AgentData(
-                    messages=list(logs.get(f"agent/{node_id}/messages", [])),
-                    state=agent_fields.get("state") or {},
-                    conversation_manager_state=agent_fields.get("conversation_manager_state") or {},
-                    system_prompt=agent_fields.get("system_prompt"),
-                    interrupt_state=agent_fields.get("interrupt_state"),
-                )
-            )
+            node.agent.load_agent_data(_agent_data(fields, logs, node_id))
+        self._tool_agents = {}
+        self._saved_tool_agents = {
+            name[len("agent/") :]: _agent_data(fields, logs, name[len("agent/") :])
+            for name in fields
+            if name.startswith("agent/") and "/tools/" in name
+        }
         self._dirty.clear()
         self._dirty_logs.clear()
         self._dirty_agents.clear()
@@ -349,6 +381,7 @@ class MultiAgentBase:
             self._logs[name] = []
             self._dirty_logs.add(name)
         self.state.replace(self._initial_state)
+        # Agents used as tools keep their conversation from run to run (as they do within a process).
         for node_id, node in self.nodes.items():
             node.reset()
             if node.kind == "agent":
@@ -571,6 +604,7 @@ class MultiAgentBase:
         with structlog.contextvars.bound_contextvars(**context):
             attributes = {
                 "gen_ai.operation.name": "invoke_workflow",
+                "gen_ai.workflow.name": self.id,
                 "orchestra.run.kind": self.kind,
                 "orchestra.run.id": self.id,
                 "orchestra.run.resumed": resumed,
@@ -580,6 +614,8 @@ class MultiAgentBase:
                 result = await self._run_logged(invocation_state, emit, responses, resumed)
                 run_span.set(orchestra__run__status=result.status.value)
                 run_span.usage(result.usage)
+                if result.status.value == "failed":
+                    run_span.fail(description=result.reason)
                 return result
 
     async def _run_logged(
@@ -683,3 +719,24 @@ class _Exclusive:
 
     def __exit__(self, *exc_info: object) -> None:
         self._orchestrator._invoking.release()
+
+
+def _agent_data(fields: Mapping[str, Any], logs: Mapping[str, list[Any]], key: str) -> AgentData:
+    """An agent's saved data from a run document (``agent/<key>`` and its messages log)."""
+    agent_fields = fields[f"agent/{key}"]
+    return AgentData(
+        messages=list(logs.get(f"agent/{key}/messages", [])),
+        state=agent_fields.get("state") or {},
+        conversation_manager_state=agent_fields.get("conversation_manager_state") or {},
+        system_prompt=agent_fields.get("system_prompt"),
+        interrupt_state=agent_fields.get("interrupt_state"),
+    )
+
+
+def _agent_data_fields(data: AgentData) -> dict[str, Any]:
+    return {
+        "state": data.state,
+        "conversation_manager_state": data.conversation_manager_state,
+        "system_prompt": data.system_prompt,
+        "interrupt_state": data.interrupt_state,
+    }

@@ -6,12 +6,20 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from orchestra.interrupts import Interrupt
 from orchestra.messages import MessageDict, Usage
 
-__all__ = ["GraphResult", "MultiAgentResult", "NodeResult", "Status", "SwarmResult", "output_text"]
+__all__ = [
+    "GraphResult",
+    "MultiAgentResult",
+    "NodeResult",
+    "Status",
+    "SwarmResult",
+    "output_json",
+    "output_text",
+]
 
 
 class Status(StrEnum):
@@ -30,13 +38,19 @@ def output_text(output: Any) -> str:
         return ""
     if isinstance(output, str):
         return output
-    if isinstance(output, BaseModel):  # a structured output
-        return output.model_dump_json()
+    if isinstance(output, BaseModel):  # a structured output, in the wire form its schema describes
+        return output.model_dump_json(by_alias=True)
     return json.dumps(output, default=_jsonable)
 
 
+def output_json(output: Any) -> Any:
+    """An output as it is stored: a structured output (a pydantic model) as its JSON, aliases included
+    (the form its schema describes, which validating it again accepts)."""
+    return output.model_dump(mode="json", by_alias=True) if isinstance(output, BaseModel) else output
+
+
 def _jsonable(value: Any) -> Any:
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)
+    return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else str(value)
 
 
 class NodeResult(BaseModel):
@@ -65,6 +79,10 @@ class NodeResult(BaseModel):
     execution_time_ms: float = 0.0
     execution_count: int = 1
     interrupts: list[Interrupt] = Field(default_factory=list)
+
+    @field_serializer("output", when_used="json")
+    def _output_json(self, output: Any) -> Any:
+        return output_json(output)
 
     @property
     def text(self) -> str:

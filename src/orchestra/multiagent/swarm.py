@@ -33,7 +33,7 @@ from orchestra.multiagent.events import (
     NodeStopEvent,
 )
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
-from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_text
+from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json, output_text
 from orchestra.tools import FunctionTool, ToolContext
 
 __all__ = ["HANDOFF_TOOL", "Swarm"]
@@ -246,7 +246,7 @@ class Swarm(MultiAgentBase):
                 # Resumed after the last turn was saved but not the run's end: that turn's output.
                 last = self.node_result(self._logs["execution_order"][-1])
                 output = last.output if last is not None else None
-            self._update_run(output=output)
+            self._update_run(output=output_json(output))
         return self._build_result()
 
     async def _turn(
@@ -371,11 +371,15 @@ class Swarm(MultiAgentBase):
             if record and record.get("result"):
                 results[node_id] = self._restored_result(node_id, record["result"])
         status = Status(run["status"])
+        order = list(self._logs.get("execution_order", []))
+        output = None  # none for an unfinished run
+        if status == Status.COMPLETED:
+            output = self._restored_output(order[-1], run.get("output")) if order else run.get("output")
         return SwarmResult(
             status=status,
             results=results,
-            execution_order=list(self._logs.get("execution_order", [])),
-            output=run.get("output") if status == Status.COMPLETED else None,  # none for an unfinished run
+            execution_order=order,
+            output=output,
             reason=run["reason"],
             error=run["error"],
             interrupts=[Interrupt.model_validate(i) for i in run["interrupts"]],

@@ -627,8 +627,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         return _plain(record.model_dump(mode="python"))
 
     from orchestra.server.dashboard import mount_dashboard
+    from orchestra.server.protocols import mount_protocols
 
     mount_dashboard(app, runtime, keys, config)
+    mount_protocols(app, runtime, keys, config)  # MCP, A2A, AG-UI: those whose packages are installed
     return app
 
 

@@ -102,6 +102,15 @@ class Invocation:
         # Set when this request runs again what an earlier one with its key left undone.
         self.prior: RunRecord | None = None
         self.resume = False  # POST .../resume: finish what the session left open, with no new input
+        # Answers to the session's open interrupts ({interrupt id: answer}); the protocol front doors
+        # (A2A's input-required, an MCP tool call) set them instead of a new task.
+        self.answers: dict[str, Any] | None = None
+
+    def prompt(self) -> Any:
+        """What the agent or pipeline is invoked with: the interrupt answers, or the task."""
+        if self.answers:
+            return [{"interruptResponse": {"interruptId": k, "response": v}} for k, v in self.answers.items()]
+        return self.task
 
     def traced(self) -> Any:
         """The span of this invocation, continuing the caller's trace (``traceparent``) if it sent one."""
@@ -243,7 +252,9 @@ class Runtime:
                 built.messages = _history_messages(invocation.history)
         return built
 
-    def _task(self, invocation: Invocation, target: Agent | MultiAgentBase) -> str:
+    def _task(self, invocation: Invocation, target: Agent | MultiAgentBase) -> Any:
+        if invocation.answers:
+            return invocation.prompt()
         if isinstance(target, MultiAgentBase) and invocation.history:
             context = "\n".join(f"{turn['role']}: {turn['content']}" for turn in invocation.history)
             return f"Conversation so far:\n{context}\n\n{invocation.task}"
@@ -284,6 +295,7 @@ class Runtime:
             record.output = outcome.output if outcome.output is not None else str(outcome)
             record.usage = _usage(outcome.metrics.usage)
             record.resumed = outcome.resumed
+            record.interrupts = [i.model_dump(mode="json") for i in outcome.interrupts]
         else:
             assert isinstance(outcome, MultiAgentResult)
             record.status = outcome.status.value
@@ -291,6 +303,7 @@ class Runtime:
             record.error = outcome.reason if outcome.status.value == "failed" else None
             record.usage = _usage(outcome.usage)
             record.resumed = outcome.resumed
+            record.interrupts = [i.model_dump(mode="json") for i in outcome.interrupts]
             if record.status == "failed":
                 failure = Failure(502, "run_failed", f"{outcome.reason} (run {record.run_id})")
                 record.error_code, record.http_status, record.stored = "run_failed", 502, False
@@ -380,7 +393,7 @@ class Runtime:
                     task = self._task(invocation, target)
                     outcome = await target.invoke_async(task, resume_unfinished=True)
                 else:
-                    outcome = await target.invoke_async(invocation.task)
+                    outcome = await target.invoke_async(invocation.prompt())
             except Exception as exc:
                 outcome = exc
             failure = self._finish(record, target, outcome, started)
@@ -446,7 +459,7 @@ class Runtime:
                             self._task(invocation, target), resume_unfinished=True
                         )
                     else:
-                        events = target.stream_async(invocation.task)
+                        events = target.stream_async(invocation.prompt())
                     async for event in events:
                         if isinstance(event, ResultEvent | MultiAgentResultEvent):
                             outcome = event.result

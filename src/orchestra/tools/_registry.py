@@ -18,13 +18,27 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Any] = ()) -> None:
         self._tools: dict[str, AgentTool] = {}
         self._specs: list[ToolSpec] | None = None
+        # Tool providers (an MCP client) whose tools may change: provider -> (its version, its names).
+        self._providers: dict[Any, tuple[int, list[str]]] = {}
         for item in tools:
             provider = getattr(item, "agent_tools", None)
             if callable(provider) and not callable(getattr(item, "invoke", None)):
-                for provided in provider():  # a tool provider: an MCP client's tools
-                    self.add(provided)
+                self._add_provided(item)
             else:
                 self.add(item)
+
+    def _add_provided(self, provider: Any) -> None:
+        provided = [self.add(t) for t in provider.agent_tools()]  # a tool provider: an MCP client's tools
+        self._providers[provider] = (getattr(provider, "tools_version", 0), [t.name for t in provided])
+
+    def _follow_providers(self) -> None:
+        """Take the current tools of every provider whose list changed (checked before each model call)."""
+        for provider, (version, names) in list(self._providers.items()):
+            if getattr(provider, "tools_version", 0) != version:
+                for name in names:
+                    self._tools.pop(name, None)
+                self._specs = None
+                self._add_provided(provider)
 
     def add(self, item: Any) -> AgentTool:
         """Register a tool (or a plain function, wrapped with ``@tool``)."""
@@ -37,6 +51,8 @@ class ToolRegistry:
         return agent_tool
 
     def get(self, name: str) -> AgentTool | None:
+        if self._providers:
+            self._follow_providers()
         return self._tools.get(name)
 
     @property
@@ -45,11 +61,15 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         """The specs the model sees (cached until the tools change)."""
+        if self._providers:
+            self._follow_providers()
         if self._specs is None:
             self._specs = [t.spec for t in self._tools.values()]
         return self._specs
 
     def __contains__(self, name: object) -> bool:
+        if self._providers:
+            self._follow_providers()
         return name in self._tools
 
     def __iter__(self) -> Iterator[AgentTool]:

@@ -28,6 +28,7 @@ __all__ = [
     "AgentTool",
     "FunctionTool",
     "ToolContext",
+    "ToolProgressEvent",
     "ToolResultDict",
     "TurnControl",
     "as_tool",
@@ -89,6 +90,8 @@ class ToolContext:
     idempotency_key: str = ""
     _interrupts: dict[str, Interrupt] = field(default_factory=dict, repr=False)
     _turn: TurnControl | None = field(default=None, repr=False)
+    # What a tool caught and answered as an error result (its span's ``error.type``).
+    _error: BaseException | None = field(default=None, repr=False)
 
     def end_turn(self, message: str) -> None:
         """End the agent's turn once this tool call returns: no further model call in this invocation.
@@ -99,6 +102,19 @@ class ToolContext:
         if self._turn is None:
             raise RuntimeError("end_turn() is only available while the agent loop runs the tool")
         self._turn.end(message)
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell whoever streams the agent how far this call is (a ``ToolProgressEvent``)."""
+        if self._turn is not None:
+            self._turn.progress.append(
+                ToolProgressEvent(self.tool_use["toolUseId"], progress, total, message)
+            )
+
+    def progress_reporter(self) -> Any:
+        """``report_progress`` as a plain callable (safe from other threads), or None when nothing listens."""
+        return self.report_progress if self._turn is not None else None
 
     def interrupt(self, name: str, reason: Any = None) -> Any:
         """Ask a human (or the calling application) for input and stop the run until it answers.
@@ -114,12 +130,27 @@ class ToolContext:
         raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
 
 
+@dataclass(frozen=True)
+class ToolProgressEvent:
+    """A tool reported progress (``ToolContext.report_progress``; an MCP server's progress notifications).
+
+    The agent's stream gives a tool call's progress events after they happened, before its result.
+    """
+
+    tool_use_id: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 class TurnControl:
-    """Lets the tools of one model turn end the agent's turn (see ``ToolContext.end_turn``)."""
+    """Lets the tools of one model turn end the agent's turn (see ``ToolContext.end_turn``) and report
+    progress (collected here, in order, from any thread)."""
 
     def __init__(self) -> None:
         self.ended = False
         self.messages: list[str] = []
+        self.progress: list[ToolProgressEvent] = []
 
     def end(self, message: str) -> None:
         self.ended = True
@@ -306,6 +337,7 @@ class FunctionTool:
         except InterruptException:
             raise
         except Exception as exc:
+            context._error = exc
             return tool_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}", "error")
         return tool_result(tool_use_id, value)
 

@@ -5,7 +5,9 @@ it with ``{"input": "..."}``; the inner target runs with the caller's invocation
 keeps its own conversation; its text is the tool result. A failure of the inner run (a model error, a
 failed node, an interrupt nobody can answer from inside a tool) is an error result the caller's model
 reads, never an exception that stops the caller. An inner agent used by an agent with a session is
-saved in that session too (see ``DelegateTool._share_session``).
+saved in that session too (see ``DelegateTool._share_session``); one used by an agent node of a Graph or
+Swarm is saved with the run, beside that node's agent, and restored on resume
+(``MultiAgentBase.attach_tool_agent``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ class DelegateTool:
         request = (tool_use.get("input") or {}).get("input")
         if not isinstance(request, str) or not request.strip():
             return tool_result(tool_use_id, f"Error: {self._name} needs a non-empty 'input' string", "error")
+        orchestrator = context.orchestrator if _is_agent(self.target) else None
+        saved_as = (
+            orchestrator.attach_tool_agent(context.agent, self._name, self.target)
+            if orchestrator is not None and hasattr(orchestrator, "attach_tool_agent")
+            else None
+        )
         try:
             await self._share_session(context.agent)
             result = await self.target.invoke_async(request, invocation_state=context.invocation_state)
@@ -70,6 +78,9 @@ class DelegateTool:
             return tool_result(
                 tool_use_id, f"Error: {self._name} failed: {type(exc).__name__}: {exc}", "error"
             )
+        finally:
+            if saved_as is not None and orchestrator is not None:
+                orchestrator._mark_agent(saved_as)  # saved with the node that called it
         status = getattr(result, "status", None)
         if status is not None and getattr(status, "value", status) != "completed":
             reason = getattr(result, "reason", None) or status

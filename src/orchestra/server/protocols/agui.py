@@ -1,0 +1,240 @@
+"""The AG-UI door: ``POST /ag-ui/{agent}`` takes an AG-UI ``RunAgentInput`` and answers the run's events
+as AG-UI events (server-sent), built with the ``ag-ui-protocol`` package's own event types.
+
+| runtime event | AG-UI events |
+| --- | --- |
+| the run starts | ``RUN_STARTED``, then ``STATE_SNAPSHOT`` of the run's view (``status``, ``nodes``) |
+| text | ``TEXT_MESSAGE_START`` (once per message), ``TEXT_MESSAGE_CONTENT``, ``TEXT_MESSAGE_END`` |
+| a tool call, its result | ``TOOL_CALL_START``, ``TOOL_CALL_ARGS``, ``TOOL_CALL_END``; ``TOOL_CALL_RESULT`` |
+| a graph's or swarm's node starts, stops | ``STEP_STARTED``, ``STEP_FINISHED``, each with a ``STATE_DELTA`` (JSON Patch) of the node's status |
+| a handoff | ``CUSTOM`` named ``handoff`` |
+| the end | ``STATE_SNAPSHOT``, then ``RUN_FINISHED`` (``result`` the output; an interrupt outcome listing what is asked) or ``RUN_ERROR`` |
+
+The thread id is the session, so a thread goes on from run to run; the newest user message is the task
+(the server keeps the history), and ``resume`` entries answer an interrupted run's questions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ag_ui.core import (
+    CustomEvent,
+    Interrupt,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.core.events import BaseEvent
+from ag_ui.encoder import EventEncoder
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from orchestra._ids import validate_id
+from orchestra.server.auth import KeyRing
+from orchestra.server.config import HostedSpec, ServerConfig
+from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
+from orchestra.server.runtime import Invocation, Runtime
+
+__all__ = ["AgUiRun", "mount_agui"]
+
+
+class AgUiRun:
+    """Translates one run's runtime events into AG-UI events (see the module docstring)."""
+
+    def __init__(self, thread_id: str, run_id: str) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.view: dict[str, Any] = {"status": "executing", "nodes": {}}
+        self._message: str | None = None  # the text message being streamed, if any
+
+    def start(self) -> list[BaseEvent]:
+        return [
+            RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, timestamp=_now()),
+            StateSnapshotEvent(snapshot=json.loads(json.dumps(self.view))),
+        ]
+
+    def _end_text(self) -> list[BaseEvent]:
+        if self._message is None:
+            return []
+        ended: list[BaseEvent] = [TextMessageEndEvent(message_id=self._message)]
+        self._message = None
+        return ended
+
+    def event(self, name: str, data: Any) -> list[BaseEvent]:
+        """The AG-UI events for one runtime event (``Runtime.stream``'s name and data)."""
+        if name == "text":
+            if not data["text"]:
+                return []
+            out: list[BaseEvent] = []
+            if self._message is None:
+                self._message = str(uuid.uuid4())
+                out.append(TextMessageStartEvent(message_id=self._message, role="assistant"))
+            out.append(TextMessageContentEvent(message_id=self._message, delta=data["text"]))
+            return out
+        out = self._end_text()
+        if name == "tool_call":
+            call_id = data["toolUseId"]
+            out += [
+                ToolCallStartEvent(tool_call_id=call_id, tool_call_name=data["name"]),
+                ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(data.get("input") or {})),
+                ToolCallEndEvent(tool_call_id=call_id),
+            ]
+        elif name == "tool_result":
+            texts = [b.get("text") or json.dumps(b.get("json")) for b in data.get("content", [])]
+            out.append(
+                ToolCallResultEvent(
+                    message_id=str(uuid.uuid4()), tool_call_id=data["toolUseId"], content="\n".join(texts)
+                )
+            )
+        elif name == "node_start":
+            out += [StepStartedEvent(step_name=data["node_id"]), self._node(data["node_id"], "executing")]
+        elif name == "node_stop":
+            out += [self._node(data["node_id"], data["status"]), StepFinishedEvent(step_name=data["node_id"])]
+        elif name == "handoff":
+            out.append(CustomEvent(name="handoff", value=data))
+        return out
+
+    def _node(self, node_id: str, status: str) -> StateDeltaEvent:
+        pointer = "/nodes/" + node_id.replace("~", "~0").replace("/", "~1")
+        known = node_id in self.view["nodes"]
+        self.view["nodes"][node_id] = status
+        # A JSON Patch (RFC 6902) operation, validated into the package's own operation model.
+        return StateDeltaEvent.model_validate(
+            {"delta": [{"op": "replace" if known else "add", "path": pointer, "value": status}]}
+        )
+
+    def finish(self, name: str, data: Any) -> list[BaseEvent]:
+        """The last events: the final state and ``RUN_FINISHED``, or ``RUN_ERROR``."""
+        out = self._end_text()
+        if name == "error":
+            record, failure = data if data is not None else (None, None)
+            if record is not None:
+                self.view["status"] = record.status
+                out.append(StateSnapshotEvent(snapshot=json.loads(json.dumps(self.view))))
+            message = failure.message if failure is not None else "the run ended without an answer"
+            code = failure.code if failure is not None else "run_failed"
+            return [*out, RunErrorEvent(message=message, code=code, timestamp=_now())]
+        record = data
+        self.view["status"] = record.status
+        out.append(StateSnapshotEvent(snapshot=json.loads(json.dumps(self.view))))
+        outcome: Any = RunFinishedSuccessOutcome()
+        if record.status == "interrupted":
+            outcome = RunFinishedInterruptOutcome(
+                interrupts=[
+                    Interrupt(
+                        id=i["id"],
+                        reason=i["name"],
+                        message=None if i.get("reason") is None else output_text(i["reason"]),
+                    )
+                    for i in record.interrupts
+                ]
+            )
+        result = json.loads(json.dumps(record.output, default=str))
+        out.append(
+            RunFinishedEvent(
+                thread_id=self.thread_id, run_id=self.run_id, result=result, outcome=outcome, timestamp=_now()
+            )
+        )
+        return out
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _task(body: RunAgentInput) -> str | None:
+    """The newest user message's text."""
+    for message in reversed(body.messages):
+        if getattr(message, "role", None) == "user":
+            content: Any = message.content
+            if isinstance(content, str):
+                return content
+            parts = content if isinstance(content, list) else []
+            return "\n".join(str(part.text) for part in parts if getattr(part, "text", None))
+    return None
+
+
+def mount_agui(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+    """Serve ``POST /ag-ui/{agent_id}`` (see the module docstring)."""
+    hosted_by_id = {h.id: h for h in config.agents}
+
+    @app.post("/ag-ui/{agent_id}", include_in_schema=False)
+    async def agui(agent_id: str, request: Request) -> Response:
+        workspace = bearer_workspace(keys, request.headers)
+        if workspace is None:
+            return _refusal(
+                401, "unauthorized", "AG-UI needs Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"}
+            )
+        hosted = hosted_by_id.get(agent_id)
+        if hosted is None or hosted.workspace != workspace:
+            return _refusal(404, "unknown_agent", f"no agent {agent_id!r} in this workspace")
+        try:
+            body = RunAgentInput.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return _refusal(
+                422, "invalid_request", f"the body is not an AG-UI RunAgentInput: {exc.errors()[:3]}"
+            )
+        try:
+            invocation = _invocation(hosted, body, config)
+        except ValueError as exc:
+            return _refusal(422, "invalid_request", str(exc))
+        invocation.trace_headers = trace_headers(request.headers)
+        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
+        return StreamingResponse(
+            _events(runtime, workspace, invocation, AgUiRun(body.thread_id, body.run_id), encoder),
+            media_type=encoder.get_content_type(),
+        )
+
+
+def _invocation(hosted: HostedSpec, body: RunAgentInput, config: ServerConfig) -> Invocation:
+    session_id = validate_id(body.thread_id, "threadId")
+    answers = {entry.interrupt_id: entry.payload for entry in body.resume or [] if entry.status == "resolved"}
+    task = _task(body)
+    if not answers and not (task and task.strip()):
+        raise ValueError("messages holds no user message to run (and resume answers nothing)")
+    if task is not None and len(task) > config.limits.max_input_chars:
+        raise ValueError(f"the user message is over {config.limits.max_input_chars} characters")
+    invocation = Invocation(hosted, task or json.dumps(answers, default=str), session_id, None)
+    invocation.answers = answers or None
+    return invocation
+
+
+async def _events(
+    runtime: Runtime, workspace: str, invocation: Invocation, run: AgUiRun, encoder: EventEncoder
+) -> AsyncIterator[bytes]:
+    for event in run.start():
+        yield encoder.encode(event).encode()
+    last: tuple[str, Any] = ("error", None)
+    async for name, data in runtime.stream(workspace, invocation):
+        if name in ("result", "error"):
+            last = (name, data)
+            continue
+        for event in run.event(name, data):
+            yield encoder.encode(event).encode()
+    for event in run.finish(*last):
+        yield encoder.encode(event).encode()
+    await runtime.flush_records(workspace)
+
+
+def _refusal(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
