@@ -445,7 +445,9 @@ async def run_invocation(
                     content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
                     content.extend({"toolUse": t} for t in tool_uses)
                     message = {"role": "assistant", "content": content}
-                    await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
+                    await hooks.invoke(
+                        AfterModelCall(agent, invocation_state, message, stop_reason, usage=usage)
+                    )
                     # No provider accepts an empty assistant message: an empty reply is stored as a marker,
                     # while the result keeps what the model said (nothing).
                     stored = message if content else {"role": "assistant", "content": [{"text": EMPTY_REPLY}]}

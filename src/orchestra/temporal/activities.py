@@ -28,7 +28,7 @@ from orchestra.agent.agent import AgentData
 from orchestra.errors import SessionConflictError, StorageConfigurationError, StorageConflictError
 from orchestra.hooks import TurnCheckpoint
 from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
-from orchestra.multiagent.graph import _ConditionError
+from orchestra.multiagent._graph_run import ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
@@ -335,7 +335,7 @@ class PipelineActivities:
             orchestrator._record_result(result)
             try:
                 fired = orchestrator._evaluate_edges(request.node_id, invocation_state)
-            except _ConditionError as exc:
+            except ConditionError as exc:
                 result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=str(exc))
         handoff = orchestrator._pending_handoff if isinstance(orchestrator, Swarm) else None
         blob: dict[str, Any] = {
