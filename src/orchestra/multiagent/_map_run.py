@@ -23,7 +23,7 @@ from orchestra.multiagent.retry import DEFAULT_RETRY, run_with_retries
 if TYPE_CHECKING:
     from orchestra.multiagent.map import Map
 
-__all__ = ["run_map"]
+__all__ = ["finish_result", "item_record", "run_item_attempt", "run_map"]
 
 
 @dataclass
@@ -60,6 +60,56 @@ async def run_map(
         return result
 
 
+async def run_item_attempt(
+    orchestrator: MultiAgentBase,
+    node_id: str,
+    node_input: NodeInput,
+    index: int,
+    responses: dict[str, Any],
+    item_timeout: float | None,
+) -> NodeResult:
+    """One attempt at item ``index`` of map node ``node_id`` (its list saved in the run document): what
+    a Temporal activity runs. Raises what the item raised (the retry policy decides)."""
+    spec: Map = orchestrator.nodes[node_id].executor
+    items = orchestrator._fields[maps.items_name(node_id)]
+    run = _MapRun(orchestrator, node_id, spec, node_input, None, responses, item_timeout)
+    return await run._attempt(node_id, spec, items[index], index, len(items), node_input.attempt)
+
+
+def item_record(result: NodeResult, elapsed_ms: float, attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """An item's saved record from its result (``status``, ``output``, ``usage``, its failed attempts)."""
+    record: dict[str, Any] = {
+        "status": result.status.value,
+        "output": result.output,
+        "usage": result.usage.model_dump(by_alias=True),
+        "execution_time_ms": elapsed_ms,
+    }
+    if attempts:
+        record["attempts"] = attempts
+    if result.interrupts:
+        record["interrupts"] = [i.model_dump(mode="json") for i in result.interrupts]
+    if result.status == Status.FAILED:
+        record["error"] = result.error
+    return record
+
+
+def finish_result(orchestrator: MultiAgentBase, node_id: str, key: str | None = None) -> NodeResult:
+    """A map node's result from its items' saved results: the completed items' outputs, in item order
+    (``key``: a nested map's, whose result is its outer item's output)."""
+    key = key or node_id
+    count = maps.started(orchestrator, key) or 0
+    records = [maps.item_record(orchestrator, key, i) or {} for i in maps.completed(orchestrator, key, count)]
+    usage = Usage()
+    for record in records:
+        usage = usage + Usage.model_validate(record.get("usage") or {})
+    return NodeResult(
+        node_id=node_id,
+        status=Status.COMPLETED,
+        output=[record.get("output") for record in records],
+        usage=usage,
+    )
+
+
 class _MapRun:
     def __init__(
         self,
@@ -94,28 +144,20 @@ class _MapRun:
             items = doc._fields[maps.items_name(key)]
         assert items is not None
         outcome = await self._items(key, spec, items, count)
-        done = maps.completed(doc, key, count)
-        records = [maps.item_record(doc, key, i) or {} for i in done]
-        usage = Usage()
-        for record in records:
-            usage = usage + Usage.model_validate(record.get("usage") or {})
-        node_id = self.node_id
+        nested = finish_result(doc, self.node_id, key)
         if outcome.failure is not None:
-            return NodeResult(node_id=node_id, status=Status.FAILED, error=outcome.failure, usage=usage)
+            return NodeResult(
+                node_id=self.node_id, status=Status.FAILED, error=outcome.failure, usage=nested.usage
+            )
         if outcome.stopped is not None or outcome.interrupts:
             return NodeResult(
-                node_id=node_id,
+                node_id=self.node_id,
                 status=Status.INTERRUPTED,
                 error=outcome.stopped,
                 interrupts=outcome.interrupts,
-                usage=usage,
+                usage=nested.usage,
             )
-        return NodeResult(
-            node_id=node_id,
-            status=Status.COMPLETED,
-            output=[record.get("output") for record in records],
-            usage=usage,
-        )
+        return nested
 
     async def _items(self, key: str, spec: Map, items: list[Any], count: int) -> _Outcome:
         doc = self.orchestrator
@@ -221,19 +263,7 @@ class _MapRun:
             if attempts:
                 failure["error"] += f" (attempt {len(attempts) + 1} of {self.policy.max_attempts})"
             return failure
-        record: dict[str, Any] = {
-            "status": result.status.value,
-            "output": result.output,
-            "usage": result.usage.model_dump(by_alias=True),
-            "execution_time_ms": (time.perf_counter() - started) * 1000,
-        }
-        if attempts:
-            record["attempts"] = attempts
-        if result.interrupts:
-            record["interrupts"] = [i.model_dump(mode="json") for i in result.interrupts]
-        if result.status == Status.FAILED:
-            record["error"] = result.error
-        return record
+        return item_record(result, (time.perf_counter() - started) * 1000, attempts)
 
     async def _attempt(
         self, key: str, spec: Map, item: Any, index: int, count: int, attempt: int

@@ -360,3 +360,4 @@ def clear(doc: MultiAgentBase, key: str) -> None:
         del doc._fields[name]
         doc._dirty.discard(name)
         doc._unset.add(name)
+    doc._unset.add(items_name(key))  # a Temporal workflow never holds the list, which storage has

@@ -115,11 +115,14 @@ class RetryPolicy:
             return False
         return isinstance(error, self.retry_on)
 
+    def interval(self, attempt: int) -> float:
+        """The wait after failed attempt ``attempt`` (1-based), before jitter."""
+        wait = self.initial_interval * self.backoff ** (attempt - 1)
+        return wait if self.max_interval is None else min(wait, self.max_interval)
+
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based) before the next one."""
-        wait = self.initial_interval * self.backoff ** (attempt - 1)
-        if self.max_interval is not None:
-            wait = min(wait, self.max_interval)
+        wait = self.interval(attempt)
         if self.jitter:
             wait *= 1 - self.jitter * self._rng.random()
         return wait
