@@ -14,6 +14,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from orchestra.errors import BudgetExceededError
 from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent import map as maps
 from orchestra.multiagent._map_run import run_map
 from orchestra.multiagent.events import AfterNodeCall, BeforeNodeCall, NodeStartEvent, NodeStopEvent
 from orchestra.multiagent.nodes import Emit, NodeInput
@@ -192,6 +193,8 @@ class GraphRun:
         graph = self.graph
         node_id = result.node_id
         if result.status == Status.COMPLETED:
+            if graph.nodes[node_id].kind == "map":
+                maps.clear(graph, node_id)  # its items are in its output now; gone in the same save
             try:
                 graph._complete_node(result, self.invocation_state)
             except ConditionError as exc:
