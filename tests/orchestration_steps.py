@@ -59,3 +59,25 @@ def misconfigured(node_input: Any) -> str:
 def first_even_over_ten(items: list[Any]) -> bool:
     """A map's ``until`` join: an item whose output is over 10."""
     return any(item.output > 10 for item in items)
+
+
+def mark(node_input: Any) -> str:
+    """Records the node and returns its id (the migration tests' plain steps)."""
+    record(node_input.node_id)
+    return f"{node_input.node_id} done"
+
+
+def approve(node_input: Any) -> str:
+    """Asks a human, then records the node."""
+    answer = node_input.interrupt("approve", reason="publish it?")
+    record(node_input.node_id)
+    return f"approved: {answer}"
+
+
+def _draft_is_now_write(run: Any) -> None:
+    run.rename_node("draft", "write")
+    run.state["schema"] = 2
+
+
+MIGRATIONS = {"v1": _draft_is_now_write}
+"""What ``migrations: tests.orchestration_steps`` gives a pipeline (see tests/multiagent/test_migrations.py)."""

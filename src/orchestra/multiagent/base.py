@@ -128,6 +128,7 @@ class MultiAgentBase:
         self._started_at: float | None = None  # perf_counter() when this invocation started running
         self._base_ms = 0.0  # the run's execution time before this invocation
         self._orphans: tuple[dict[str, Any], dict[str, list[Any]]] = ({}, {})  # see load_document
+        self._restored_agents: set[str] = set()  # the agent nodes load_document gave saved state
 
     def _copy_for_run(self) -> Self:
         """A copy that shares this orchestrator's structure (nodes, edges, conditions, hooks) and has its
@@ -378,9 +379,11 @@ class MultiAgentBase:
         if "state" in fields:  # a document that never saved the state keeps the initial one
             self.state.replace(fields["state"] or {})
         self._saved_state_version = self.state.version
+        self._restored_agents = set()
         for node_id, node in self.nodes.items():
             if node.kind != "agent" or f"agent/{node_id}" not in fields:
                 continue
+            self._restored_agents.add(node_id)
             agent_fields = fields[f"agent/{node_id}"]
             node.agent.load_agent_data(
                 AgentData(
@@ -508,7 +511,9 @@ class MultiAgentBase:
         fields = {**self._orphans[0], **copy.deepcopy(self._fields), "state": self.state.to_dict()}
         logs = {**self._orphans[1], **{k: list(v) for k, v in self._logs.items()}}
         for node_id, node in self.nodes.items():
-            if node.kind == "agent":
+            # Only the agents the saved run has: a node new in this graph has nothing saved (and a
+            # migration may give it the saved agent of a renamed one).
+            if node.kind == "agent" and (node_id in self._restored_agents or f"node/{node_id}" in self._fields):
                 agent_fields, messages = self._agent_fields(node_id)
                 fields[f"agent/{node_id}"] = agent_fields
                 logs[f"agent/{node_id}/messages"] = list(messages)
@@ -750,6 +755,10 @@ class MultiAgentBase:
             self._meter = Meter(self)
         if self._meter is not None:
             self._meter.start()
+        if self.budget is not None:  # the limits in effect (a resume may have raised them)
+            limits = self.budget.to_json()
+            limits.pop("prices", None)
+            self._update_run(budget=limits)
         try:
             return await self._run_timed(invocation_state, emit, responses, resumed)
         finally:

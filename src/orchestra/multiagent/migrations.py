@@ -202,7 +202,7 @@ def _edges(topology: Mapping[str, Any]) -> dict[tuple[str, str], str]:
 
 
 def _renames(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, str]:
-    """Removed nodes that look renamed: one added node of the same kind takes exactly their edges."""
+    """Removed nodes that look renamed: exactly one added node of the same kind has all their edges."""
     old_nodes, new_nodes = saved.get("nodes", {}), current.get("nodes", {})
     removed = [n for n in old_nodes if n not in new_nodes]
     added = [n for n in new_nodes if n not in old_nodes]
@@ -215,7 +215,7 @@ def _renames(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, 
                 continue
             moved = {(new if s == old else s, new if d == old else d) for s, d in old_edges if old in (s, d)}
             touching = {(s, d) for s, d in new_edges if new in (s, d)}
-            if moved == touching:
+            if moved and moved <= touching:  # its edges, under the new name (it may have gained some)
                 matches.append(new)
         if len(matches) == 1:
             found[old] = matches[0]

@@ -254,6 +254,12 @@ class Swarm(MultiAgentBase):
         super()._blank_run()
         self._stopped: str | None = None  # a budget stopped the run (see _end_turn)
 
+    def _new_run_record(self, status: Status) -> dict[str, Any]:
+        record = super()._new_run_record(status)
+        if self.resume_from != "entry_point" or self.history != "run":  # shown by sessions show
+            record["sticky"] = {"resume_from": self.resume_from, "history": self.history}
+        return record
+
     # -- across invocations ---------------------------------------------------------------------------
 
     def _start_fresh_document(self, task: Any, run_id: str | None = None) -> None:
