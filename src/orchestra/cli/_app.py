@@ -2,8 +2,9 @@
 
 Exit codes: 0 the run completed (or the command succeeded); 1 the run failed, the spec is invalid, or
 the command could not do what was asked; 2 the command line was wrong; 3 the run stopped for a human
-(an interrupt waiting for a response); 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM: the run is
-saved as interrupted and the exact command that resumes it is printed.
+(an interrupt waiting for a response); 4 the run spent its budget (resume it with a larger one); 130
+stopped by Ctrl-C (SIGINT) and 143 by SIGTERM: the run is saved as interrupted and the exact command
+that resumes it is printed.
 """
 
 from __future__ import annotations

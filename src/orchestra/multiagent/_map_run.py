@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -166,19 +167,18 @@ class _MapRun:
             maps.MapItem(i, items[i], (maps.item_record(doc, key, i) or {}).get("output"))
             for i in maps.completed(doc, key, count)
         ]
-        queue = maps.pending(doc, key, count)
+        queue = deque(maps.pending(doc, key, count))
         if spec.satisfied(done, count):
             return outcome
         limit = spec.max_concurrency or math.inf
+        running = 0
         send, receive = anyio.create_memory_object_stream[tuple[int, dict[str, Any]]](math.inf)
-        running: dict[int, anyio.CancelScope] = {}
-        async with anyio.create_task_group() as group, send, receive:
+        # The streams outlive the task group: an item finishing as the others are cancelled still sends.
+        async with send, receive, anyio.create_task_group() as group:
             while True:
-                while queue and len(running) < limit and not _stopping(outcome):
-                    index = queue.pop(0)
-                    scope = anyio.CancelScope()
-                    running[index] = scope
-                    group.start_soon(self._item, key, spec, items, index, count, scope, send.clone())
+                while queue and running < limit and not _stopping(outcome):
+                    group.start_soon(self._item, key, spec, items, queue.popleft(), count, send)
+                    running += 1
                 if not running:
                     break
                 finished = [await receive.receive()]
@@ -187,24 +187,18 @@ class _MapRun:
                         finished.append(receive.receive_nowait())
                     except anyio.WouldBlock:
                         break
+                running -= len(finished)
                 for index, record in finished:
-                    del running[index]
-                    if not record:
-                        continue  # cancelled
                     self._settle(key, index, record, outcome)
                     if record["status"] == "completed":
                         done.append(maps.MapItem(index, items[index], record.get("output")))
                 await doc._save_progress(self.node_id)
                 if self.emit is not None:
                     for index, record in finished:
-                        if record:
-                            await self.emit(
-                                MapItemEvent(self.node_id, index, record["status"], len(done), count)
-                            )
-                joined = outcome.failure is None and spec.satisfied(sorted(done, key=_index), count)
-                if outcome.failure is not None or joined:
-                    for scope in running.values():
-                        scope.cancel()
+                        await self.emit(MapItemEvent(self.node_id, index, record["status"], len(done), count))
+                if outcome.failure is not None or spec.satisfied(done, count):
+                    group.cancel_scope.cancel()  # the items still running are not needed
+                    break
         return outcome
 
     def _settle(self, key: str, index: int, record: dict[str, Any], outcome: _Outcome) -> None:
@@ -218,21 +212,9 @@ class _MapRun:
         elif status == "interrupted":
             outcome.interrupts.extend(Interrupt.model_validate(i) for i in record.get("interrupts") or [])
 
-    async def _item(
-        self,
-        key: str,
-        spec: Map,
-        items: list[Any],
-        index: int,
-        count: int,
-        scope: anyio.CancelScope,
-        send: Any,
-    ) -> None:
-        record: dict[str, Any] = {}
-        async with send:
-            with scope:
-                record = await self._run_item(key, spec, items[index], index, count)
-            await send.send((index, {} if scope.cancelled_caught else record))
+    async def _item(self, key: str, spec: Map, items: list[Any], index: int, count: int, send: Any) -> None:
+        record = await self._run_item(key, spec, items[index], index, count)
+        send.send_nowait((index, record))  # the buffer is unbounded: this never waits
 
     async def _run_item(self, key: str, spec: Map, item: Any, index: int, count: int) -> dict[str, Any]:
         """One item, with its retries: its record (``status``: completed, failed, interrupted, stopped)."""
@@ -326,7 +308,3 @@ def _describe(error: BaseException) -> str:
 
 def _stopping(outcome: _Outcome) -> bool:
     return outcome.failure is not None or outcome.stopped is not None
-
-
-def _index(item: maps.MapItem) -> int:
-    return item.index

@@ -513,7 +513,9 @@ class MultiAgentBase:
         for node_id, node in self.nodes.items():
             # Only the agents the saved run has: a node new in this graph has nothing saved (and a
             # migration may give it the saved agent of a renamed one).
-            if node.kind == "agent" and (node_id in self._restored_agents or f"node/{node_id}" in self._fields):
+            if node.kind == "agent" and (
+                node_id in self._restored_agents or f"node/{node_id}" in self._fields
+            ):
                 agent_fields, messages = self._agent_fields(node_id)
                 fields[f"agent/{node_id}"] = agent_fields
                 logs[f"agent/{node_id}/messages"] = list(messages)
@@ -554,6 +556,17 @@ class MultiAgentBase:
             record = self._fields.get(f"node/{node_id}") or {}
             return exceeded(node.budget, Spent.from_json(record.get("spent")), 0.0, f"agent {node_id!r}")
         return None
+
+    def failed_attempts(self, node_id: str) -> list[dict[str, Any]]:
+        """The failed attempts of the node's latest execution that its retry policy tried again:
+        ``{"attempt", "error", "retry_in"}`` each (saved with the run; ``orchestra sessions show``)."""
+        record = self._fields.get(f"node/{node_id}") or {}
+        execution = record.get("executions", 0)
+        return [
+            {k: v for k, v in a.items() if k != "execution"}
+            for a in record.get("attempts") or []
+            if a.get("execution") == execution
+        ]
 
     def _attempts(self, node_id: str) -> list[dict[str, Any]]:
         """The failed attempts recorded for the node's current execution (a resume goes on from them)."""

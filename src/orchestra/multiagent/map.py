@@ -168,12 +168,17 @@ class Map:
         return self.node
 
     def satisfied(self, done: list[MapItem], count: int) -> bool:
-        """Whether the map is done, with the ``done`` items completed out of ``count``."""
+        """Whether the map is done, with the ``done`` items completed out of ``count`` (an ``until``
+        condition sees them in item order)."""
         if self.join == "all":
             return len(done) >= count
         if isinstance(self.join, int):
             return len(done) >= min(self.join, count)
-        return len(done) >= count or bool(self.join(done))
+        return len(done) >= count or bool(self.join(sorted(done, key=_by_index)))
+
+
+def _by_index(item: MapItem) -> int:
+    return item.index
 
 
 def _never_runs(*args: Any, **kwargs: Any) -> Any:
