@@ -10,14 +10,16 @@ from orchestra import Agent, ScriptedModel
 from orchestra.multiagent import Graph, RetryPolicy
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "graphs"))
-from pipeline_functions import fetch_prices  # noqa: E402
+from pipeline_functions import fetch_prices
 
 
 def build() -> Graph:
     advisor = Agent(
         name="advisor",
         system_prompt="You advise on infrastructure costs from the prices you are given.",
-        model=ScriptedModel(["Spot is a third of the on-demand price: move the batch jobs, with checkpoints."]),
+        model=ScriptedModel(
+            ["Spot is a third of the on-demand price: move the batch jobs, with checkpoints."]
+        ),
     )
     policy = RetryPolicy(max_attempts=3, initial_interval=0.2, backoff=2, retry_on=(ConnectionError,))
     return Graph(
@@ -33,5 +35,7 @@ if __name__ == "__main__":
     result = graph("Should we move our batch jobs to spot instances?")
     print(result.status.value, result.execution_order)
     for attempt in graph.failed_attempts("prices"):
-        print(f"  attempt {attempt['attempt']} failed: {attempt['error']}; retried after {attempt['retry_in']} s")
+        print(
+            f"  attempt {attempt['attempt']} failed: {attempt['error']}; retried after {attempt['retry_in']} s"
+        )
     print(result.output)

@@ -10,7 +10,7 @@ from orchestra import Agent, FunctionModel, ScriptedModel
 from orchestra.multiagent import Graph, Map, RetryPolicy
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "graphs"))
-from pipeline_functions import first_sentence, split_documents  # noqa: E402
+from pipeline_functions import first_sentence, split_documents
 
 
 def build() -> Graph:
@@ -22,10 +22,16 @@ def build() -> Graph:
     editor = Agent(
         name="editor",
         system_prompt="You merge summaries into one short paragraph.",
-        model=ScriptedModel(["Run batch work on spot capacity with checkpoints and bounded queues, retries and budgets."]),
+        model=ScriptedModel(
+            ["Run batch work on spot capacity with checkpoints and bounded queues, retries and budgets."]
+        ),
     )
     return Graph(
-        {"split": split_documents, "summarize": Map(summarizer, over="split", max_concurrency=3), "editor": editor},
+        {
+            "split": split_documents,
+            "summarize": Map(summarizer, over="split", max_concurrency=3),
+            "editor": editor,
+        },
         [("split", "summarize"), ("summarize", "editor")],
         id="map-summaries",
         # Throttled or unavailable models, and slow items, are tried again (4 attempts in all).

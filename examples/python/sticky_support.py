@@ -15,7 +15,12 @@ def build(session: SnapshotSessionManager | None = None) -> Swarm:
         name="triage",
         description="Reads the request and hands it to the right specialist.",
         model=ScriptedModel(
-            [ToolCall("handoff_to_agent", {"agent_name": "billing", "message": "The customer reports a double charge."})],
+            [
+                ToolCall(
+                    "handoff_to_agent",
+                    {"agent_name": "billing", "message": "The customer reports a double charge."},
+                )
+            ],
             follow_history=True,
         ),
     )
@@ -30,7 +35,9 @@ def build(session: SnapshotSessionManager | None = None) -> Swarm:
             follow_history=True,
         ),
     )
-    technical = Agent(name="technical", description="Handles bugs, errors and outages.", model=ScriptedModel([]))
+    technical = Agent(
+        name="technical", description="Handles bugs, errors and outages.", model=ScriptedModel([])
+    )
     return Swarm(
         [triage, billing, technical],
         entry_point="triage",
@@ -44,7 +51,9 @@ def build(session: SnapshotSessionManager | None = None) -> Swarm:
 if __name__ == "__main__":
     storage = InMemoryStorage()
     first = build(SnapshotSessionManager("chat-1", storage=storage))("I was charged twice this month.")
-    second = build(SnapshotSessionManager("chat-1", storage=storage))("And the invoice?")  # a new process, say
+    second = build(SnapshotSessionManager("chat-1", storage=storage))(
+        "And the invoice?"
+    )  # a new process, say
     print(second.status.value, first.node_history, "then", second.node_history)
     print(first.output)
     print(second.output)

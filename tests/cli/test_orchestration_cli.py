@@ -49,8 +49,14 @@ def test_a_spent_budget_exits_4_and_says_how_to_resume_with_a_larger_one(workdir
     (workdir / "chain.yaml").write_text(CHAIN)
     stopped = invoke("run", "chain.yaml", "--input", "go", "--session-id", "s1", "--budget-calls", "1")
     assert stopped.exit_code == 4, stopped.output
-    assert "stopped: BudgetExceeded: run of graph 'chain' spent its model_calls budget (1 of 1)" in stopped.stderr
-    assert "Resume it with a larger budget: orchestra resume chain.yaml --session-id s1 --budget-calls 1" in stopped.stderr
+    assert (
+        "stopped: BudgetExceeded: run of graph 'chain' spent its model_calls budget (1 of 1)"
+        in stopped.stderr
+    )
+    assert (
+        "Resume it with a larger budget: orchestra resume chain.yaml --session-id s1 --budget-calls 1"
+        in stopped.stderr
+    )
     shown = json.loads(invoke("sessions", "show", "s1", "--json").stdout)[0]
     assert shown["status"] == "interrupted"
     assert shown["budget"] == {"model_calls": 1}
@@ -70,10 +76,23 @@ def test_a_cost_budget_needs_prices_and_takes_them_from_a_file(workdir):
     assert refused.exit_code == 1
     assert "no price for model 'function:reply_fn'" in refused.stderr
     (workdir / "prices.yaml").write_text("'function:*': {input: 1.0, output: 2.0}\n")
-    ran = invoke("run", "chain.yaml", "--input", "go", "--session-id", "s2", "--budget-cost", "0.01", "--prices", "prices.yaml")
+    ran = invoke(
+        "run",
+        "chain.yaml",
+        "--input",
+        "go",
+        "--session-id",
+        "s2",
+        "--budget-cost",
+        "0.01",
+        "--prices",
+        "prices.yaml",
+    )
     assert ran.exit_code == 0, ran.output
     spent = json.loads(invoke("sessions", "show", "s2", "--json").stdout)[0]["spent"]
-    assert spent["cost_usd"] == pytest.approx((spent["input_tokens"] + 2 * spent["output_tokens"]) / 1_000_000)
+    assert spent["cost_usd"] == pytest.approx(
+        (spent["input_tokens"] + 2 * spent["output_tokens"]) / 1_000_000
+    )
 
 
 def test_budgets_are_for_graphs_and_swarms(workdir):
@@ -85,7 +104,16 @@ def test_budgets_are_for_graphs_and_swarms(workdir):
 
 def test_a_budget_is_refused_on_temporal_rather_than_ignored(workdir):
     (workdir / "chain.yaml").write_text(CHAIN)
-    result = invoke("run", "chain.yaml", "--input", "go", "--budget-tokens", "10", "--on", "temporal://127.0.0.1:1/default")
+    result = invoke(
+        "run",
+        "chain.yaml",
+        "--input",
+        "go",
+        "--budget-tokens",
+        "10",
+        "--on",
+        "temporal://127.0.0.1:1/default",
+    )
     assert result.exit_code == 1
     assert "budgets are enforced by local runs only" in result.stderr
 

@@ -1,6 +1,8 @@
 """Run budgets: a run stops before the model call it can no longer afford, saved as interrupted, and
 resumes with a larger budget; what it spent is saved with it."""
 
+import itertools
+
 import pytest
 
 from orchestra import Agent, load, tool
@@ -24,7 +26,7 @@ def agent(name, calls):
 def chain(calls, budget, store, names=("a", "b", "c", "d")):
     return Graph(
         [agent(n, calls) for n in names],
-        list(zip(names, names[1:], strict=False)),
+        list(itertools.pairwise(names)),
         id="chain",
         budget=budget,
         session_manager=SnapshotSessionManager("s", storage=store),
@@ -68,7 +70,9 @@ def test_a_token_budget_stops_in_the_middle_of_an_agent_and_rolls_its_turn_back(
 
     worker = Agent(name="worker", model=FunctionModel(reply), tools=[look])
     store = InMemoryStorage()
-    graph = Graph([worker], budget=Budget(tokens=1), session_manager=SnapshotSessionManager("s", storage=store))
+    graph = Graph(
+        [worker], budget=Budget(tokens=1), session_manager=SnapshotSessionManager("s", storage=store)
+    )
     result = graph("go")
     assert result.status.value == "interrupted"
     assert result.reason.startswith("BudgetExceeded: run of graph 'graph' spent its tokens budget (")
@@ -85,21 +89,31 @@ def test_a_token_budget_stops_in_the_middle_of_an_agent_and_rolls_its_turn_back(
 
 def test_cost_comes_from_the_price_table_and_a_model_without_a_price_refuses_to_run():
     calls = []
-    prices = {"function:test-*": Price(input=1_000_000, output=2_000_000)}  # $1 per input token, $2 per output
+    prices = {
+        "function:test-*": Price(input=1_000_000, output=2_000_000)
+    }  # $1 per input token, $2 per output
     graph = chain(calls, Budget(cost_usd=1000, prices=prices), InMemoryStorage(), names=("a",))
     result = graph("go")
     spent = graph.run["spent"]
     assert spent["cost_usd"] == spent["input_tokens"] * 1 + spent["output_tokens"] * 2
     assert result.status.value == "completed"
-    unpriced = chain(calls, Budget(cost_usd=1, prices={"openai:*": Price(1, 1)}), InMemoryStorage(), names=("a",))
-    with pytest.raises(ConfigurationError, match=r"no price for model 'function:test-model'.*ships no prices"):
+    unpriced = chain(
+        calls, Budget(cost_usd=1, prices={"openai:*": Price(1, 1)}), InMemoryStorage(), names=("a",)
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"no price for model 'function:test-model'.*ships no prices"
+    ):
         unpriced("go")
 
 
 def test_an_agent_budget_caps_that_agent_only():
     calls = []
     graph = Graph(
-        {"a": lambda: ["x", "y", "z"], "each": Map(agent("item", calls), max_concurrency=1), "b": agent("b", calls)},
+        {
+            "a": lambda: ["x", "y", "z"],
+            "each": Map(agent("item", calls), max_concurrency=1),
+            "b": agent("b", calls),
+        },
         [("a", "each"), ("each", "b")],
         budgets={"each": Budget(model_calls=2)},
     )
@@ -113,7 +127,9 @@ def test_an_agent_budget_caps_that_agent_only():
 def test_nested_runs_and_swarms_count_into_the_budget():
     calls = []
     inner = Graph([agent("x", calls), agent("y", calls)], [("x", "y")], id="inner")
-    outer = Graph({"first": agent("first", calls), "inner": inner}, [("first", "inner")], budget=Budget(model_calls=2))
+    outer = Graph(
+        {"first": agent("first", calls), "inner": inner}, [("first", "inner")], budget=Budget(model_calls=2)
+    )
     assert outer("go").status.value == "interrupted"
     assert calls == ["first", "x"]
 

@@ -36,7 +36,16 @@ pytestmark = pytest.mark.slow
 
 def spawn(kind, root, session, calls, *extra):
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.kill_pipelines", kind, str(root), session, str(calls), *map(str, extra)],
+        [
+            sys.executable,
+            "-m",
+            "tests.kill_pipelines",
+            kind,
+            str(root),
+            session,
+            str(calls),
+            *map(str, extra),
+        ],
         stdout=subprocess.PIPE,
         env=ENV,
         cwd=Path(__file__).parent.parent.parent,
@@ -98,7 +107,8 @@ def test_a_killed_fan_out_runs_only_the_missing_items(tmp_path):
         for item, count in after.items():
             assert count <= 2, f"round {round_number}: {item} ran {count} times"
             if count == 2:
-                assert before[item] == 1 and item not in saved
+                assert before[item] == 1
+                assert item not in saved
     assert mid_map >= 1, "a kill should land while some items were saved and others were not"
 
 
@@ -113,7 +123,7 @@ def test_a_killed_retrying_node_goes_on_with_its_next_attempt(tmp_path):
         kill_mid_run("retry", tmp_path, session, calls, rng)
         doc = persisted(tmp_path, session, "kill-retry")
         recorded = set()
-        for name, record in (doc.fields.items() if doc else []):
+        for name, record in doc.fields.items() if doc else []:
             if name.startswith("node/"):
                 node = name[len("node/") :]
                 recorded |= {f"{node}:{a['attempt']}" for a in record.get("attempts") or []}
@@ -127,7 +137,9 @@ def test_a_killed_retrying_node_goes_on_with_its_next_attempt(tmp_path):
             continue  # the kill came too late: the second invocation was a fresh run
         assert set(after) == expected  # never a fourth attempt: max_attempts counts across the kill
         for attempt in recorded:
-            assert after[attempt] == 1, f"round {round_number}: {attempt} was recorded but ran {after[attempt]} times"
+            assert after[attempt] == 1, (
+                f"round {round_number}: {attempt} was recorded but ran {after[attempt]} times"
+            )
         assert all(count <= 2 for count in after.values()), after
     assert mid_retries >= 1
 
@@ -145,7 +157,9 @@ def test_a_budget_counts_across_a_kill_and_a_resume(tmp_path):
         made = sum(calls_of(calls).values())
         # Spending is saved after each model call: at most the one call in flight at the kill is lost.
         assert stopped["status"] == "interrupted", f"round {round_number}: {stopped}"
-        assert stopped["reason"].startswith("BudgetExceeded: run of graph 'kill-budget' spent its model_calls")
+        assert stopped["reason"].startswith(
+            "BudgetExceeded: run of graph 'kill-budget' spent its model_calls"
+        )
         assert stopped["spent"]["model_calls"] == 12
         assert 12 <= made <= 13, f"round {round_number}: {made} model calls for a budget of 12"
         if round_number == 0:  # resumed with the same budget again: nothing more runs

@@ -25,7 +25,9 @@ def summed(node_input):
 
 
 def test_a_map_runs_one_instance_per_item_and_joins_their_outputs_in_item_order():
-    graph = Graph({"split": numbers, "each": Map(double), "total": summed}, [("split", "each"), ("each", "total")])
+    graph = Graph(
+        {"split": numbers, "each": Map(double), "total": summed}, [("split", "each"), ("each", "total")]
+    )
     result = graph("go")
     assert result.status.value == "completed"
     assert result.results["each"].output == [2, 4, 6, 8, 10, 12]
@@ -58,7 +60,11 @@ def test_over_takes_a_node_a_field_the_state_or_a_function():
         return node_input.item["n"] * 10
 
     graph = Graph(
-        {"report": report, "by_field": Map(rows, over="report.rows"), "by_state": Map(double, over="state.todo")},
+        {
+            "report": report,
+            "by_field": Map(rows, over="report.rows"),
+            "by_state": Map(double, over="state.todo"),
+        },
         [("report", "by_field"), ("report", "by_state")],
         state={"todo": [5, 6]},
     )
@@ -121,7 +127,9 @@ def test_agent_items_are_fresh_copies_prompted_with_their_item():
 
 def test_a_factory_gives_each_item_its_own_nested_graph():
     def build():
-        return Graph({"inner": lambda node_input: f"inner saw {node_input.task.rsplit(chr(10), 1)[-1]}"}, id="inner")
+        return Graph(
+            {"inner": lambda node_input: f"inner saw {node_input.task.rsplit(chr(10), 1)[-1]}"}, id="inner"
+        )
 
     graph = Graph({"split": lambda: ["x", "y"], "each": Map(factory=build)}, [("split", "each")])
     assert graph("go").output == ["inner saw x", "inner saw y"]
@@ -170,7 +178,9 @@ def test_each_item_is_saved_on_its_own_and_a_resume_runs_only_the_missing_ones()
 async def test_items_report_their_progress_in_the_stream():
     graph = Graph({"split": numbers, "each": Map(double, max_concurrency=1)}, [("split", "each")])
     events = [e async for e in graph.stream_async("go") if isinstance(e, MapItemEvent)]
-    assert [(e.index, e.status, e.done, e.count) for e in events] == [(i, "completed", i + 1, 6) for i in range(6)]
+    assert [(e.index, e.status, e.done, e.count) for e in events] == [
+        (i, "completed", i + 1, 6) for i in range(6)
+    ]
 
 
 def test_an_item_has_the_node_retry_policy_and_its_attempts_are_recorded():
@@ -183,7 +193,9 @@ def test_an_item_has_the_node_retry_policy_and_its_attempts_are_recorded():
         return node_input.item
 
     policy = RetryPolicy(max_attempts=3, initial_interval=0.001, jitter=0, retry_on=(ConnectionError,))
-    graph = Graph({"split": lambda: [10, 20], "each": Map(flaky)}, [("split", "each")], retry={"each": policy})
+    graph = Graph(
+        {"split": lambda: [10, 20], "each": Map(flaky)}, [("split", "each")], retry={"each": policy}
+    )
     assert graph("go").output == [10, 20]
     assert sorted(attempts) == [(0, 1), (1, 1), (1, 2), (1, 3)]
 

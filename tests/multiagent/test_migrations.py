@@ -1,6 +1,7 @@
 """Runs pinned to their version: a resume under a changed graph runs the migration registered for the
 saved version, or is refused with what changed; ``orchestra sessions migrate`` does it for a storage."""
 
+import itertools
 import json
 from collections import Counter
 
@@ -32,9 +33,9 @@ edges:
   - {from: draft, to: approve}
   - {from: approve, to: publish}
 """
-V2 = V1.replace("pipeline_version: v1", "pipeline_version: v2\nmigrations: tests.orchestration_steps").replace(
-    "draft", "write"
-)
+V2 = V1.replace(
+    "pipeline_version: v1", "pipeline_version: v2\nmigrations: tests.orchestration_steps"
+).replace("draft", "write")
 V2_WITHOUT_MIGRATIONS = V1.replace("pipeline_version: v1", "pipeline_version: v2").replace("draft", "write")
 
 
@@ -62,13 +63,17 @@ def test_fifty_interrupted_runs_resume_after_a_deploy_that_renamed_a_node(tmp_pa
         bare(answer(questions["s0"]))
 
     runner = CliRunner()
-    shown = runner.invoke(app, ["sessions", "migrate", str(tmp_path / "v2.yaml"), "--storage", storage, "--dry-run", "--json"])
+    shown = runner.invoke(
+        app, ["sessions", "migrate", str(tmp_path / "v2.yaml"), "--storage", storage, "--dry-run", "--json"]
+    )
     assert shown.exit_code == 0, shown.output
     outcomes = json.loads(shown.stdout)
     assert len(outcomes) == 50
     assert {o["outcome"] for o in outcomes} == {"would migrate"}
     assert {(o["from_version"], o["to_version"]) for o in outcomes} == {("v1", "v2")}
-    assert {"field node/draft removed", "field node/write added", "field state changed"} <= set(outcomes[0]["changes"])
+    assert {"field node/draft removed", "field node/write added", "field state changed"} <= set(
+        outcomes[0]["changes"]
+    )
     # Half are migrated ahead of the resume, half as they resume.
     migrated = runner.invoke(
         app,
@@ -91,7 +96,7 @@ def test_fifty_interrupted_runs_resume_after_a_deploy_that_renamed_a_node(tmp_pa
 
 def chain(names, *, version=None, migrations=None, session=None):
     agents = [Agent(name=n, model=FunctionModel(lambda m, s, n=n: f"{n} says hi")) for n in names]
-    edges = list(zip(names, names[1:], strict=False))
+    edges = list(itertools.pairwise(names))
     return Graph(agents, edges, id="chain", version=version, migrations=migrations, session_manager=session)
 
 
@@ -119,7 +124,12 @@ def test_a_renamed_agent_node_keeps_its_conversation_and_state():
     def migrate(run: SavedRun) -> None:
         run.rename_node("b", "bee")
 
-    v2 = chain(["a", "bee", "c"], version="v2", migrations={"v1": migrate}, session=SnapshotSessionManager("s", storage=store))
+    v2 = chain(
+        ["a", "bee", "c"],
+        version="v2",
+        migrations={"v1": migrate},
+        session=SnapshotSessionManager("s", storage=store),
+    )
     result = v2([{"interruptResponse": {"interruptId": first.interrupts[0].id, "response": "go"}}])
     assert result.status.value == "completed"
     assert result.results["bee"].output == "b says hi"
@@ -148,10 +158,20 @@ def test_migrations_chain_and_a_failing_one_changes_nothing():
     def broken(run):
         raise KeyError("no such field")
 
-    bad = chain(["y", "b"], version="v3", migrations={"v1": broken}, session=SnapshotSessionManager("s", storage=store))
+    bad = chain(
+        ["y", "b"],
+        version="v3",
+        migrations={"v1": broken},
+        session=SnapshotSessionManager("s", storage=store),
+    )
     with pytest.raises(RunError, match=r"the migration from version 'v1' \(.*broken\) raised KeyError"):
         bad([{"interruptResponse": {"interruptId": first.interrupts[0].id, "response": "go"}}])
-    good = chain(["y", "b"], version="v3", migrations={"v1": one, "v2": two}, session=SnapshotSessionManager("s", storage=store))
+    good = chain(
+        ["y", "b"],
+        version="v3",
+        migrations={"v1": one, "v2": two},
+        session=SnapshotSessionManager("s", storage=store),
+    )
     result = good([{"interruptResponse": {"interruptId": first.interrupts[0].id, "response": "go"}}])
     assert result.status.value == "completed"
     assert steps == ["v1", "v2"]
@@ -163,7 +183,12 @@ def test_a_migration_that_leaves_an_unknown_node_is_refused():
     v1 = chain(["a", "b"], version="v1", session=SnapshotSessionManager("s", storage=store))
     v1.hooks.add_hook(stop_after("b"))
     first = v1("go")
-    v2 = chain(["z", "b"], version="v2", migrations={"v1": lambda run: None}, session=SnapshotSessionManager("s", storage=store))
+    v2 = chain(
+        ["z", "b"],
+        version="v2",
+        migrations={"v1": lambda run: None},
+        session=SnapshotSessionManager("s", storage=store),
+    )
     with pytest.raises(RunError, match=r"still has nodes the graph does not: a; rename or remove them"):
         v2([{"interruptResponse": {"interruptId": first.interrupts[0].id, "response": "go"}}])
 
@@ -217,7 +242,12 @@ def test_a_swarm_migration_renames_the_agent_that_holds_the_task():
         return Agent(name=name, model=FunctionModel(reply))
 
     store = InMemoryStorage()
-    v1 = Swarm([agent("triage"), agent("billing")], id="desk", version="v1", session_manager=SnapshotSessionManager("s", storage=store))
+    v1 = Swarm(
+        [agent("triage"), agent("billing")],
+        id="desk",
+        version="v1",
+        session_manager=SnapshotSessionManager("s", storage=store),
+    )
     v1.hooks.add_hook(stop_after("billing"))
     first = v1("help")
     assert first.status.value == "interrupted"

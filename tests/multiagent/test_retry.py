@@ -45,7 +45,8 @@ def test_by_default_throttling_and_passing_provider_faults_are_retried(error):
 
 
 def test_the_default_policy_retries_only_those_model_errors():
-    assert DEFAULT_RETRY.retries(ModelThrottledError("x")) and DEFAULT_RETRY.retries(ModelUnavailableError("x"))
+    assert DEFAULT_RETRY.retries(ModelThrottledError("x"))
+    assert DEFAULT_RETRY.retries(ModelUnavailableError("x"))
     assert not DEFAULT_RETRY.retries(ModelError("bad request"))
     assert not DEFAULT_RETRY.retries(RuntimeError("a node's own bug"))
     model, calls = failing_model([ModelError("400 bad request")])
@@ -72,7 +73,9 @@ def test_when_attempts_run_out_the_error_says_so():
     def always(node_input):
         raise ConnectionError(f"down on attempt {node_input.attempt}")
 
-    graph = Graph({"n": always}, retry={"n": RetryPolicy(max_attempts=2, retry_on=(ConnectionError,), **FAST)})
+    graph = Graph(
+        {"n": always}, retry={"n": RetryPolicy(max_attempts=2, retry_on=(ConnectionError,), **FAST)}
+    )
     result = graph("go")
     assert result.reason == "node 'n' failed: ConnectionError: down on attempt 2 (attempt 2 of 2)"
 
@@ -218,5 +221,8 @@ def test_a_yaml_retry_on_that_names_nothing_is_a_positioned_error(tmp_path):
         "version: 1\nkind: graph\nid: p\nnodes:\n  - id: step\n    function: 'tests.orchestration_steps:mark'\n"
         "    retry: {retry_on: [throttled]}\n"
     )
-    with pytest.raises(OrchestraSpecError, match=r"p.yaml:7:\d+: nodes\[0\].retry.retry_on: retry_on: unknown error kind 'throttled'"):
+    with pytest.raises(
+        OrchestraSpecError,
+        match=r"p.yaml:7:\d+: nodes\[0\].retry.retry_on: retry_on: unknown error kind 'throttled'",
+    ):
         load(tmp_path / "p.yaml")

@@ -30,7 +30,12 @@ def member(name):
 
 
 def desk(store, **options):
-    return Swarm([member("triage"), member("billing")], id="desk", session_manager=SnapshotSessionManager("s", storage=store), **options)
+    return Swarm(
+        [member("triage"), member("billing")],
+        id="desk",
+        session_manager=SnapshotSessionManager("s", storage=store),
+        **options,
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ activities, with the same results as locally."""
 import secrets
 from collections import Counter
 
-import anyio
 import pytest
 
 from orchestra import load
@@ -55,7 +54,9 @@ async def run_on(address, queue, loaded, storage, session, task):
         return await handle.result()
 
 
-async def test_a_map_runs_its_items_as_activities_with_the_local_result(temporal_address, tmp_path, monkeypatch):
+async def test_a_map_runs_its_items_as_activities_with_the_local_result(
+    temporal_address, tmp_path, monkeypatch
+):
     calls = tmp_path / "calls"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
     monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.01")
@@ -66,9 +67,15 @@ async def test_a_map_runs_its_items_as_activities_with_the_local_result(temporal
     assert summary["status"] == "completed", summary
     local = await load(tmp_path / "fan.yaml").invoke_async("go")
     doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", "fan")
-    assert doc.fields["node/each"]["result"]["output"] == local.results["each"].output == [2 * i for i in range(12)]
+    assert (
+        doc.fields["node/each"]["result"]["output"]
+        == local.results["each"].output
+        == [2 * i for i in range(12)]
+    )
     assert doc.fields["node/total"]["result"]["output"] == local.output == 132
-    assert not [name for name in doc.fields if name.startswith("map/")]  # the items' progress went with the map
+    assert not [
+        name for name in doc.fields if name.startswith("map/")
+    ]  # the items' progress went with the map
     runs = Counter(calls.read_text().split())
     assert all(runs[f"each[{i}]"] == 2 for i in range(12))  # once on Temporal, once locally
 
@@ -91,4 +98,3 @@ async def test_retry_policies_become_activity_retries(temporal_address, tmp_path
     assert record["status"] == "completed"
     assert [a["attempt"] for a in record["attempts"]] == [1, 2]
     assert record["attempts"][0]["error"] == "RuntimeError: flaky failed on attempt 1"
-    await anyio.sleep(0)
