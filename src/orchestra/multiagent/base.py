@@ -240,6 +240,8 @@ class MultiAgentBase:
 
     async def _after_node(self, event: AfterNodeCall) -> None:
         """Run the AfterNodeCall hooks (the session saves there), one save at a time."""
+        if not self.hooks.has_callbacks(AfterNodeCall):
+            return  # nothing listens (no session manager, no hook): per node, nothing to pay for
         async with self._saving:
             if self._started_at is not None:
                 self._update_run(execution_time_ms=self._elapsed_ms())
@@ -571,6 +573,8 @@ class MultiAgentBase:
     def _attempts(self, node_id: str) -> list[dict[str, Any]]:
         """The failed attempts recorded for the node's current execution (a resume goes on from them)."""
         record = self._node_record(node_id)
+        if not record.get("attempts"):
+            return []
         execution = record["executions"]
         return [a for a in record.get("attempts") or [] if a.get("execution") == execution]
 
