@@ -11,10 +11,13 @@
   floor of the critical path (three model calls), and the overhead in milliseconds.
 - W4: a Swarm of 3 agents, 30 handoffs then an answer: seconds and model calls.
 - W5: a 50-node chain whose node 25 raises on the first run, then resume: model calls on resume, status.
+- W7: a 1,000-item fan-out (a ``Map`` node) of 1 ms async function items: wall seconds without a session
+  and with each item saved on local files, against the same 1,000 coroutines in plain anyio tasks (the
+  floor, measured in the same run), and the ratios.
 - SCALE: a 1 -> 1,000 -> 1 fan-out and a Swarm of 200 handoffs, each next to a tenth of its size, each
   in a fresh process: seconds, peak RSS, RSS over the imports, and how they grew against size.
 
-    python benchmarks/bench_orchestration.py [--workload W1 W2 W4 W5 SCALE] [--repeat 3]
+    python benchmarks/bench_orchestration.py [--workload W1 W2 W4 W5 W7 SCALE] [--repeat 3]
     python benchmarks/bench_orchestration.py --workload W1 --storage sqlite|postgres
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -32,7 +36,7 @@ from _measure import fsynced_appends, growth, in_fresh_process
 
 from orchestra import Agent
 from orchestra.messages import validate_message
-from orchestra.multiagent import Graph, Swarm
+from orchestra.multiagent import Graph, Map, NodeInput, Swarm
 from orchestra.session import SnapshotSessionManager, export_scope
 from orchestra.storage import LocalFileStorage
 from orchestra.testing import CountingStorage, FunctionModel, ScriptedModel, ToolCall
@@ -276,6 +280,72 @@ async def w5() -> dict[str, Any]:
     }
 
 
+async def one_ms_item(node_input: NodeInput) -> int:
+    await anyio.sleep(0.001)
+    return int(node_input.item) * 2
+
+
+async def plain_anyio(items: list[int]) -> list[int]:
+    """The floor for W7: the same 1 ms coroutines in an anyio task group, results in item order."""
+    results: list[int] = [0] * len(items)
+
+    async def run(index: int) -> None:
+        await anyio.sleep(0.001)
+        results[index] = items[index] * 2
+
+    async with anyio.create_task_group() as group:
+        for index in range(len(items)):
+            group.start_soon(run, index)
+    return results
+
+
+async def w7(repeat: int) -> dict[str, Any]:
+    """Each round runs the floor, then the map without a session, then with saves, back to back: the
+    ratios are taken per round (the machine's speed drifts between rounds) and their median reported."""
+    items = list(range(1000))
+    expected = [i * 2 for i in items]
+
+    def graph(**options: Any) -> Graph:
+        return Graph(
+            {"split": lambda: items, "each": Map(one_ms_item)}, [("split", "each")], id="w7", **options
+        )
+
+    async def timed(run: Graph) -> float:
+        started = time.perf_counter()
+        result = await run.invoke_async("fan out")
+        assert result.output == expected, result.reason
+        return time.perf_counter() - started
+
+    await timed(graph())  # warm up (imports, first-use caches)
+    floor, bare, saved = [], [], []
+    saves = 0
+    for _ in range(max(repeat, 5)):
+        started = time.perf_counter()
+        assert await plain_anyio(items) == expected
+        floor.append(time.perf_counter() - started)
+        bare.append(await timed(graph()))
+        with tempfile.TemporaryDirectory() as root:
+            storage = CountingStorage(LocalFileStorage(root))
+            saved.append(await timed(graph(session_manager=SnapshotSessionManager("w7", storage=storage))))
+            saves = storage.writes
+    return {
+        "workload": "W7",
+        "items": len(items),
+        "item_seconds": 0.001,
+        "rounds": len(floor),
+        "wall_seconds_no_session": round(min(bare), 4),
+        "wall_seconds_items_saved_on_local_files": round(min(saved), 4),
+        "storage_writes_with_saves": saves,
+        "floor_seconds_plain_anyio_tasks": round(min(floor), 4),
+        "no_session_over_floor_median": round(
+            statistics.median(b / f for b, f in zip(bare, floor, strict=True)), 2
+        ),
+        "saved_over_floor_median": round(
+            statistics.median(s / f for s, f in zip(saved, floor, strict=True)), 2
+        ),
+    }
+
+
 async def fan_out(width: int) -> dict[str, Any]:
     """Scale: entry -> ``width`` agents in parallel -> join, no model latency, no session."""
     workers = [Agent(name=f"w{i}", model=ScriptedModel([f"part {i}"])) for i in range(width)]
@@ -331,13 +401,15 @@ async def main(workloads: list[str], repeat: int, storage: str) -> None:
             print(json.dumps(await w4(repeat)))
         elif workload == "W5":
             print(json.dumps(await w5()))
+        elif workload == "W7":
+            print(json.dumps(await w7(repeat)))
         elif workload == "SCALE":
             scale()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", nargs="*", default=["W1", "W2", "W4", "W5", "SCALE"])
+    parser.add_argument("--workload", nargs="*", default=["W1", "W2", "W4", "W5", "W7", "SCALE"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--storage",

@@ -20,9 +20,14 @@ ORDER = [
     "ModelSpec",
     "ConversationManagerSpec",
     "NodeSpec",
+    "MapSpec",
+    "MapJoinSpec",
     "EdgeSpec",
     "ConditionSpec",
     "LimitsSpec",
+    "RetryPolicySpec",
+    "BudgetSpec",
+    "PriceSpec",
     "SessionSpec",
     "TemporalSpec",
     "RetrySpec",
@@ -81,6 +86,42 @@ ends each turn with a validated object. It is the node's output (what field cond
 the next node gets, as JSON), persisted with the run and restored on resume; `orchestra run --json` and
 the HTTP API answer it as a JSON object. `max_output_retries` (default 3) bounds the model's invalid
 attempts before the run fails with `StructuredOutputError`.
+
+**Fan-out** (`map:`): a node that runs one instance of `node` (an agent's name, `package.module:fn`,
+or an inline node: `{graph: ...}`, `{file: ...}`, `{map: ...}`) per item of a list known at run time:
+`over` is the predecessor's output by default, or `<node>`, `<node>.<field>`, `state.<key>`; `join` is
+`all`, `{first: K}` or `{until: package.module:fn}`; `max_concurrency` bounds the items running at once.
+Each item's result is saved on its own; a resume runs only the items without one. See
+[concepts.md](concepts.md#dynamic-fan-out-map).
+
+```yaml
+nodes:
+  - {id: split, function: my_steps:split_documents}       # returns a list
+  - id: summarize
+    map: {over: split, node: summarizer, max_concurrency: 8}
+    retry: {max_attempts: 4, retry_on: [model_throttled, model_unavailable, timeout]}
+  - {id: merge, agent: editor}
+```
+
+**Retries** (`retry:` on a node, an agent or the pipeline): `max_attempts`, `initial_interval`, `backoff`,
+`max_interval`, `jitter`, `retry_on` (`model_throttled`, `model_unavailable`, `model_error`, `timeout`,
+`any`, or `package.module:ExceptionClass`). Without one, throttled and unavailable models are retried
+(3 attempts); configuration errors never are.
+
+**Budgets** (`budget:` on the pipeline, or on an agent): `tokens`, `cost_usd`, `model_calls`,
+`wall_seconds`, and `prices` (`{model name or pattern: {input: USD, output: USD}}` per million tokens;
+none are shipped). A run that reaches a limit stops before its next model call, saved as interrupted;
+`orchestra resume --budget-tokens N` (and `--budget-cost`, `--budget-calls`, `--budget-seconds`,
+`--prices FILE`) continues it with a larger budget.
+
+**Versions** (`pipeline_version:` and `migrations:`): every run records the version it started on; a
+resume under another version runs the migration registered for the saved one (`migrations:` names a
+module whose `MIGRATIONS` maps a version to `fn(run)`), or is refused with what changed.
+`orchestra sessions migrate FILE --dry-run` shows what it would do to every unfinished run.
+
+**Sticky swarms** (`resume_from: last_active`, `history: run | shared | private`): the next invocation
+starts at the agent that answered the last one; agents keep nothing (`run`), the conversation so far
+(`shared`), or each its own history (`private`) across invocations.
 
 **Secrets**: `${ENV_VAR}` in any string is replaced by the environment variable (an unset variable is
 an error), so keys never need to be in the file.

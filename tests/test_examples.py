@@ -16,7 +16,17 @@ def test_quickstart_runs(capsys, monkeypatch):
     assert "messages in the history: 8" in out
 
 
-PYTHON_EXAMPLES = ["review_loop", "fan_out", "support_swarm", "nested", "invoice_triage"]
+PYTHON_EXAMPLES = [
+    "review_loop",
+    "fan_out",
+    "support_swarm",
+    "nested",
+    "invoice_triage",
+    "map_summaries",
+    "flaky_retries",
+    "budgeted_review",
+    "sticky_support",
+]
 
 
 @pytest.mark.parametrize("name", PYTHON_EXAMPLES)
@@ -44,6 +54,14 @@ def test_python_and_yaml_examples_are_the_same_pipeline(name):
             [src, dst, bool(condition)] for src, dst, condition in structure.get("edges", [])
         )
     assert shape == same
+
+
+def test_the_versioned_example_resumes_a_v1_run_on_v2(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["versioned.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "versioned.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "  v1: interrupted before the review, after ['draft']"
+    assert lines[1] == "completed ['write', 'reviewer'] [{'from': 'v1', 'to': 'v2'}]"
 
 
 def test_the_tracing_example_prints_the_span_tree():

@@ -11,6 +11,7 @@ Each class also inherits the nearest builtin, so callers can catch either::
     │   ├── ScriptExhaustedError               a ScriptedModel ran out of replies
     │   ├── ContextWindowOverflowError         the conversation no longer fits the model's window
     │   ├── ModelThrottledError                the provider kept throttling after every retry
+    │   ├── ModelUnavailableError              a passing provider fault (5xx, unreachable) after every retry
     │   └── ModelAuthenticationError           the provider refused the credentials
     ├── AgentError (RuntimeError)
     │   ├── ConcurrencyError                   a second, overlapping invocation of one agent
@@ -30,7 +31,9 @@ Each class also inherits the nearest builtin, so callers can catch either::
     │   ├── SessionConflictError               a second live writer of one session scope
     │   └── SnapshotError                      a stored snapshot is corrupt, truncated or unknown
     └── RunError (RuntimeError)                a multi-agent run could not be carried out
-        └── MultipleNodeErrors                 several nodes failed at once; ``.errors`` holds each
+        ├── MultipleNodeErrors                 several nodes failed at once; ``.errors`` holds each
+        └── BudgetExceededError                a run (or one of its agents) spent its budget; inside a
+                                               Graph or Swarm it stops the run as interrupted, resumable
 
 Control-flow signals (a tool interrupting for a human, a handoff) are not errors and do not live here.
 
@@ -45,6 +48,7 @@ from types import EllipsisType
 
 __all__ = [
     "AgentError",
+    "BudgetExceededError",
     "ConcurrencyError",
     "ConfigurationError",
     "ContextWindowOverflowError",
@@ -54,6 +58,7 @@ __all__ = [
     "ModelError",
     "ModelNotConfiguredError",
     "ModelThrottledError",
+    "ModelUnavailableError",
     "MultipleNodeErrors",
     "OrchestraError",
     "OrchestraSpecError",
@@ -118,6 +123,11 @@ class ContextWindowOverflowError(ModelError):
 
 class ModelThrottledError(ModelError):
     """The provider kept throttling the requests after every retry."""
+
+
+class ModelUnavailableError(ModelError):
+    """The provider failed for a passing reason (a 5xx answer, a connection that kept failing) after every
+    retry of the request; trying again later may work. Retry policies retry it by default."""
 
 
 class ModelAuthenticationError(ModelError):
@@ -239,3 +249,25 @@ class MultipleNodeErrors(RunError):
         self.errors = errors
         lines = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
         super().__init__(f"{len(errors)} errors at once: {lines}")
+
+
+class BudgetExceededError(RunError):
+    """A run, or an agent of it, spent its budget (``orchestra.multiagent.Budget``).
+
+    Raised before the model call that would go past the budget. Inside a Graph or Swarm it is not a
+    failure: the run stops, is saved as INTERRUPTED with a ``BudgetExceeded: ...`` reason, and resumes
+    with a larger budget.
+
+    Attributes:
+        limit: which limit was reached: ``tokens``, ``cost_usd``, ``model_calls`` or ``wall_seconds``.
+        allowed: the budget's value for it.
+        spent: what was spent when the check ran.
+        scope: what the budget belongs to (``run 'review-loop'``, ``agent 'writer'``).
+    """
+
+    def __init__(self, message: str, *, limit: str, allowed: float, spent: float, scope: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.allowed = allowed
+        self.spent = spent
+        self.scope = scope

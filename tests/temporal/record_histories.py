@@ -54,7 +54,19 @@ async def main(address: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         storage = f"file:{tmp}/store"
         only = sys.argv[1:]  # names to record (default: all)
-        for example in ("review_loop", "fan_out", "support_swarm", "nested", "invoice_triage"):
+        for example in (
+            "review_loop",
+            "fan_out",
+            "support_swarm",
+            "nested",
+            "invoice_triage",
+            "map_summaries",
+            "flaky_retries",
+            "budgeted_review",
+            "sticky_support",
+            "versioned_v1",
+            "versioned_v2",
+        ):
             if only and example not in only:
                 continue
             loaded = parse_file(EXAMPLES / f"{example}.yaml")

@@ -76,6 +76,7 @@ async def test_a_node_timeout_is_final_not_retried(temporal_address, tmp_path, m
 async def test_a_pipeline_sets_its_retry_policy_and_heartbeat():
     from datetime import timedelta
 
+    from orchestra.multiagent import Graph, RetryPolicy
     from orchestra.temporal.activities import PipelineActivities
     from orchestra.temporal.workflow import PipelineWorkflow
 
@@ -87,10 +88,22 @@ async def test_a_pipeline_sets_its_retry_policy_and_heartbeat():
     assert structure["temporal"]["heartbeat_seconds"] == 3
     workflow = PipelineWorkflow()
     workflow._settings = structure["temporal"]
-    policy = workflow._node_retries()
+    skeleton = Graph.from_structure(structure)
+    policy = workflow._node_retries(skeleton, "slow")
     assert (policy.maximum_attempts, policy.initial_interval) == (2, timedelta(seconds=1.5))
     workflow._settings = {}  # a run recorded before the setting existed keeps the default
-    assert workflow._node_retries().maximum_attempts == 5
+    assert workflow._node_retries(skeleton, "slow").maximum_attempts == 5
+    # A node's own retry policy: its intervals, its attempts on top of the infrastructure's.
+    skeleton.nodes["slow"].retry = RetryPolicy(
+        max_attempts=4, initial_interval=0.5, backoff=3, max_interval=9
+    )
+    own = workflow._node_retries(skeleton, "slow")
+    assert (own.maximum_attempts, own.initial_interval, own.backoff_coefficient, own.maximum_interval) == (
+        8,
+        timedelta(seconds=0.5),
+        3,
+        timedelta(seconds=9),
+    )
     with pytest.raises(Exception, match="maximum_attempts"):
         parse_text(TIMEOUT + "temporal: {retry: {maximum_attempts: 0}}\n", "bad.yaml")
 

@@ -176,3 +176,96 @@ def test_a_side_effecting_tool_runs_once_when_its_worker_is_killed(temporal_addr
                     worker.stderr.close()
             assert summary["status"] == "completed", summary
             assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}, f"round {round_number}"
+
+
+MAP_SPEC = """
+version: 1
+kind: graph
+id: kill-map
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:split'}
+  - id: each
+    map: {node: 'tests.orchestration_steps:slow_item', max_concurrency: 4}
+  - {id: total, function: 'tests.orchestration_steps:total'}
+edges:
+  - {from: split, to: each}
+  - {from: each, to: total}
+"""
+
+
+def completed_items(root, session):
+    doc = anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", "kill-map")).load)
+    if doc is None:
+        return set()
+    done = {
+        f"each[{name.rsplit('/', 1)[1]}]"
+        for name, record in doc.fields.items()
+        if name.startswith("map/each/item/") and record.get("status") == "completed"
+    }
+    if (doc.fields.get("node/each") or {}).get("status") == "completed":
+        done |= {f"each[{i}]" for i in range(16)}  # the map completed: its items' records went with it
+    return done
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_worker_in_a_fan_out_reruns_no_completed_item(temporal_address, tmp_path, monkeypatch):
+    from orchestra import temporal
+
+    spec = tmp_path / "kill-map.yaml"
+    spec.write_text(MAP_SPEC)
+    parse_text(MAP_SPEC, "kill-map.yaml")
+    root = tmp_path / "store"
+    rng = random.Random(11)
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    monkeypatch.setenv("ORCHESTRA_TEST_ITEMS", "16")
+    items = [f"each[{i}]" for i in range(16)]
+    mid_map = 0
+    for round_number in range(ROUNDS):
+        calls = tmp_path / f"map-calls-{round_number}"
+        monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+        queue = f"q-kill-map-{round_number}"
+        workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
+        session = f"m{round_number}"
+
+        async def start(queue=queue, session=session):
+            target = temporal.TemporalTarget(temporal_address, "default", queue)
+            client = await temporal.connect(target)
+            request = temporal.RunRequest(
+                spec_id="kill-map",
+                session_id=session,
+                storage=f"file:{root}",
+                task="go",
+                run_id=session,
+                heartbeat_seconds=2,
+            )
+            return await temporal.start_run(client, target, request)
+
+        handle = anyio.run(start)
+        deadline = time.monotonic() + 60
+        wanted = 3 + rng.randint(0, 6)
+        while time.monotonic() < deadline and (
+            not calls.exists() or len([c for c in calls.read_text().split() if c.startswith("each")]) < wanted
+        ):
+            time.sleep(0.05)
+        victim = workers.pop(rng.randrange(2))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        victim.stderr.close()
+        done_before = completed_items(root, session)
+        mid_map += 0 < len(done_before) < len(items)
+        try:
+            summary = anyio.run(handle.result)
+        finally:
+            for worker in workers:
+                worker.terminate()
+                worker.wait(30)
+                worker.stderr.close()
+        assert summary["status"] == "completed", summary
+        runs = Counter(calls.read_text().split())
+        assert set(runs) == {"split", "total", *items}
+        for item in done_before:
+            assert runs[item] == 1, f"round {round_number}: {item} had completed but ran {runs[item]} times"
+        assert all(count <= 2 for count in runs.values()), runs
+        doc = anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", "kill-map")).load)
+        assert doc.fields["node/total"]["result"]["output"] == sum(2 * i for i in range(16))
+    assert mid_map >= 1, "a kill should land while some items had completed and others had not"

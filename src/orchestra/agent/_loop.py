@@ -472,7 +472,9 @@ async def run_invocation(
                             "gen_ai.output.messages", tracing.output_messages, message, stop_reason
                         )
                     metrics.usage = metrics.usage + usage
-                    await hooks.invoke(AfterModelCall(agent, invocation_state, message, stop_reason))
+                    await hooks.invoke(
+                        AfterModelCall(agent, invocation_state, message, stop_reason, usage=usage)
+                    )
                     # No provider accepts an empty assistant message: an empty reply is stored as a marker,
                     # while the result keeps what the model said (nothing).
                     stored = message if content else {"role": "assistant", "content": [{"text": EMPTY_REPLY}]}

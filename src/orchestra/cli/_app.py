@@ -2,8 +2,9 @@
 
 Exit codes: 0 the run completed (or the command succeeded); 1 the run failed, the spec is invalid, or
 the command could not do what was asked; 2 the command line was wrong; 3 the run stopped for a human
-(an interrupt waiting for a response); 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM: the run is
-saved as interrupted and the exact command that resumes it is printed.
+(an interrupt waiting for a response); 4 the run spent its budget (resume it with a larger one); 130
+stopped by Ctrl-C (SIGINT) and 143 by SIGTERM: the run is saved as interrupted and the exact command
+that resumes it is printed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from orchestra.cli._budget import (
+    BudgetCalls,
+    BudgetCost,
+    BudgetFlags,
+    BudgetSeconds,
+    BudgetTokens,
+    PricesOption,
+)
+from orchestra.cli._migrate import migrate_command
 from orchestra.cli._output import (
+    EXIT_BUDGET,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -67,6 +78,7 @@ app = typer.Typer(
 )
 sessions_app = typer.Typer(help="Look after stored sessions (any storage URI).", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
+sessions_app.command("migrate")(migrate_command)
 
 StorageOption = Annotated[
     str | None,
@@ -256,10 +268,19 @@ def _storage_hint(exc: BaseException, again: str) -> str:
 
 
 def _execute(
-    file: Path, target: Any, task: Any, session_id: str, storage: str | None, model: str | None, as_json: bool
+    file: Path,
+    target: Any,
+    task: Any,
+    session_id: str,
+    storage: str | None,
+    model: str | None,
+    as_json: bool,
+    budget: BudgetFlags | None = None,
 ) -> None:
     """Run ``target`` under signal handling and report; exits with the documented codes."""
-    again = resume_command(file, session_id, storage=storage, model=model)
+    again = resume_command(
+        file, session_id, storage=storage, model=model, extra=budget.options() if budget else None
+    )
     received: list[int] = []
 
     async def main() -> Any:
@@ -321,6 +342,15 @@ def _report(result: Any, session_id: str, again: str, as_json: bool) -> None:
             markup=False,
         )
         raise typer.Exit(EXIT_FAILED)
+    if status == Status.INTERRUPTED and not result.interrupts:  # its budget was spent
+        err.print(f"[magenta]stopped[/]: {result.reason}", highlight=False)
+        err.print(
+            f"Resume it with a larger budget: {again} --budget-tokens N (or --budget-cost, --budget-calls, "
+            "--budget-seconds)",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_BUDGET)
     if status == Status.INTERRUPTED:
         err.print("[magenta]interrupted[/]: waiting for a response to:")
         for interrupt in result.interrupts:
@@ -357,6 +387,11 @@ def run(
     on: OnOption = None,
     as_json: JsonOption = False,
     otlp_endpoint: OtlpOption = None,
+    budget_tokens: BudgetTokens = None,
+    budget_cost: BudgetCost = None,
+    budget_calls: BudgetCalls = None,
+    budget_seconds: BudgetSeconds = None,
+    prices: PricesOption = None,
 ) -> None:
     """Run a pipeline, showing each node's status live, then its output.
 
@@ -368,18 +403,31 @@ def run(
     if task is None:
         raise fail(f"{file} has no input: pass --input TEXT (or '-' to read stdin)", 2)
     session_id = session_id or f"run-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    budget = BudgetFlags(budget_tokens, budget_cost, budget_calls, budget_seconds, prices)
     if on is not None:
         from orchestra.cli._temporal import run_on_temporal
 
+        _no_budget_on_temporal(loaded, budget)
         run_on_temporal(file, loaded, on, task, session_id, storage, as_json, resume=False, responses={})
         return
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
+        budget.apply(target)
     except (OrchestraError, ValueError) as exc:
         raise fail(str(exc)) from None
     if not as_json:
         err.print(f"session: {session_id}", highlight=False)
-    _execute(file, target, task, session_id, storage, model, as_json)
+    _execute(file, target, task, session_id, storage, model, as_json, budget)
+
+
+def _no_budget_on_temporal(loaded: Any, budget: BudgetFlags) -> None:
+    """Temporal runs do not enforce budgets yet: refuse one rather than run it uncapped."""
+    spec = loaded.spec
+    if budget.given() or spec.budget is not None or any(a.budget is not None for a in spec.agents):
+        raise fail(
+            "budgets are enforced by local runs only; Temporal runs do not enforce them yet: run it "
+            "without --on, or without a budget"
+        )
 
 
 def _parse_responses(responses: list[str]) -> list[dict[str, Any]]:
@@ -416,14 +464,25 @@ def resume(
     ] = False,
     on: OnOption = None,
     as_json: JsonOption = False,
+    budget_tokens: BudgetTokens = None,
+    budget_cost: BudgetCost = None,
+    budget_calls: BudgetCalls = None,
+    budget_seconds: BudgetSeconds = None,
+    prices: PricesOption = None,
 ) -> None:
     """Continue an interrupted or failed run; nodes that completed do not run again.
+
+    A run stopped by its budget continues with the budget given here (larger, or it stops again before
+    its next model call).
 
     Example: [bold]orchestra resume examples/graphs/review_loop.yaml --session-id run-20261130-101500-ab12[/]
     """
     loaded = _load_spec(file)
+    budget = BudgetFlags(budget_tokens, budget_cost, budget_calls, budget_seconds, prices)
     if on is not None:
         from orchestra.cli._temporal import run_on_temporal
+
+        _no_budget_on_temporal(loaded, budget)
 
         answers = {
             b["interruptResponse"]["interruptId"]: b["interruptResponse"]["response"]
@@ -435,6 +494,7 @@ def resume(
         return
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
+        budget.apply(target)
     except (OrchestraError, ValueError) as exc:
         raise fail(str(exc)) from None
     if not isinstance(target, MultiAgentBase):
@@ -448,7 +508,7 @@ def resume(
 
         target.invoke_async = forced  # type: ignore[method-assign]
         target.stream_async = _forced_stream(target)  # type: ignore[method-assign]
-    _execute(file, target, task, session_id, storage, model, as_json)
+    _execute(file, target, task, session_id, storage, model, as_json, budget)
 
 
 def _forced_stream(target: MultiAgentBase) -> Any:

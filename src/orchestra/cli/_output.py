@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 __all__ = [
+    "EXIT_BUDGET",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -26,6 +27,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 3
+EXIT_BUDGET = 4  # the run spent its budget: resume it with a larger one
 EXIT_SIGNAL: dict[int, int] = {int(signal.SIGINT): 130, int(signal.SIGTERM): 143}
 
 out = Console(soft_wrap=True)
@@ -45,10 +47,12 @@ def resume_command(
     storage: str | None = None,
     model: str | None = None,
     on: str | None = None,
+    extra: list[str] | None = None,
 ) -> str:
-    """The command that resumes a run, repeating every option that changes how it runs."""
+    """The command that resumes a run, repeating every option that changes how it runs (``extra``: more
+    words, such as the budget flags)."""
     parts = ["orchestra", "resume", str(file), "--session-id", session_id]
     for option, value in (("--storage", storage), ("--model", model), ("--on", on)):
         if value:
             parts += [option, value]
-    return shlex.join(parts)
+    return shlex.join([*parts, *(extra or [])])

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestra.hooks._registry import HookEvent
-from orchestra.messages import MessageDict
+from orchestra.messages import MessageDict, Usage
 
 if TYPE_CHECKING:
     from orchestra.agent.agent import Agent
@@ -93,13 +93,14 @@ class BeforeModelCall(HookEvent):
 
 @dataclass
 class AfterModelCall(HookEvent):
-    """The model answered (``message``, ``stop_reason``) or raised (``exception``)."""
+    """The model answered (``message``, ``stop_reason``, the call's ``usage``) or raised (``exception``)."""
 
     agent: Agent
     invocation_state: dict[str, Any]
     message: MessageDict | None = None
     stop_reason: str | None = None
     exception: BaseException | None = None
+    usage: Usage | None = None
     reverse_order = True
 
 

@@ -17,13 +17,21 @@ import anyio.from_thread
 import anyio.to_thread
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from orchestra.errors import (
     ContextWindowOverflowError,
     ModelAuthenticationError,
     ModelError,
     ModelThrottledError,
+    ModelUnavailableError,
 )
 from orchestra.messages import MessageDict, Usage
 from orchestra.models._base import (
@@ -56,6 +64,17 @@ _OVERFLOW_HINTS = (
     "context length",
     "too many tokens",
     "context window",
+)
+
+
+# Passing faults of the service (botocore's standard retry mode already retried them).
+_UNAVAILABLE = frozenset(
+    {
+        "ServiceUnavailableException",
+        "InternalServerException",
+        "ModelNotReadyException",
+        "ModelTimeoutException",
+    }
 )
 
 
@@ -167,9 +186,15 @@ class BedrockModel:
                     f"{self.name}: AWS refused the request ({code}: {message}); check the credentials and that "
                     "model access is enabled for this model in the Bedrock console"
                 )
+            if code in _UNAVAILABLE:
+                return ModelUnavailableError(
+                    f"{self.name}: Bedrock answered {code} after every retry: {message}"
+                )
             if code == "ResourceNotFoundException" or "model identifier is invalid" in lowered:
                 return ModelError(f"{self.name}: unknown model {self.model_id!r} in this region: {message}")
             return ModelError(f"{self.name}: Bedrock answered {code}: {message}")
+        if isinstance(exc, BotoConnectionError | HTTPClientError):
+            return ModelUnavailableError(f"{self.name}: cannot reach Bedrock after every retry: {exc}")
         return ModelError(f"{self.name}: {exc}")
 
     async def stream(

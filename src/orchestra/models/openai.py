@@ -21,6 +21,7 @@ from orchestra.errors import (
     ModelAuthenticationError,
     ModelError,
     ModelThrottledError,
+    ModelUnavailableError,
 )
 from orchestra.messages import MessageDict, Usage
 from orchestra.models._base import (
@@ -196,6 +197,8 @@ class OpenAIModel:
             )
         if status is None:
             return ModelError(f"{self.name}: the server sent an error in the middle of the reply: {message}")
+        if status >= 500:
+            return ModelUnavailableError(f"{self.name}: the server answered {status}: {message}")
         return ModelError(f"{self.name}: the server answered {status}: {message}")
 
     def request_body(
@@ -271,7 +274,7 @@ class OpenAIModel:
                     delay = _retry_after(response.headers.get("retry-after"), attempt)
             except httpx.TransportError as exc:
                 if attempt == self.max_retries:
-                    raise ModelError(f"{self.name}: cannot reach {self.base_url}: {exc}") from exc
+                    raise ModelUnavailableError(f"{self.name}: cannot reach {self.base_url}: {exc}") from exc
                 delay = _retry_after(None, attempt)
             await anyio.sleep(delay)
 

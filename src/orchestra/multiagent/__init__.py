@@ -1,12 +1,14 @@
 """Multi-agent orchestration: ``Graph`` (nodes along edges) and ``Swarm`` (agents handing off)."""
 
 from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent.budget import Budget, Price
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
     AfterNodeCall,
     BeforeMultiAgentInvocation,
     BeforeNodeCall,
     HandoffEvent,
+    MapItemEvent,
     MultiAgentInitialized,
     MultiAgentResultEvent,
     MultiAgentStreamEvent,
@@ -15,16 +17,21 @@ from orchestra.multiagent.events import (
     NodeStreamEvent,
 )
 from orchestra.multiagent.graph import Condition, Edge, Graph, GraphBuilder, GraphState
+from orchestra.multiagent.map import Map, MapItem
+from orchestra.multiagent.migrations import SavedRun
 from orchestra.multiagent.nodes import NodeInput, format_input
 from orchestra.multiagent.results import GraphResult, MultiAgentResult, NodeResult, Status, SwarmResult
+from orchestra.multiagent.retry import DEFAULT_RETRY, RetryPolicy
 from orchestra.multiagent.swarm import HANDOFF_TOOL, Swarm
 
 __all__ = [
+    "DEFAULT_RETRY",
     "HANDOFF_TOOL",
     "AfterMultiAgentInvocation",
     "AfterNodeCall",
     "BeforeMultiAgentInvocation",
     "BeforeNodeCall",
+    "Budget",
     "Condition",
     "Edge",
     "Graph",
@@ -32,6 +39,9 @@ __all__ = [
     "GraphResult",
     "GraphState",
     "HandoffEvent",
+    "Map",
+    "MapItem",
+    "MapItemEvent",
     "MultiAgentBase",
     "MultiAgentInitialized",
     "MultiAgentResult",
@@ -42,6 +52,9 @@ __all__ = [
     "NodeStartEvent",
     "NodeStopEvent",
     "NodeStreamEvent",
+    "Price",
+    "RetryPolicy",
+    "SavedRun",
     "Status",
     "Swarm",
     "SwarmResult",

@@ -3,13 +3,15 @@
 A run's state is kept as a *document* of named JSON fields and logs, the unit sessions persist
 incrementally (see ``orchestra.session``)::
 
-    run                   {"status", "kind", "topology", "execution_count", "usage", "reason", ...}
+    run                   {"status", "kind", "topology", "version", "execution_count", "usage", "spent", ...}
+    topology              the nodes, edges, joins and conditions the run started on (see migrations.py)
     task                  the original task
     state                 the orchestrator's shared state (JSON key-value)
     node/<id>             {"status", "executions", "result", ...} of one node
     agent/<id>            an agent node's state, conversation-manager state, system prompt, interrupts
     agent/<id>/messages   an agent node's conversation (a log)
     execution_order       node ids in the order their executions finished (a log)
+    map/<id>...           a map node's items and each item's result (see map.py)
 
 Each change marks its field dirty; a session save takes only the dirty fields, so a per-node save costs
 the same whether 1 or 200 nodes have already completed.
@@ -39,12 +41,16 @@ from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent import AgentData
 from orchestra.agent.state import JSONState
-from orchestra.errors import ConcurrencyError, ConfigurationError, RunError
+from orchestra.errors import BudgetExceededError, ConcurrencyError, ConfigurationError, RunError
 from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
 from orchestra.messages import Usage, messages_from_json, messages_to_json
+from orchestra.multiagent import migrations as _migrations
+from orchestra.multiagent._metering import Meter
+from orchestra.multiagent.budget import Budget, Spent, exceeded
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
+    AfterNodeCall,
     BeforeMultiAgentInvocation,
     MultiAgentInitialized,
     MultiAgentResultEvent,
@@ -52,8 +58,9 @@ from orchestra.multiagent.events import (
 )
 from orchestra.multiagent.nodes import Emit, Node
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
+from orchestra.multiagent.retry import RetryPolicy
 
-__all__ = ["MultiAgentBase"]
+__all__ = ["MultiAgentBase", "configure_nodes"]
 
 _UNFINISHED = (Status.EXECUTING, Status.FAILED, Status.INTERRUPTED)
 
@@ -74,8 +81,17 @@ class MultiAgentBase:
         session_manager: OrchestratorSessionManager | None = None,
         hooks: Iterable[HookProvider] | None = None,
         state: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
+        version: str | None = None,
+        migrations: Mapping[str, _migrations.Migration] | None = None,
     ) -> None:
         self.id = validate_id(id, "orchestrator id")
+        self.budget = budget
+        """What a run may spend (see ``orchestra.multiagent.budget``); may be changed between invocations."""
+        self.version = version
+        """The user's name for this version of the pipeline, recorded in every run it starts."""
+        self.migrations: dict[str, _migrations.Migration] = dict(migrations or {})
+        """``{saved version: fn}``: how runs saved on an older version are carried over (see migrations.py)."""
         self.scope_id = self.id  # where a session keeps this orchestrator (nested ones get a derived scope)
         self.nodes: dict[str, Node] = dict(nodes)
         self._initial_state = dict(state or {})
@@ -109,6 +125,15 @@ class MultiAgentBase:
         self._unset: set[str] = set()
         self._shared_records: set[str] = set()  # node records still the caller's (see load_document)
         self._saved_state_version = -1
+        # Saves come from the run loop and, in the middle of a node, from map items, retried attempts
+        # and model calls under a budget: one at a time, so the journal sees one writer.
+        self._saving = anyio.Lock()
+        self._meter: Meter | None = None
+        self._invocation_state: dict[str, Any] = {}
+        self._started_at: float | None = None  # perf_counter() when this invocation started running
+        self._base_ms = 0.0  # the run's execution time before this invocation
+        self._orphans: tuple[dict[str, Any], dict[str, list[Any]]] = ({}, {})  # see load_document
+        self._restored_agents: set[str] = set()  # the agent nodes load_document gave saved state
 
     def _copy_for_run(self) -> Self:
         """A copy that shares this orchestrator's structure (nodes, edges, conditions, hooks) and has its
@@ -152,6 +177,7 @@ class MultiAgentBase:
             "kind": self.kind,
             "status": status.value,
             "topology": self.topology_hash(),
+            "version": self.version,
             "execution_count": 0,
             "usage": Usage().model_dump(by_alias=True),
             "reason": None,
@@ -216,6 +242,29 @@ class MultiAgentBase:
     def _mark_agent(self, node_id: str) -> None:
         """The agent of ``node_id`` finished: its state belongs in the next save."""
         self._dirty_agents.add(node_id)
+
+    async def _after_node(self, event: AfterNodeCall) -> None:
+        """Run the AfterNodeCall hooks (the session saves there), one save at a time."""
+        if not self.hooks.has_callbacks(AfterNodeCall):
+            return  # nothing listens (no session manager, no hook): per node, nothing to pay for
+        async with self._saving:
+            if self._started_at is not None:
+                self._update_run(execution_time_ms=self._elapsed_ms())
+            await self.hooks.invoke(event)
+
+    async def _save_progress(self, node_id: str, result: NodeResult | None = None) -> None:
+        """Save in the middle of a node (``AfterNodeCall`` with ``partial=True``): a map item finished,
+        an attempt failed and will be retried, a model call was charged to a budget."""
+        if not self.hooks.has_callbacks(AfterNodeCall):
+            return
+        result = result or NodeResult(node_id=node_id, status=Status.EXECUTING)
+        await self._after_node(AfterNodeCall(self, node_id, self._invocation_state, result, partial=True))
+
+    def _elapsed_ms(self) -> float:
+        """The run's execution time so far, this invocation included (across resumes)."""
+        if self._started_at is None:
+            return float(self.run["execution_time_ms"])
+        return self._base_ms + (time.perf_counter() - self._started_at) * 1000
 
     def node_result(self, node_id: str) -> NodeResult | None:
         """The latest result of a node in this run."""
@@ -350,15 +399,28 @@ class MultiAgentBase:
         if "run" not in fields:
             return
         self._fields = {k: v for k, v in fields.items() if k != "state" and not k.startswith("agent/")}
+        # The agents of nodes this orchestrator does not have (a run saved by another version of the
+        # graph): kept aside for a migration that renames the node.
+        known = {f"agent/{n}" for n, node in self.nodes.items() if node.kind == "agent"}
+        self._orphans = (
+            {k: v for k, v in fields.items() if k.startswith("agent/") and k not in known},
+            {
+                k: list(v)
+                for k, v in logs.items()
+                if k.startswith("agent/") and k[: -len("/messages")] not in known
+            },
+        )
         self._shared_records = {k for k in self._fields if k.startswith("node/")} if shared_records else set()
         self._logs = {k: list(v) for k, v in logs.items() if not k.startswith("agent/")}
         self._logs.setdefault("execution_order", [])
         if "state" in fields:  # a document that never saved the state keeps the initial one
             self.state.replace(fields["state"] or {})
         self._saved_state_version = self.state.version
+        self._restored_agents = set()
         for node_id, node in self.nodes.items():
             if node.kind != "agent" or f"agent/{node_id}" not in fields:
                 continue
+            self._restored_agents.add(node_id)
             node.agent.load_agent_data(_agent_data(fields, logs, node_id))
         self._tool_agents = {}
         self._saved_tool_agents = {
@@ -377,6 +439,8 @@ class MultiAgentBase:
         self._fields = {"run": self._new_run_record(Status.EXECUTING)}
         self._update_run(run_id=run_id or secrets.token_hex(8))
         self._set("task", task)
+        # Unchanged from one run to the next, so the journal writes it once per session, not per run.
+        self._set("topology", self._topology())
         for name in self._logs:
             self._logs[name] = []
             self._dirty_logs.add(name)
@@ -431,6 +495,126 @@ class MultiAgentBase:
         """Whether a saved run's topology hash is this orchestrator's (a run saved by an earlier version
         with the older, coarser hash is accepted when that hash matches)."""
         return saved in (self.topology_hash(), self._legacy_topology_hash())
+
+    # -- versions and migrations ----------------------------------------------------------------------
+
+    def _carry_over(self, force: bool) -> None:
+        """Before a resume: migrate a run saved on another version, or refuse one saved by another graph
+        (naming what changed) unless ``force`` (see ``orchestra.multiagent.migrations``)."""
+        what = f"{self.kind} {self.id!r}"
+        saved = self.run.get("version")
+        if saved != self.version and saved in self.migrations:
+            fields, logs = self._whole_document()
+            fields, logs, applied = _migrations.migrate_document(
+                fields, logs, self.migrations, self.version, what
+            )
+            self._take_migrated(fields, logs)
+            self.log.info("run.migrated", steps=applied)
+            self._update_run(
+                topology=self.topology_hash(),
+                migrations=[*(self.run.get("migrations") or []), *applied],
+            )
+            self._set("topology", self._topology())
+            stale = sorted(
+                name[len("node/") :]
+                for name in self._fields
+                if name.startswith("node/") and name[len("node/") :] not in self.nodes
+            )
+            if stale:
+                raise RunError(
+                    f"{what}: after the migration from version {saved!r} the run still has nodes the graph "
+                    f"does not: {', '.join(stale)}; rename or remove them in the migration "
+                    "(run.rename_node(old, new), run.remove_node(id))"
+                )
+            return
+        if self.same_topology(self.run.get("topology")) or force:
+            return
+        changes = _migrations.describe_changes(self._fields.get("topology"), self._topology())
+        hint = (
+            f"register a migration for version {saved!r} (migrations={{{saved!r}: fn}}, YAML migrations:)"
+            if saved is not None
+            else "give the graph a version= and register migrations for the next change"
+        )
+        raise RunError(
+            f"{what}: the saved run was made by a different graph ({'; '.join(changes)}); resuming could "
+            f"skip or repeat the wrong nodes. To carry it over, {hint}; or pass force_resume=True "
+            "(orchestra resume --force) to resume anyway, or delete the session to start over"
+        )
+
+    def _whole_document(self) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """The run document as saved, agents' state and the orphans of a changed graph included."""
+        fields = {**self._orphans[0], **copy.deepcopy(self._fields), "state": self.state.to_dict()}
+        logs = {**self._orphans[1], **{k: list(v) for k, v in self._logs.items()}}
+        for node_id, node in self.nodes.items():
+            # Only the agents the saved run has: a node new in this graph has nothing saved (and a
+            # migration may give it the saved agent of a renamed one).
+            if node.kind == "agent" and (
+                node_id in self._restored_agents or f"node/{node_id}" in self._fields
+            ):
+                agent_fields, messages = self._agent_fields(node_id)
+                fields[f"agent/{node_id}"] = agent_fields
+                logs[f"agent/{node_id}/messages"] = list(messages)
+        return fields, logs
+
+    def _take_migrated(self, fields: dict[str, Any], logs: dict[str, list[Any]]) -> None:
+        """Load a migrated document; everything in it is saved with the next save (the journal writes
+        only what differs from what it holds)."""
+        before = set(self._fields) | set(self._orphans[0])
+        orphan_logs = set(self._orphans[1])
+        self.load_document(fields, logs)
+        self._dirty.update(self._fields)
+        self._dirty_logs.update(self._logs)
+        self._dirty_agents.update(n for n, node in self.nodes.items() if node.kind == "agent")
+        self._unset.update(name for name in before if name not in fields)
+        for name in orphan_logs:
+            if name not in logs:  # a renamed or removed agent's conversation: emptied in storage too
+                self._logs[name] = []
+                self._dirty_logs.add(name)
+        self._saved_state_version = -1
+
+    # -- budgets and retries --------------------------------------------------------------------------
+
+    def _metered(self) -> bool:
+        """Whether this run counts its spending: it has a budget, or one of its agents has."""
+        return self.budget is not None or any(node.budget is not None for node in self.nodes.values())
+
+    def _budget_stop(self, node_id: str | None = None) -> BudgetExceededError | None:
+        """The error to stop with before a node starts if the run (or that node) spent its budget."""
+        if self.budget is not None:
+            spent = Spent.from_json(self.run.get("spent"))
+            scope = f"run of {self.kind} {self.id!r}"
+            error = exceeded(self.budget, spent, self._elapsed_ms() / 1000, scope)
+            if error is not None:
+                return error
+        node = self.nodes.get(node_id) if node_id is not None else None
+        if node is not None and node.budget is not None:
+            record = self._fields.get(f"node/{node_id}") or {}
+            return exceeded(node.budget, Spent.from_json(record.get("spent")), 0.0, f"agent {node_id!r}")
+        return None
+
+    def failed_attempts(self, node_id: str) -> list[dict[str, Any]]:
+        """The failed attempts of the node's latest execution that its retry policy tried again:
+        ``{"attempt", "error", "retry_in"}`` each (saved with the run; ``orchestra sessions show``)."""
+        record = self._fields.get(f"node/{node_id}") or {}
+        execution = record.get("executions", 0)
+        return [
+            {k: v for k, v in a.items() if k != "execution"}
+            for a in record.get("attempts") or []
+            if a.get("execution") == execution
+        ]
+
+    def _attempts(self, node_id: str) -> list[dict[str, Any]]:
+        """The failed attempts recorded for the node's current execution (a resume goes on from them)."""
+        record = self._node_record(node_id)
+        if not record.get("attempts"):
+            return []
+        execution = record["executions"]
+        return [a for a in record.get("attempts") or [] if a.get("execution") == execution]
+
+    def _record_attempt(self, node_id: str, attempt: int, error: str, wait: float) -> None:
+        """Record a failed attempt that will be retried after ``wait`` seconds."""
+        entry = {"execution": self._node_record(node_id)["executions"], "attempt": attempt, "error": error}
+        self._update_node(node_id, attempts=[*self._attempts(node_id), {**entry, "retry_in": round(wait, 3)}])
 
     # -- invocation -----------------------------------------------------------------------------------
 
@@ -584,12 +768,7 @@ class MultiAgentBase:
                     "it by invoking with no task (orchestra resume), or delete the session to start over"
                 )
         if resumed:
-            if not self.same_topology(self.run.get("topology")) and not options.force_resume:
-                raise RunError(
-                    f"{self.kind} {self.id!r}: the saved run was made by a different graph (its nodes or edges "
-                    "changed); resuming could skip or repeat the wrong nodes. Pass force_resume=True "
-                    "(orchestra resume --force) to resume anyway, or delete the session to start over"
-                )
+            self._carry_over(options.force_resume)
             self._update_run(
                 status=Status.EXECUTING.value, reason=None, error=None, interrupts=[], answers={}
             )
@@ -622,7 +801,25 @@ class MultiAgentBase:
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any], resumed: bool
     ) -> MultiAgentResult:
         self.log.info("run.start", kind=self.kind, resumed=resumed)
-        started = time.perf_counter()
+        self._invocation_state = invocation_state
+        self._base_ms = float(self.run["execution_time_ms"])
+        self._started_at = time.perf_counter()
+        if self._meter is None and self._metered():
+            self._meter = Meter(self)
+        if self._meter is not None:
+            self._meter.start()
+        if self.budget is not None:  # the limits in effect (a resume may have raised them)
+            limits = self.budget.to_json()
+            limits.pop("prices", None)
+            self._update_run(budget=limits)
+        try:
+            return await self._run_timed(invocation_state, emit, responses, resumed)
+        finally:
+            self._started_at = None
+
+    async def _run_timed(
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any], resumed: bool
+    ) -> MultiAgentResult:
         try:
             try:
                 result = await self._run(invocation_state, emit, responses)
@@ -633,11 +830,10 @@ class MultiAgentBase:
             # Cancelled from outside (Ctrl-C, SIGTERM, a task timeout): save the run as interrupted so it
             # can be resumed; the nodes that were running run again from their state before they started.
             with anyio.CancelScope(shield=True):
-                await self._stop_interrupted(invocation_state, started)
+                await self._stop_interrupted(invocation_state)
             self.log.info("run.end", status=Status.INTERRUPTED.value, reason="cancelled")
             raise
-        elapsed = (time.perf_counter() - started) * 1000
-        self._update_run(execution_time_ms=self.run["execution_time_ms"] + elapsed)
+        self._update_run(execution_time_ms=self._elapsed_ms())
         result.execution_time_ms = self.run["execution_time_ms"]
         result.resumed = resumed
         result.invocation_state = invocation_state
@@ -645,10 +841,9 @@ class MultiAgentBase:
         self.log.info("run.end", status=result.status.value, reason=result.reason)
         return result
 
-    async def _stop_interrupted(self, invocation_state: dict[str, Any], started: float) -> None:
-        elapsed = (time.perf_counter() - started) * 1000
+    async def _stop_interrupted(self, invocation_state: dict[str, Any]) -> None:
         self._finish(Status.INTERRUPTED, "the run was cancelled (for example by Ctrl-C or SIGTERM)")
-        self._update_run(execution_time_ms=self.run["execution_time_ms"] + elapsed)
+        self._update_run(execution_time_ms=self._elapsed_ms())
         result = self._build_result()
         result.invocation_state = invocation_state
         await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
@@ -675,10 +870,18 @@ class MultiAgentBase:
             interrupts=[i.model_dump(mode="json") for i in interrupts or []],
         )
 
-    def _conclude(self, failure: tuple[str, str | None] | None, interrupts: list[Interrupt]) -> None:
-        """Record how the run ended: failed (``(reason, error)``), waiting on interrupts, or completed."""
+    def _conclude(
+        self,
+        failure: tuple[str, str | None] | None,
+        interrupts: list[Interrupt],
+        stopped: str | None = None,
+    ) -> None:
+        """Record how the run ended: failed (``(reason, error)``), stopped by its budget (``stopped``: the
+        reason; resumable), waiting on interrupts, or completed."""
         if failure is not None:
             self._finish(Status.FAILED, *failure)
+        elif stopped is not None:
+            self._finish(Status.INTERRUPTED, stopped, interrupts=interrupts)
         elif interrupts:
             self._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
         else:
@@ -695,6 +898,38 @@ class MultiAgentBase:
                 "totalTokens": total.get("totalTokens", 0) + usage.total_tokens,
             }
         )
+
+
+def configure_nodes(
+    nodes: Mapping[str, Node],
+    retry: RetryPolicy | Mapping[str, RetryPolicy] | None,
+    budgets: Mapping[str, Budget] | None,
+) -> None:
+    """Give nodes the retry policies and budgets an orchestrator was built with.
+
+    Raises:
+        GraphError: a policy or budget names a node the orchestrator does not have.
+    """
+    from orchestra.errors import GraphError
+
+    if isinstance(retry, RetryPolicy):
+        for node in nodes.values():
+            node.retry = node.retry or retry
+        retry = None
+    for what, given in (("retry", retry), ("budgets", budgets)):
+        unknown = sorted(set(given or {}) - set(nodes))
+        if unknown:
+            raise GraphError(
+                f"{what} names unknown node(s): {', '.join(unknown)} (the nodes: {', '.join(nodes)})"
+            )
+    for node_id, policy in (retry or {}).items():
+        if not isinstance(policy, RetryPolicy):
+            raise GraphError(f"retry[{node_id!r}] must be a RetryPolicy, not {type(policy).__name__}")
+        nodes[node_id].retry = policy
+    for node_id, budget in (budgets or {}).items():
+        if not isinstance(budget, Budget):
+            raise GraphError(f"budgets[{node_id!r}] must be a Budget, not {type(budget).__name__}")
+        nodes[node_id].budget = budget
 
 
 _LOG_NAMES = ("execution_order", "node_history", "handoffs")

@@ -18,6 +18,7 @@ __all__ = [
     "BeforeMultiAgentInvocation",
     "BeforeNodeCall",
     "HandoffEvent",
+    "MapItemEvent",
     "MultiAgentInitialized",
     "MultiAgentResultEvent",
     "MultiAgentStreamEvent",
@@ -63,6 +64,18 @@ class HandoffEvent:
 
 
 @dataclass(frozen=True)
+class MapItemEvent:
+    """An item of a map node finished (``status``: completed, failed, interrupted); ``done`` of ``count``
+    items have completed so far."""
+
+    node_id: str
+    index: int
+    status: str
+    done: int
+    count: int
+
+
+@dataclass(frozen=True)
 class MultiAgentResultEvent:
     """The run finished; always the last event."""
 
@@ -70,7 +83,7 @@ class MultiAgentResultEvent:
 
 
 MultiAgentStreamEvent = (
-    NodeStartEvent | NodeStreamEvent | NodeStopEvent | HandoffEvent | MultiAgentResultEvent
+    NodeStartEvent | NodeStreamEvent | NodeStopEvent | HandoffEvent | MapItemEvent | MultiAgentResultEvent
 )
 
 # -- hooks -----------------------------------------------------------------------------------------------
@@ -123,10 +136,15 @@ class BeforeNodeCall(HookEvent):
 
 @dataclass
 class AfterNodeCall(HookEvent):
-    """A node finished; ``result`` says how (session managers save here under the "node" strategy)."""
+    """A node finished; ``result`` says how (session managers save here under the "node" strategy).
+
+    With ``partial`` the node has not finished: the run saves in the middle of it (a map item completed,
+    a failed attempt will be retried, a model call was charged to a budget); ``result`` is then the
+    item's or attempt's, or an EXECUTING placeholder. Hooks that count nodes skip these."""
 
     orchestrator: MultiAgentBase
     node_id: str
     invocation_state: dict[str, Any]
     result: NodeResult
+    partial: bool = False
     reverse_order = True

@@ -22,24 +22,26 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from orchestra.agent import Agent
 from orchestra.agent.state import JSONState
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
-from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.interrupts import Interrupt
+from orchestra.multiagent._graph_run import ConditionError, GraphRun
 from orchestra.multiagent._validation import back_edges, validate_graph
-from orchestra.multiagent.base import MultiAgentBase
-from orchestra.multiagent.events import AfterNodeCall, BeforeNodeCall, NodeStartEvent, NodeStopEvent
+from orchestra.multiagent.base import MultiAgentBase, configure_nodes
+from orchestra.multiagent.budget import Budget
+from orchestra.multiagent.map import Map
+from orchestra.multiagent.migrations import Migration
 from orchestra.multiagent.nodes import Emit, Join, Node, NodeInput
 from orchestra.multiagent.results import GraphResult, NodeResult, Status
+from orchestra.multiagent.retry import RetryPolicy
 
 __all__ = ["Condition", "Edge", "Graph", "GraphBuilder", "GraphState"]
 
@@ -112,6 +114,8 @@ class GraphState:
 
 
 def _default_node_id(executor: Any) -> str:
+    if isinstance(executor, Map):
+        raise GraphError(f"a map node needs an id: add {executor!r} with node_id= (or as {{id: Map(...)}})")
     if isinstance(executor, Agent):
         return executor.name
     if isinstance(executor, MultiAgentBase):
@@ -150,6 +154,12 @@ class Graph(MultiAgentBase):
         session_manager: persists the run after every node (or invocation) so it can resume.
         hooks: hook providers.
         state: the initial shared state, reset at the start of every fresh run.
+        retry: a ``RetryPolicy`` for every node, or ``{node_id: RetryPolicy}`` (the others get
+            ``DEFAULT_RETRY``: throttled and unavailable models, 3 attempts).
+        budget: what one run may spend (``Budget``: tokens, cost, model calls, wall time).
+        budgets: ``{node_id: Budget}``: what one agent node may spend in a run.
+        version: the name of this version of the graph, recorded in every run it starts.
+        migrations: ``{saved version: fn}``: how to carry over runs saved on an older version.
     """
 
     kind = "graph"
@@ -170,12 +180,18 @@ class Graph(MultiAgentBase):
         session_manager: OrchestratorSessionManager | None = None,
         hooks: Iterable[HookProvider] | None = None,
         state: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | Mapping[str, RetryPolicy] | None = None,
+        budget: Budget | None = None,
+        budgets: Mapping[str, Budget] | None = None,
+        version: str | None = None,
+        migrations: Mapping[str, Migration] | None = None,
     ) -> None:
         joins = dict(joins or {})
         built = self._build_nodes(nodes, joins)
         unknown_joins = set(joins) - set(built)
         if unknown_joins:
             raise GraphError(f"joins names unknown node(s): {', '.join(sorted(unknown_joins))}")
+        configure_nodes(built, retry, budgets)
         raw_edges = [self._edge(e) for e in edges]
         ids = list(built)
         if entry_points is None or not list(entry_points):
@@ -214,7 +230,16 @@ class Graph(MultiAgentBase):
             if not edge.back:
                 self._forward_preds[edge.dst].append(edge.src)
         self._order = {node_id: index for index, node_id in enumerate(ids)}
-        super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
+        super().__init__(
+            built,
+            id=id,
+            session_manager=session_manager,
+            hooks=hooks,
+            state=state,
+            budget=budget,
+            version=version,
+            migrations=migrations,
+        )
 
     def _blank_run(self) -> None:
         super()._blank_run()
@@ -278,10 +303,10 @@ class Graph(MultiAgentBase):
 
     def structure(self) -> dict[str, Any]:
         """The graph's shape and limits as JSON: enough to schedule it elsewhere (see ``from_structure``)."""
-        return {
+        structure = {
             "kind": "graph",
             "id": self.id,
-            "nodes": {n: {"kind": node.kind, "join": node.join} for n, node in self.nodes.items()},
+            "nodes": {n: _node_structure(node) for n, node in self.nodes.items()},
             "edges": [[e.src, e.dst, condition_id(e.condition)] for e in self.edges],
             "entry_points": list(self.entry_points),
             "state": dict(self._initial_state),
@@ -293,6 +318,9 @@ class Graph(MultiAgentBase):
                 "max_concurrency": self.max_concurrency,
             },
         }
+        if self.version is not None:
+            structure["version"] = self.version
+        return structure
 
     @classmethod
     def from_structure(cls, structure: dict[str, Any]) -> Graph:
@@ -302,14 +330,25 @@ class Graph(MultiAgentBase):
         (where conditions are evaluated too, so conditional edges get a stand-in condition here).
         """
 
-        def stand_in(kind: str, node_id: str) -> Any:
+        def stand_in(spec: dict[str, Any], node_id: str) -> Any:
+            kind = spec["kind"]
             if kind == "agent":
                 return Agent(name=node_id)
             if kind == "orchestrator":
                 return Graph({"stand_in": _never_runs}, id=node_id)
+            if kind == "map":
+                return Map.stand_in(spec["map"])
             return _never_runs
 
-        nodes = {n: stand_in(spec["kind"], n) for n, spec in structure["nodes"].items()}
+        nodes = {
+            n: Node(
+                n,
+                stand_in(spec, n),
+                spec.get("join", "all"),
+                retry=RetryPolicy.from_json(spec["retry"]) if "retry" in spec else None,
+            )
+            for n, spec in structure["nodes"].items()
+        }
         joins = {
             n: spec["join"] for n, spec in structure["nodes"].items() if spec.get("join", "all") != "all"
         }
@@ -324,6 +363,7 @@ class Graph(MultiAgentBase):
             joins=joins,
             id=structure["id"],
             state=structure.get("state"),
+            version=structure.get("version"),
             **structure["limits"],
         )
 
@@ -334,12 +374,16 @@ class Graph(MultiAgentBase):
                 "edges": sorted([e.src, e.dst, e.condition is not None] for e in self.edges),
                 "entry_points": sorted(self.entry_points),
             }
-        return {
+        topology = {
             **super()._topology(),
             "joins": {n: node.join for n, node in sorted(self.nodes.items())},
             "edges": sorted([e.src, e.dst, condition_id(e.condition) or ""] for e in self.edges),
             "entry_points": sorted(self.entry_points),
         }
+        maps = {n: node.executor.topology() for n, node in sorted(self.nodes.items()) if node.kind == "map"}
+        if maps:  # only then: the hashes of graphs without maps stay what earlier versions saved
+            topology["maps"] = maps
+        return topology
 
     # -- scheduling decisions (no I/O: shared by every execution backend) -----------------------------
 
@@ -441,7 +485,7 @@ class Graph(MultiAgentBase):
             try:
                 fired[edge.dst] = edge.fires(self.graph_state, invocation_state)
             except Exception as exc:
-                raise _ConditionError(
+                raise ConditionError(
                     f"the condition of edge {edge.src} -> {edge.dst} raised {type(exc).__name__}: {exc}"
                 ) from exc
         return fired
@@ -550,7 +594,7 @@ class Graph(MultiAgentBase):
         if fresh:
             for entry in self.entry_points:
                 self._queue_node(entry, [])
-        run = _GraphRun(self, invocation_state, emit, responses)
+        run = GraphRun(self, invocation_state, emit, responses)
         if self.execution_timeout is None:
             await run.loop()
         else:
@@ -605,6 +649,17 @@ class Graph(MultiAgentBase):
 _EXECUTING = Status.EXECUTING.value
 
 
+def _node_structure(node: Node) -> dict[str, Any]:
+    """A node as a remote scheduler needs it: its kind and join, a map's join and width, its retries."""
+    out: dict[str, Any] = {"kind": node.kind, "join": node.join}
+    if node.kind == "map":
+        spec: Map = node.executor
+        out["map"] = {"topology": spec.topology(), "max_concurrency": spec.max_concurrency}
+    if node.retry is not None:
+        out["retry"] = node.retry.to_json()
+    return out
+
+
 def _never_runs(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("a stand-in node of a scheduling skeleton was asked to run")
 
@@ -632,154 +687,6 @@ def condition_id(condition: Condition | None) -> str | None:
     return f"{module}:{qualname}"
 
 
-class _ConditionError(Exception):
-    """An edge condition raised; the run fails with this message."""
-
-
-class _GraphRun:
-    """One invocation's loop: start ready nodes, wait for one to finish, decide, save, repeat."""
-
-    def __init__(
-        self, graph: Graph, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
-    ) -> None:
-        self.graph = graph
-        self.invocation_state = invocation_state
-        self.emit = emit
-        self.responses = responses
-        self.running: dict[str, anyio.CancelScope] = {}
-        self.failure: tuple[str, str | None] | None = None  # (reason, error)
-        self.interrupts: list[Interrupt] = []
-
-    def fail(self, reason: str, error: str | None = None) -> None:
-        if self.failure is None:
-            self.failure = (reason, error)
-
-    async def loop(self) -> None:
-        graph = self.graph
-        limit = graph.max_concurrency or math.inf
-        send, receive = anyio.create_memory_object_stream[tuple[str, NodeResult | None]](math.inf)
-        async with anyio.create_task_group() as group, send, receive:
-            while True:
-                while (
-                    graph._queue
-                    and len(self.running) < limit
-                    and self.failure is None
-                    and not self.interrupts
-                ):
-                    node_id = graph._queue[0]
-                    reason = graph._limit_reached()
-                    if reason:
-                        self.fail(f"{reason} before node {node_id!r} could run")
-                        break
-                    graph._queue.pop(0)
-                    if not await self._before_node(node_id):
-                        continue
-                    node_input = graph._start_node(node_id, self.invocation_state)
-                    if not self.running and not graph._queue:
-                        # The only node that can run (a chain): run it here, without a task and a stream.
-                        await self._settle(await self._run_node(node_id, node_input))
-                        continue
-                    scope = anyio.CancelScope()
-                    self.running[node_id] = scope
-                    group.start_soon(self._execute, node_id, node_input, scope, send.clone())
-                if not self.running:
-                    break
-                node_id, result = await receive.receive()
-                del self.running[node_id]
-                if result is not None:
-                    await self._settle(result)
-                if self.failure is not None:
-                    for scope in self.running.values():
-                        scope.cancel()
-
-    async def _before_node(self, node_id: str) -> bool:
-        """Run BeforeNodeCall hooks; False when they cancelled or interrupted the node."""
-        graph = self.graph
-        record = graph._node_record(node_id)
-        event = BeforeNodeCall(
-            graph, node_id, self.invocation_state, record["executions"] + 1, _responses=self.responses
-        )
-        try:
-            await graph.hooks.invoke(event)
-        except InterruptException as signal:
-            result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt])
-            graph._update_node(
-                node_id,
-                queued=True,
-                started=False,
-                status=Status.INTERRUPTED.value,
-                result=result.model_dump(mode="json"),
-            )
-            graph._results[node_id] = result
-            self.interrupts.append(signal.interrupt)
-            await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
-            return False
-        if event.cancel_node is not None:
-            error = f"node {node_id!r} was cancelled by a hook: {event.cancel_node}"
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-            graph._update_node(node_id, queued=True)
-            graph._record_result(result)
-            self.fail(error, error)
-            await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
-            return False
-        return True
-
-    async def _execute(
-        self,
-        node_id: str,
-        node_input: NodeInput,
-        scope: anyio.CancelScope,
-        send: MemoryObjectSendStream[tuple[str, NodeResult | None]],
-    ) -> None:
-        result: NodeResult | None = None
-        async with send:
-            with scope:
-                result = await self._run_node(node_id, node_input)
-            await send.send((node_id, None if scope.cancelled_caught else result))
-
-    async def _run_node(self, node_id: str, node_input: NodeInput) -> NodeResult:
-        """Run one node; its failure (an exception, a timeout) becomes a FAILED result."""
-        graph = self.graph
-        node = graph.nodes[node_id]
-        if self.emit is not None:
-            await self.emit(NodeStartEvent(node_id, node_input.execution_count))
-        try:
-            if graph.node_timeout is None:
-                result = await node.execute(node_input, graph, self.emit, self.responses)
-            else:
-                with anyio.fail_after(graph.node_timeout):
-                    result = await node.execute(node_input, graph, self.emit, self.responses)
-        except TimeoutError:
-            error = f"node_timeout ({graph.node_timeout:g}s) exceeded by node {node_id!r}"
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-        except Exception as exc:
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}")
-        result.execution_count = node_input.execution_count
-        return result
-
-    async def _settle(self, result: NodeResult) -> None:
-        graph = self.graph
-        node_id = result.node_id
-        if result.status == Status.COMPLETED:
-            try:
-                graph._complete_node(result, self.invocation_state)
-            except _ConditionError as exc:
-                self.fail(str(exc), str(exc))
-        else:
-            graph._record_result(result)
-            if result.status == Status.INTERRUPTED:
-                self.interrupts.extend(result.interrupts)
-            else:
-                self.fail(f"node {node_id!r} failed: {result.error}", result.error)
-        if self.emit is not None:
-            await self.emit(NodeStopEvent(node_id, result))
-        await graph.hooks.invoke(AfterNodeCall(graph, node_id, self.invocation_state, result))
-
-    def finish(self) -> GraphResult:
-        self.graph._conclude(self.failure, self.interrupts)
-        return self.graph._build_result()
-
-
 class GraphBuilder:
     """Builds a :class:`Graph` step by step (the same options as the constructor)."""
 
@@ -789,15 +696,33 @@ class GraphBuilder:
         self._edges: list[tuple[str, str, Condition | None]] = []
         self._entry_points: list[str] = []
         self._options: dict[str, Any] = {}
+        self._retry: dict[str, RetryPolicy] = {}
+        self._budgets: dict[str, Budget] = {}
 
-    def add_node(self, executor: Any, node_id: str | None = None, *, join: Join = "all") -> GraphBuilder:
-        """Add an Agent, a Graph or Swarm, or a function; ``node_id`` defaults to its name."""
+    def add_node(
+        self,
+        executor: Any,
+        node_id: str | None = None,
+        *,
+        join: Join = "all",
+        retry: RetryPolicy | None = None,
+        budget: Budget | None = None,
+    ) -> GraphBuilder:
+        """Add an Agent, a Graph or Swarm, a ``Map``, or a function; ``node_id`` defaults to its name.
+
+        ``retry`` is the node's retry policy; ``budget`` what the (agent) node may spend in a run.
+        """
         node_id = node_id or _default_node_id(executor)
         if node_id in self._nodes:
             raise GraphError(f"duplicate node id {node_id!r}: node ids must be unique")
-        Node(node_id, executor, join)  # refuse bad executors (an agent with a session manager) right away
+        # Refuse bad executors (an agent with a session manager) and options right away.
+        Node(node_id, executor, join, retry=retry, budget=budget)
         self._nodes[node_id] = executor
         self._joins[node_id] = join
+        if retry is not None:
+            self._retry[node_id] = retry
+        if budget is not None:
+            self._budgets[node_id] = budget
         return self
 
     def add_edge(self, src: Any, dst: Any, condition: Condition | None = None) -> GraphBuilder:
@@ -843,6 +768,17 @@ class GraphBuilder:
         self._options["hooks"] = list(hooks)
         return self
 
+    def set_budget(self, budget: Budget) -> GraphBuilder:
+        """What one run may spend (see ``Budget``)."""
+        self._options["budget"] = budget
+        return self
+
+    def set_version(self, version: str, migrations: Mapping[str, Migration] | None = None) -> GraphBuilder:
+        """Name this version of the graph, and how runs saved on older versions are carried over."""
+        self._options["version"] = version
+        self._options["migrations"] = dict(migrations or {})
+        return self
+
     def build(self) -> Graph:
         """Validate and build the graph.
 
@@ -854,5 +790,7 @@ class GraphBuilder:
             [(s, d, c) if c is not None else (s, d) for s, d, c in self._edges],
             self._entry_points or None,
             joins={n: j for n, j in self._joins.items() if j != "all"},
+            retry=self._retry or None,
+            budgets=self._budgets or None,
             **self._options,
         )

@@ -22,8 +22,11 @@ from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.errors import GraphError
 from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
+from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
+from orchestra.multiagent.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from orchestra.multiagent.base import MultiAgentBase, _Options
@@ -33,7 +36,7 @@ __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
 _log = get_logger("orchestra.multiagent")
 _logged = logging.getLogger("orchestra.multiagent")
 
-NodeKind = Literal["agent", "function", "orchestrator"]
+NodeKind = Literal["agent", "function", "orchestrator", "map"]
 Join = Literal["all", "any"]
 Emit = Callable[[Any], Awaitable[None]]
 
@@ -73,6 +76,9 @@ class NodeInput:
         state: the orchestrator's shared state (``get``/``set``/``delete``, JSON values only).
         invocation_state: the dict passed to the run, shared by every node, condition, hook and tool.
         execution_count: which execution of this node this is.
+        attempt: which attempt of this execution this is (more than 1 when a retry policy tries again).
+        item: in a map node's item, the item (see ``orchestra.multiagent.Map``).
+        index: in a map node's item, the item's position in the list (0-based).
     """
 
     node_id: str
@@ -81,6 +87,9 @@ class NodeInput:
     state: JSONState
     invocation_state: dict[str, Any]
     execution_count: int = 1
+    attempt: int = 1
+    item: Any = None
+    index: int | None = None
     _responses: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -95,7 +104,8 @@ class NodeInput:
 
     def interrupt(self, name: str, reason: Any = None) -> Any:
         """Stop the run until a human answers; returns the answer when the run is resumed with it."""
-        interrupt_id = Interrupt.make_id(f"node:{self.node_id}:{self.execution_count}:fn", name)
+        where = self.node_id if self.index is None else f"{self.node_id}[{self.index}]"
+        interrupt_id = Interrupt.make_id(f"node:{where}:{self.execution_count}:fn", name)
         if interrupt_id in self._responses:
             return self._responses[interrupt_id]
         raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
@@ -143,9 +153,21 @@ def _function_shape(executor: Any) -> tuple[bool, bool]:
 
 
 class Node:
-    """One node of a Graph or Swarm, whatever runs it."""
+    """One node of a Graph or Swarm, whatever runs it.
 
-    def __init__(self, node_id: str, executor: Any, join: Join = "all") -> None:
+    ``retry`` is the node's retry policy (None: ``DEFAULT_RETRY``); ``budget`` caps what an agent node
+    (its nested agents and map items included) may spend in one run.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        executor: Any,
+        join: Join = "all",
+        *,
+        retry: RetryPolicy | None = None,
+        budget: Budget | None = None,
+    ) -> None:
         from orchestra.multiagent.base import MultiAgentBase
 
         self.node_id = node_id
@@ -153,9 +175,17 @@ class Node:
         if join not in ("all", "any"):
             raise GraphError(f"node {node_id!r}: join must be 'all' or 'any', not {join!r}")
         self.join: Join = join
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise GraphError(f"node {node_id!r}: retry must be a RetryPolicy, not {type(retry).__name__}")
+        if budget is not None and not isinstance(budget, Budget):
+            raise GraphError(f"node {node_id!r}: budget must be a Budget, not {type(budget).__name__}")
+        self.retry = retry
+        self.budget = budget
         self.kind: NodeKind
         self.initial: AgentData | None = None
-        if isinstance(executor, Agent):
+        if isinstance(executor, Map):
+            self.kind = "map"
+        elif isinstance(executor, Agent):
             self.check_agent(executor, node_id)
             self.kind = "agent"
             self.initial = _copy_agent_data(executor.agent_data())
@@ -316,7 +346,8 @@ class Node:
             node_id=self.node_id,
             status=outcome.status,
             output=outcome.output,
-            error=outcome.reason if outcome.status == Status.FAILED else None,
+            # A failure's reason, or a budget's (an interrupted run without questions: see budget.py).
+            error=outcome.reason if outcome.status == Status.FAILED or not outcome.interrupts else None,
             usage=outcome.usage,
             interrupts=outcome.interrupts,
         )

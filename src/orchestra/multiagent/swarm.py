@@ -5,6 +5,14 @@ handing-off agent's turn (no model call after it); the next agent receives the m
 context and the list of agents it can hand off to. The run completes when an agent answers without
 handing off. Each agent keeps its own conversation across its turns within a run.
 
+Across invocations (with a session): ``resume_from="last_active"`` starts the next invocation at the
+agent that answered the last one, instead of the entry point; ``history`` says what the agents remember
+of earlier invocations: ``"run"`` (the default) nothing, every invocation starts afresh; ``"shared"`` the
+conversation so far (each task and who answered it, and the shared context), given to whichever agent
+takes the task; ``"private"`` each agent's own conversation and state as it left them, plus the shared
+context. What is kept is saved with the run (``last_active``, ``shared_context``, the ``conversation``
+log, each agent's messages) and shown by ``orchestra sessions show``.
+
 Limits: ``max_handoffs`` counts handoffs, ``max_iterations`` counts node executions (the two differ when
 a node is interrupted and resumed, or fails), ``execution_timeout`` bounds the invocation,
 ``node_timeout`` each agent's turn, and the repetitive-handoff check fails a run whose last
@@ -16,15 +24,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
 from orchestra.agent import Agent
-from orchestra.errors import GraphError
+from orchestra.errors import BudgetExceededError, GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
-from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent.base import MultiAgentBase, configure_nodes
+from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import (
     AfterNodeCall,
     BeforeNodeCall,
@@ -32,13 +41,18 @@ from orchestra.multiagent.events import (
     NodeStartEvent,
     NodeStopEvent,
 )
+from orchestra.multiagent.migrations import Migration
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json, output_text
+from orchestra.multiagent.retry import DEFAULT_RETRY, RetryPolicy, run_with_retries
 from orchestra.tools import FunctionTool, ToolContext
 
 __all__ = ["HANDOFF_TOOL", "Swarm"]
 
 HANDOFF_TOOL = "handoff_to_agent"
+ResumeFrom = Literal["entry_point", "last_active"]
+History = Literal["run", "shared", "private"]
+_CONVERSATION_KEPT = 20  # exchanges of earlier invocations a "shared" history keeps and shows
 
 
 class Swarm(MultiAgentBase):
@@ -57,6 +71,12 @@ class Swarm(MultiAgentBase):
         id: the swarm's id (the session scope it is saved under).
         hooks: hook providers.
         state: the initial shared state, reset at the start of every fresh run.
+        resume_from: where the next invocation starts: ``"entry_point"`` or ``"last_active"`` (the
+            agent that answered the last one).
+        history: what agents remember across invocations: ``"run"``, ``"shared"`` or ``"private"``.
+        retry: a ``RetryPolicy`` for every agent's turn, or ``{agent name: RetryPolicy}``.
+        budget: what one run may spend; ``budgets``: ``{agent name: Budget}``.
+        version, migrations: see ``Graph``.
     """
 
     kind = "swarm"
@@ -75,9 +95,22 @@ class Swarm(MultiAgentBase):
         id: str = "swarm",
         hooks: Iterable[HookProvider] | None = None,
         state: Mapping[str, Any] | None = None,
+        resume_from: ResumeFrom = "entry_point",
+        history: History = "run",
+        retry: RetryPolicy | Mapping[str, RetryPolicy] | None = None,
+        budget: Budget | None = None,
+        budgets: Mapping[str, Budget] | None = None,
+        version: str | None = None,
+        migrations: Mapping[str, Migration] | None = None,
     ) -> None:
         if not nodes:
             raise GraphError("a swarm needs at least one agent")
+        if resume_from not in ("entry_point", "last_active"):
+            raise GraphError(f"resume_from is 'entry_point' or 'last_active', not {resume_from!r}")
+        if history not in ("run", "shared", "private"):
+            raise GraphError(f"history is 'run', 'shared' or 'private', not {history!r}")
+        self.resume_from: ResumeFrom = resume_from
+        self.history: History = history
         names: dict[str, Agent] = {}
         for agent in nodes:
             if not isinstance(agent, Agent):
@@ -113,7 +146,17 @@ class Swarm(MultiAgentBase):
         self.repetitive_handoff_detection_window = repetitive_handoff_detection_window
         self.repetitive_handoff_min_unique_agents = repetitive_handoff_min_unique_agents
         self._pending_handoff: dict[str, Any] | None = None
-        super().__init__(built, id=id, session_manager=session_manager, hooks=hooks, state=state)
+        configure_nodes(built, retry, budgets)
+        super().__init__(
+            built,
+            id=id,
+            session_manager=session_manager,
+            hooks=hooks,
+            state=state,
+            budget=budget,
+            version=version,
+            migrations=migrations,
+        )
 
     # -- the handoff tool -----------------------------------------------------------------------------
 
@@ -156,12 +199,10 @@ class Swarm(MultiAgentBase):
 
     def structure(self) -> dict[str, Any]:
         """The swarm's agents and limits as JSON: enough to schedule it elsewhere (see ``from_structure``)."""
-        return {
+        structure: dict[str, Any] = {
             "kind": "swarm",
             "id": self.id,
-            "nodes": {
-                n: {"kind": "agent", "description": node.agent.description} for n, node in self.nodes.items()
-            },
+            "nodes": {n: self._node_structure(node) for n, node in self.nodes.items()},
             "entry_point": self.entry_point,
             "state": dict(self._initial_state),
             "limits": {
@@ -173,6 +214,19 @@ class Swarm(MultiAgentBase):
                 "repetitive_handoff_min_unique_agents": self.repetitive_handoff_min_unique_agents,
             },
         }
+        # Only when set: the structure of a swarm without them stays what earlier versions described.
+        if self.resume_from != "entry_point" or self.history != "run":
+            structure["sticky"] = {"resume_from": self.resume_from, "history": self.history}
+        if self.version is not None:
+            structure["version"] = self.version
+        return structure
+
+    @staticmethod
+    def _node_structure(node: Node) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "agent", "description": node.agent.description}
+        if node.retry is not None:
+            out["retry"] = node.retry.to_json()
+        return out
 
     @classmethod
     def from_structure(cls, structure: dict[str, Any]) -> Swarm:
@@ -180,13 +234,73 @@ class Swarm(MultiAgentBase):
         agents = [
             Agent(name=n, description=spec.get("description")) for n, spec in structure["nodes"].items()
         ]
+        retry = {
+            n: RetryPolicy.from_json(spec["retry"])
+            for n, spec in structure["nodes"].items()
+            if "retry" in spec
+        }
         return cls(
             agents,
             entry_point=structure["entry_point"],
             id=structure["id"],
             state=structure.get("state"),
+            retry=retry or None,
+            version=structure.get("version"),
+            **structure.get("sticky", {}),
             **structure["limits"],
         )
+
+    def _blank_run(self) -> None:
+        super()._blank_run()
+        self._stopped: str | None = None  # a budget stopped the run (see _end_turn)
+
+    def _new_run_record(self, status: Status) -> dict[str, Any]:
+        record = super()._new_run_record(status)
+        if self.resume_from != "entry_point" or self.history != "run":  # shown by sessions show
+            record["sticky"] = {"resume_from": self.resume_from, "history": self.history}
+        return record
+
+    # -- across invocations ---------------------------------------------------------------------------
+
+    def _start_fresh_document(self, task: Any, run_id: str | None = None) -> None:
+        """A new run; what the swarm keeps across invocations (see the module docstring) stays."""
+        kept = {
+            name: self._fields[name]
+            for name in ("last_active", *(("shared_context",) if self.history != "run" else ()))
+            if name in self._fields
+        }
+        conversation = list(self._logs.get("conversation", [])) if self.history == "shared" else []
+        agents = (
+            {n: node.agent.agent_data() for n, node in self.nodes.items()}
+            if self.history == "private"
+            else {}
+        )
+        super()._start_fresh_document(task, run_id)
+        for name, value in kept.items():
+            self._set(name, value)
+        if conversation:
+            self._logs["conversation"] = conversation
+            self._dirty_logs.add("conversation")
+        for node_id, data in agents.items():
+            self.nodes[node_id].agent.load_agent_data(data)
+
+    def _first_agent(self) -> str:
+        last = self._fields.get("last_active")
+        if self.resume_from == "last_active" and last in self.nodes:
+            return str(last)
+        return self.entry_point
+
+    def _remember(self, node_id: str, output: Any) -> None:
+        """A run completed with ``node_id``'s answer: what the next invocation starts from."""
+        self._set("last_active", node_id)
+        if self.history == "shared":
+            entry = {
+                "task": output_text(self._fields.get("task")),
+                "agent": node_id,
+                "output": output_text(output),
+            }
+            self._logs["conversation"] = [*self._logs.get("conversation", []), entry][-_CONVERSATION_KEPT:]
+            self._dirty_logs.add("conversation")
 
     # -- the run --------------------------------------------------------------------------------------
 
@@ -202,6 +316,10 @@ class Swarm(MultiAgentBase):
         shared = self._fields.get("shared_context") or {}
         if shared:
             lines.append(f"Shared context: {json.dumps(shared, sort_keys=True)}")
+        earlier = self._logs.get("conversation", []) if self.history == "shared" else []
+        if earlier:
+            exchanges = "; ".join(f"user: {e['task']} -> {e['agent']}: {e['output']}" for e in earlier)
+            lines.append(f"Earlier in this conversation: {exchanges}")
         history = self._logs.get("node_history", [])
         if history:
             lines.append(f"Agents so far: {' -> '.join(history)}")
@@ -229,18 +347,21 @@ class Swarm(MultiAgentBase):
     async def _run(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> SwarmResult:
-        if "next" not in self._fields:
-            self._set("next", {"node": self.entry_point, "input": None, "from": None})
-            self._set("shared_context", {})
+        self._begin_run()
         failure: tuple[str, str | None] | None = None
         interrupts: list[Interrupt] = []
         output: Any = None
         with anyio.move_on_after(self.execution_timeout) as deadline:
-            while self._fields.get("next") is not None and failure is None and not interrupts:
+            while (
+                self._fields.get("next") is not None
+                and failure is None
+                and not interrupts
+                and self._stopped is None
+            ):
                 failure, interrupts, output = await self._turn(invocation_state, emit, responses)
         if deadline.cancelled_caught:
             failure = (f"execution_timeout ({self.execution_timeout:g}s) exceeded", None)
-        self._conclude(failure, interrupts)
+        self._conclude(failure, interrupts, self._stopped)
         if self.status == Status.COMPLETED:
             if output is None and self._logs.get("execution_order"):
                 # Resumed after the last turn was saved but not the run's end: that turn's output.
@@ -268,26 +389,22 @@ class Swarm(MultiAgentBase):
             self._update_node(
                 node_id, status=result.status.value, result=result.model_dump(mode="json"), started=False
             )
-            await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+            await self._after_node(AfterNodeCall(self, node_id, invocation_state, result))
             return None, [signal.interrupt], None
         if before.cancel_node is not None:
             error = f"agent {node_id!r} was cancelled by a hook: {before.cancel_node}"
             result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
             self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
-            await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+            await self._after_node(AfterNodeCall(self, node_id, invocation_state, result))
             return (error, error), [], None
+        spent = self._budget_stop(node_id)
+        if spent is not None:
+            self._stopped = str(spent)
+            return None, [], None
         node_input = self._begin_turn(node_id, invocation_state)
         if emit is not None:
             await emit(NodeStartEvent(node_id, node_input.execution_count))
-        self._pending_handoff = None
-        try:
-            with anyio.fail_after(self.node_timeout):
-                result = await self.nodes[node_id].execute(node_input, self, emit, responses)
-        except TimeoutError:
-            error = f"node_timeout ({self.node_timeout:g}s) exceeded by agent {node_id!r}"
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-        except Exception as exc:
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}")
+        result = await self._attempts_of_turn(node_id, node_input, emit, responses)
         result.execution_count = node_input.execution_count
         handoff, self._pending_handoff = self._pending_handoff, None
         failure, interrupts, output = self._end_turn(result, handoff)
@@ -295,10 +412,52 @@ class Swarm(MultiAgentBase):
             if handoff is not None and result.status == Status.COMPLETED and failure is None:
                 await emit(HandoffEvent(handoff["from"], handoff["to"], handoff["message"]))
             await emit(NodeStopEvent(node_id, result))
-        await self.hooks.invoke(AfterNodeCall(self, node_id, invocation_state, result))
+        await self._after_node(AfterNodeCall(self, node_id, invocation_state, result))
         return failure, interrupts, output
 
+    async def _attempts_of_turn(
+        self, node_id: str, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any]
+    ) -> NodeResult:
+        """An agent's turn with its retry policy: a failure becomes a FAILED result, a budget reached an
+        INTERRUPTED one without interrupts (the reason in ``error``)."""
+        node = self.nodes[node_id]
+        policy = node.retry or DEFAULT_RETRY
+
+        async def attempt(number: int) -> NodeResult:
+            node_input.attempt = number
+            self._pending_handoff = None
+            with anyio.fail_after(self.node_timeout):
+                return await node.execute(node_input, self, emit, responses)
+
+        async def failed(number: int, error: BaseException, wait: float) -> None:
+            self._record_attempt(node_id, number, self._describe(node_id, error), wait)
+            await self._save_progress(node_id)
+
+        try:
+            return await run_with_retries(policy, len(self._attempts(node_id)) + 1, attempt, failed)
+        except BudgetExceededError as exc:
+            return NodeResult(node_id=node_id, status=Status.INTERRUPTED, error=str(exc))
+        except Exception as exc:
+            error = self._describe(node_id, exc)
+            if node_input.attempt > 1:
+                error = f"{error} (attempt {node_input.attempt} of {policy.max_attempts})"
+            return NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+
+    def _describe(self, node_id: str, error: BaseException) -> str:
+        if isinstance(error, TimeoutError):
+            return f"node_timeout ({self.node_timeout:g}s) exceeded by agent {node_id!r}"
+        return f"{type(error).__name__}: {error}"
+
     # -- decisions (no I/O: shared by every execution backend) ----------------------------------------
+
+    def _begin_run(self) -> None:
+        """A fresh run starts at the entry point (or, with ``resume_from="last_active"``, the agent that
+        answered the last run); a resumed one where it stopped."""
+        self._stopped = None
+        if "next" not in self._fields:
+            self._set("next", {"node": self._first_agent(), "input": None, "from": None})
+            if "shared_context" not in self._fields:
+                self._set("shared_context", {})
 
     def _limit_before_turn(self, node_id: str) -> tuple[str, str | None] | None:
         """Continue an interrupted or crashed turn as the same execution; stop if max_iterations is reached."""
@@ -336,11 +495,14 @@ class Swarm(MultiAgentBase):
         if result.status == Status.FAILED:
             return (f"agent {node_id!r} failed: {result.error}", result.error), [], None
         if result.status == Status.INTERRUPTED:
+            if not result.interrupts:  # a budget was reached: the turn runs again on resume
+                self._stopped = result.error or "BudgetExceeded"
             return None, list(result.interrupts), None
         self._append_log("execution_order", node_id)
         self._append_log("node_history", node_id)
         if handoff is None:
             self._set("next", None)
+            self._remember(node_id, result.output)
             return None, [], result.output
         return self._hand_off(handoff), [], None
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from orchestra._ids import validate_id
 from orchestra.errors import SessionError
+from orchestra.multiagent._details import run_details
 from orchestra.session._journal import Document, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session.snapshot import Snapshot, decode_model
@@ -103,7 +104,7 @@ def _summary(kind: str, doc: Document) -> dict[str, Any]:
         for name, record in sorted(doc.fields.items())
         if name.startswith("node/") and isinstance(record, dict)
     }
-    return {
+    summary = {
         "type": run.get("kind"),
         "status": run.get("status"),
         "reason": run.get("reason"),
@@ -111,6 +112,8 @@ def _summary(kind: str, doc: Document) -> dict[str, Any]:
         "execution_count": run.get("execution_count"),
         "nodes": nodes,
     }
+    summary.update(run_details(doc.fields, doc.logs))
+    return summary
 
 
 async def list_sessions(storage: Storage) -> list[SessionInfo]:

@@ -33,19 +33,23 @@ from orchestra.conversation import (
 from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import scripted_reply
-from orchestra.multiagent import Graph, MultiAgentBase, Swarm
+from orchestra.multiagent import Budget, Graph, Map, MultiAgentBase, RetryPolicy, Swarm
 from orchestra.multiagent._validation import back_edges
+from orchestra.multiagent.retry import error_types
 from orchestra.spec._yaml import Located, load_located
 from orchestra.spec.conditions import SpecCondition
 from orchestra.spec.models import (
     ID_PATTERN,
     IMPORT_PATH,
     AgentSpec,
+    BudgetSpec,
     ConditionSpec,
+    MapSpec,
     McpToolsSpec,
     ModelSpec,
     NodeSpec,
     PipelineSpec,
+    RetryPolicySpec,
 )
 from orchestra.storage import storage_from_uri
 from orchestra.storage._uri import check_storage_uri
@@ -219,11 +223,22 @@ def _check(
             check_storage_uri(spec.session.storage)
         except ConfigurationError as exc:
             problem(("session", "storage"), str(exc))
+    if spec.retry is not None:
+        _check_retry(spec.retry, ("retry",), problem)
+    if spec.migrations is not None:
+        _check_migrations(spec.migrations, problem)
+    if spec.kind != "swarm":
+        for key, default in (("resume_from", "entry_point"), ("history", "run")):
+            if getattr(spec, key) != default:
+                problem((key,), f"{key} is for swarms (what the next invocation starts from)")
 
     if spec.kind == "agent":
         for key in ("nodes", "edges", "entry_points"):
             if getattr(spec, key):
                 problem((key,), f"a pipeline of kind agent has no {key}")
+        for key in ("budget", "retry", "migrations"):
+            if getattr(spec, key) is not None:
+                problem((key,), f"{key} is for graphs and swarms (a single agent has no run to pin or cap)")
         if spec.agent is not None:
             if spec.agent not in agents:
                 problem(("agent",), f"unknown agent {spec.agent!r}{_suggest(spec.agent, agents)}")
@@ -281,6 +296,15 @@ def _check(
         if entry not in ids:
             edges_ok = False
             problem(("entry_points", index), f"unknown node {entry!r}{_suggest(entry, ids)}")
+    for index, node in enumerate(spec.nodes):
+        over = node.map.over if node.map is not None else None
+        if over is not None:
+            head = over.split(".", 1)[0]
+            if head not in ids and not (head == "state" and "." in over):
+                problem(
+                    ("nodes", index, "map", "over"),
+                    f"{over!r} names no node{_suggest(head, ids)}: write <node>, <node>.<field> or state.<key>",
+                )
     if edges_ok:
         _check_structure(spec, ids, problem)
 
@@ -374,6 +398,8 @@ def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
             _output_type(agent)
         except ConfigurationError as exc:
             problem((*path, "output_schema"), str(exc))
+    if agent.retry is not None:
+        _check_retry(agent.retry, (*path, "retry"), problem)
     if agent.model is not None and agent.model.provider == "scripted":
         for index, reply in enumerate(agent.model.replies or []):
             try:
@@ -411,6 +437,10 @@ def _check_node(
         problem((*path, "agent"), f"unknown agent {node.agent!r}{_suggest(node.agent, agents)}")
     if node.function is not None:
         _check_import(node.function, (*path, "function"), problem, "function")
+    if node.retry is not None:
+        _check_retry(node.retry, (*path, "retry"), problem)
+    if node.map is not None:
+        _check_map(loaded, node.map, (*path, "map"), prefix, base_dir, stack, agents, problem)
     for key in ("graph", "swarm"):
         nested: PipelineSpec | None = getattr(node, key)
         if nested is not None:
@@ -428,6 +458,68 @@ def _check_node(
         if included.spec.kind not in ("graph", "swarm"):
             problem((*path, "file"), f"an included spec must be a graph or a swarm, not {included.spec.kind}")
         loaded.included[(*prefix, *path)] = included
+
+
+def _check_map(
+    loaded: LoadedSpec,
+    spec: MapSpec,
+    path: Path_,
+    prefix: Path_,
+    base_dir: Path,
+    stack: list[Path],
+    agents: dict[str, AgentSpec],
+    problem: Any,
+) -> None:
+    body = spec.node
+    if isinstance(body, str):
+        if ":" in body:
+            _check_import(body, (*path, "node"), problem, "function")
+        elif body not in agents:
+            problem(
+                (*path, "node"),
+                f"unknown agent {body!r}{_suggest(body, agents)}: name an agent, or write package.module:fn",
+            )
+    else:
+        for key in ("id", "retry"):
+            if getattr(body, key) is not None:
+                problem((*path, "node", key), f"a map's node has no {key} of its own (the map node has)")
+        if body.join != "all":
+            problem((*path, "node", "join"), "a map's node has no join (the map's join says when it is done)")
+        _check_node(loaded, body, (*path, "node"), prefix, base_dir, stack, agents, problem)
+    if not isinstance(spec.join, str) and spec.join.until is not None:
+        _check_import(spec.join.until, (*path, "join", "until"), problem, "function")
+
+
+def _check_retry(spec: RetryPolicySpec, path: Path_, problem: Any) -> None:
+    try:
+        error_types(spec.retry_on)
+    except ConfigurationError as exc:
+        problem((*path, "retry_on"), str(exc))
+    except Exception as exc:  # importing user code may raise anything
+        problem((*path, "retry_on"), f"importing raised {type(exc).__name__}: {exc}")
+    if spec.max_interval is not None and spec.max_interval < spec.initial_interval:
+        problem((*path, "max_interval"), "is shorter than initial_interval")
+
+
+def _migrations(path: str) -> Any:
+    """The mapping of saved version -> migration a spec's ``migrations:`` names (a module's
+    ``MIGRATIONS``, or ``package.module:name``)."""
+    found = import_object(path if ":" in path else f"{path}:MIGRATIONS")
+    if not isinstance(found, dict) or not all(isinstance(k, str) and callable(v) for k, v in found.items()):
+        raise ConfigurationError(
+            f"{path!r} is not a mapping of saved pipeline_version to migration function "
+            "({'v1': fn, ...}, in the module's MIGRATIONS)"
+        )
+    return found
+
+
+def _check_migrations(path: str, problem: Any) -> None:
+    try:
+        _migrations(path)
+    except ConfigurationError as exc:
+        problem(("migrations",), str(exc))
+    except Exception as exc:  # importing user code may raise anything
+        problem(("migrations",), f"importing {path!r} raised {type(exc).__name__}: {exc}")
 
 
 # -- building -----------------------------------------------------------------------------------------
@@ -499,6 +591,72 @@ def _output_type(spec: AgentSpec) -> Any:
     return spec.output_type
 
 
+def _build_executor(
+    loaded: LoadedSpec,
+    node: NodeSpec,
+    path: Path_,
+    agents: dict[str, AgentSpec],
+    override: Model | str | None,
+) -> Any:
+    """What runs a node (``path``: where the node is in the file, for the files it includes)."""
+    if node.agent is not None:
+        return _build_agent(agents[node.agent], override)
+    if node.function is not None:
+        return import_object(node.function)
+    if node.file is not None:
+        included = loaded.included[path]
+        return _build(included, included.spec, (), {}, override)
+    if node.map is not None:
+        return _build_map(loaded, node.map, (*path, "map"), agents, override)
+    kind = "graph" if node.graph is not None else "swarm"
+    return _build(loaded, getattr(node, kind), (*path, kind), agents, override)
+
+
+def _build_map(
+    loaded: LoadedSpec, spec: MapSpec, path: Path_, agents: dict[str, AgentSpec], override: Model | str | None
+) -> Map:
+    body = spec.node
+    join: Any = "all"
+    if not isinstance(spec.join, str):
+        join = spec.join.first if spec.join.first is not None else import_object(str(spec.join.until))
+    options: dict[str, Any] = {"over": spec.over, "join": join, "max_concurrency": spec.max_concurrency}
+    if isinstance(body, str):
+        if ":" in body:
+            return Map(import_object(body), **options)
+        return Map(_build_agent(agents[body], override), **options)
+    if body.agent is not None or body.function is not None or body.map is not None:
+        return Map(_build_executor(loaded, body, (*path, "node"), agents, override), **options)
+    # A nested graph or swarm holds one run's state: each item gets its own, built like this one.
+    return Map(factory=lambda: _build_executor(loaded, body, (*path, "node"), agents, override), **options)
+
+
+def _agent_of(node: NodeSpec, agents: dict[str, AgentSpec]) -> AgentSpec | None:
+    """The agent a node runs (itself, or per item of a map), whose retry policy and budget it takes."""
+    if node.agent is not None:
+        return agents[node.agent]
+    body = node.map.node if node.map is not None else None
+    if isinstance(body, str) and ":" not in body:
+        return agents[body]
+    if isinstance(body, NodeSpec) and body.agent is not None:
+        return agents[body.agent]
+    return None
+
+
+def _retry(spec: RetryPolicySpec | None) -> RetryPolicy | None:
+    return RetryPolicy.from_json(spec.model_dump()) if spec is not None else None
+
+
+def _budget(spec: BudgetSpec | None) -> Budget | None:
+    return Budget.from_json(spec.model_dump(exclude_none=True)) if spec is not None else None
+
+
+def _versioning(spec: PipelineSpec) -> dict[str, Any]:
+    return {
+        "version": spec.pipeline_version,
+        "migrations": _migrations(spec.migrations) if spec.migrations else None,
+    }
+
+
 def _build(
     loaded: LoadedSpec,
     spec: PipelineSpec,
@@ -530,6 +688,12 @@ def _build(
             entry_point=spec.entry_point,
             id=spec.id,
             state=spec.state,
+            resume_from=spec.resume_from,
+            history=spec.history,
+            retry={m: p for m in members if (p := _retry(agents[m].retry or spec.retry)) is not None} or None,
+            budget=_budget(spec.budget),
+            budgets={m: b for m in members if (b := _budget(agents[m].budget)) is not None} or None,
+            **_versioning(spec),
             **options,
         )
         swarm.spec = spec
@@ -537,22 +701,22 @@ def _build(
         return swarm
     nodes: dict[str, Any] = {}
     joins: dict[str, Any] = {}
+    retries: dict[str, RetryPolicy] = {}
+    budgets: dict[str, Budget] = {}
     for index, node in enumerate(spec.nodes):
         node_id = node.id or node.agent
         assert node_id is not None
         path = (*prefix, "nodes", index)
-        if node.agent is not None:
-            nodes[node_id] = _build_agent(agents[node.agent], override)
-        elif node.function is not None:
-            nodes[node_id] = import_object(node.function)
-        elif node.file is not None:
-            included = loaded.included[path]
-            nodes[node_id] = _build(included, included.spec, (), {}, override)
-        else:
-            kind = "graph" if node.graph is not None else "swarm"
-            nodes[node_id] = _build(loaded, getattr(node, kind), (*path, kind), agents, override)
+        nodes[node_id] = _build_executor(loaded, node, path, agents, override)
         if node.join != "all":
             joins[node_id] = node.join
+        agent = _agent_of(node, agents)
+        policy = _retry(node.retry or (agent.retry if agent else None) or spec.retry)
+        if policy is not None:
+            retries[node_id] = policy
+        budget = _budget(agent.budget if agent else None)
+        if budget is not None:
+            budgets[node_id] = budget
     edges = [
         (e.from_, e.to, SpecCondition(e.when, e.from_)) if e.when is not None else (e.from_, e.to)
         for e in spec.edges
@@ -569,6 +733,10 @@ def _build(
         joins=joins,
         id=spec.id,
         state=spec.state,
+        retry=retries or None,
+        budget=_budget(spec.budget),
+        budgets=budgets or None,
+        **_versioning(spec),
     )
     graph.spec = spec
     graph.spec_dir = loaded.path.parent

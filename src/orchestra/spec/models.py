@@ -8,13 +8,18 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 __all__ = [
     "AgentSpec",
+    "BudgetSpec",
     "ConditionSpec",
     "ConversationManagerSpec",
     "EdgeSpec",
     "LimitsSpec",
+    "MapJoinSpec",
+    "MapSpec",
     "ModelSpec",
     "NodeSpec",
     "PipelineSpec",
+    "PriceSpec",
+    "RetryPolicySpec",
     "SessionSpec",
 ]
 
@@ -116,6 +121,43 @@ ToolItem = Annotated[
 ]
 
 
+class RetryPolicySpec(_Spec):
+    """How a failed node (or map item, or swarm turn) is tried again. Without one, a node retries model
+    throttling and passing provider faults (3 attempts); configuration errors are never retried."""
+
+    max_attempts: int = Field(default=3, ge=1, description="Attempts in all, the first included.")
+    initial_interval: float = Field(default=1.0, ge=0, description="Seconds before the second attempt.")
+    backoff: float = Field(default=2.0, ge=1, description="Each wait is this many times the one before.")
+    max_interval: float | None = Field(default=30.0, gt=0, description="The longest wait, in seconds.")
+    jitter: float = Field(default=0.2, ge=0, le=1, description="The random fraction of each wait.")
+    retry_on: list[str] = Field(
+        default_factory=lambda: ["model_throttled", "model_unavailable"],
+        description="What is retried: model_throttled, model_unavailable, model_error, timeout, any, or "
+        "package.module:ExceptionClass.",
+    )
+
+
+class PriceSpec(_Spec):
+    """A model's price, in US dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+class BudgetSpec(_Spec):
+    """What a run (or one agent of it) may spend; a run that reaches a limit stops before its next model
+    call, saved as interrupted, and resumes with a larger budget."""
+
+    tokens: int | None = Field(default=None, ge=0, description="Input and output tokens.")
+    cost_usd: float | None = Field(default=None, ge=0, description="US dollars, from prices.")
+    model_calls: int | None = Field(default=None, ge=0)
+    wall_seconds: float | None = Field(default=None, ge=0, description="Seconds of running, across resumes.")
+    prices: dict[str, PriceSpec] = Field(
+        default_factory=dict,
+        description="{model name or pattern (openai:gpt-4o*): {input: .., output: ..}}; none are shipped.",
+    )
+
+
 class AgentSpec(_Spec):
     """An agent definition; nodes refer to it by name (each node gets its own agent built from it)."""
 
@@ -143,6 +185,8 @@ class AgentSpec(_Spec):
         default=None, description="Structured output: an inline JSON Schema object (or use output_type)."
     )
     max_output_retries: int = Field(default=3, ge=0)
+    retry: RetryPolicySpec | None = Field(default=None, description="The retry policy of its nodes or turns.")
+    budget: BudgetSpec | None = Field(default=None, description="What each of its nodes may spend in a run.")
 
     @model_validator(mode="after")
     def _one_output(self) -> AgentSpec:
@@ -223,8 +267,37 @@ class ConditionSpec(_Spec):
         return _exactly_one(values, keys, "a condition")
 
 
+class MapJoinSpec(_Spec):
+    """When a map is done before all its items are: the ``first`` K items to complete, or ``until`` a
+    function of the completed items (``fn(items) -> bool``, called after each) is true."""
+
+    first: int | None = Field(default=None, ge=1)
+    until: str | None = Field(default=None, pattern=IMPORT_PATH, description="package.module:fn")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_mode(cls, values: Any) -> Any:
+        return _exactly_one(values, ("first", "until"), "a map join")
+
+
+class MapSpec(_Spec):
+    """A dynamic fan-out: one instance of ``node`` per item of a list known at run time, in parallel."""
+
+    over: str | None = Field(
+        default=None,
+        description="Where the list comes from: <node> (its output), <node>.<field.path>, state.<key>; "
+        "default: the predecessor's output.",
+    )
+    node: str | NodeSpec = Field(
+        description="What runs per item: an agent's name, package.module:function, or an inline node "
+        "({agent: ..}, {function: ..}, {graph: ..}, {swarm: ..}, {file: ..}, {map: ..})."
+    )
+    join: Literal["all"] | MapJoinSpec = "all"
+    max_concurrency: int | None = Field(default=None, gt=0, description="The most items running at once.")
+
+
 class NodeSpec(_Spec):
-    """A graph node: exactly one of ``agent``, ``function``, ``graph``, ``swarm`` or ``file``."""
+    """A graph node: exactly one of ``agent``, ``function``, ``graph``, ``swarm``, ``file`` or ``map``."""
 
     id: str | None = Field(default=None, pattern=ID_PATTERN, description="Defaults to the agent's name.")
     agent: str | None = Field(default=None, description="The name of an agent in `agents:`.")
@@ -234,12 +307,14 @@ class NodeSpec(_Spec):
     file: str | None = Field(
         default=None, description="A nested graph or swarm in another file (relative path)."
     )
+    map: MapSpec | None = Field(default=None, description="A fan-out over a list known at run time.")
     join: Literal["all", "any"] = "all"
+    retry: RetryPolicySpec | None = Field(default=None, description="This node's retry policy.")
 
     @model_validator(mode="before")
     @classmethod
     def _one_kind(cls, values: Any) -> Any:
-        return _exactly_one(values, ("agent", "function", "graph", "swarm", "file"), "a node")
+        return _exactly_one(values, ("agent", "function", "graph", "swarm", "file", "map"), "a node")
 
 
 class EdgeSpec(_Spec):
@@ -313,3 +388,27 @@ class PipelineSpec(_Spec):
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     session: SessionSpec | None = None
     temporal: TemporalSpec = Field(default_factory=TemporalSpec)
+    retry: RetryPolicySpec | None = Field(
+        default=None, description="The retry policy of every node without one of its own."
+    )
+    budget: BudgetSpec | None = Field(default=None, description="What one run may spend.")
+    pipeline_version: str | None = Field(
+        default=None,
+        pattern=ID_PATTERN,
+        description="This version of the pipeline, recorded in every run it starts (see migrations).",
+    )
+    migrations: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$",
+        description="A module whose MIGRATIONS maps a saved pipeline_version to fn(run), or "
+        "package.module:name of such a mapping.",
+    )
+    resume_from: Literal["entry_point", "last_active"] = Field(
+        default="entry_point",
+        description="swarm: where the next invocation starts (last_active: the agent that answered last).",
+    )
+    history: Literal["run", "shared", "private"] = Field(
+        default="run",
+        description="swarm: what agents remember across invocations: nothing, the conversation, or each "
+        "its own history.",
+    )

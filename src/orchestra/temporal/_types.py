@@ -63,6 +63,10 @@ class NodeRequest:
     # A swarm turn: the activity composes the prompt from the saved run and this activation (``{"node",
     # "input", "from"}``), so the task stays out of the history (``prompt``: histories recorded before).
     swarm_next: dict[str, Any] | None = None
+    # A map node runs as activities too: "expand" (save the list, say how long it is), "item" (run item
+    # ``map_item``), "finish" (the node's result from its items' saved results). Empty: any other node.
+    map_phase: str = ""
+    map_item: int = -1
 
 
 @dataclass
@@ -78,6 +82,8 @@ class NodeOutcome:
     fired: dict[str, bool] = field(default_factory=dict)
     handoff: dict[str, Any] | None = None
     preview: str = ""  # no longer filled (outputs stay in storage); kept so recorded histories still decode
+    map_count: int = 0  # a map's "expand": how many items the saved list holds
+    join_done: bool = False  # a map item: the map's ``until`` join holds with it
 
 
 @dataclass
@@ -106,3 +112,6 @@ class CommitRequest:
     # The run's last commit: what is left in its folder (blobs of nodes whose results never came back,
     # as in a run that failed while others ran) goes too.
     ends_run: bool = False
+    # A map's list, as [map key, blob] (its "expand"), and its items' results, as [map key, index, blob].
+    map_list: list[str] = field(default_factory=list)
+    map_items: list[list[Any]] = field(default_factory=list)

@@ -25,10 +25,17 @@ from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.agent import Agent
 from orchestra.agent.agent import AgentData
-from orchestra.errors import SessionConflictError, StorageConfigurationError, StorageConflictError
+from orchestra.errors import (
+    BudgetExceededError,
+    SessionConflictError,
+    StorageConfigurationError,
+    StorageConflictError,
+)
 from orchestra.hooks import TurnCheckpoint
-from orchestra.multiagent import Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
-from orchestra.multiagent.graph import _ConditionError
+from orchestra.multiagent import DEFAULT_RETRY, Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
+from orchestra.multiagent import map as maps
+from orchestra.multiagent._graph_run import ConditionError
+from orchestra.multiagent._map_run import finish_result, item_record, run_item_attempt
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
@@ -85,6 +92,11 @@ def _light(fields: dict[str, Any]) -> dict[str, Any]:
         if name.startswith("node/") and isinstance(value, dict) and value.get("result"):
             result = {k: v for k, v in value["result"].items() if k not in ("output", "message")}
             value = {**value, "result": result}
+        if name.startswith("map/"):
+            if name.endswith("/items"):
+                continue  # a map's list: its activities read it from storage
+            if "/item/" in name and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != "output"}
         out[name] = value
     return out
 
@@ -223,7 +235,8 @@ class PipelineActivities:
             built = build(loaded)
             assert isinstance(built, MultiAgentBase)
             template = self._templates[request.spec_id] = built
-        if isinstance(template, Graph) and template.nodes[request.node_id].kind == "function":
+        if isinstance(template, Graph) and template.nodes[request.node_id].kind in ("function", "map"):
+            # A map's items are fresh copies of its template (or fresh builds): the copy holds none.
             return template._copy_for_run()
         orchestrator = build(loaded)
         assert isinstance(orchestrator, MultiAgentBase)
@@ -329,31 +342,65 @@ class PipelineActivities:
             invocation_state=invocation_state,
             execution_count=request.execution_count,
         )
-        result = await self._run(node, node_input, orchestrator, request)
+        base = f"{_run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}"
+        if request.map_phase == "expand":
+            return await self._expand(storage, orchestrator, node_input, f"{base}-items.json")
+        if request.map_phase == "item":
+            base = f"{base}-item{request.map_item}"
+        # Failed attempts of this execution (or item) so far: a retry goes on from them (see _retry).
+        attempts_key = f"{base}-attempts.json"
+        attempts: list[dict[str, Any]] = []
+        if activity.info().attempt > 1:
+            found = await storage.read(attempts_key)
+            attempts = json.loads(found[0]) if found is not None else []
+        node_input.attempt = len(attempts) + 1
+        started = time.perf_counter()
+        timeout: float | None = getattr(orchestrator, "node_timeout", None)
+        if request.map_phase == "finish":
+            result, error = finish_result(orchestrator, request.node_id), None
+        elif request.map_phase == "item":
+            index = request.map_item
+            result, error = await self._run(
+                lambda: run_item_attempt(
+                    orchestrator, request.node_id, node_input, index, request.responses, timeout
+                ),
+                orchestrator,
+                request,
+            )
+        else:
+            result, error = await self._run(
+                lambda: node.execute(node_input, orchestrator, None, request.responses), orchestrator, request
+            )
+        if error is not None:
+            await self._retry(storage, node, request, attempts, attempts_key, error, node_input.attempt)
+            if attempts:
+                result.error = f"{result.error} (attempt {node_input.attempt} of {(node.retry or DEFAULT_RETRY).max_attempts})"
         fired: dict[str, bool] = {}
-        if isinstance(orchestrator, Graph) and result.status == Status.COMPLETED:
-            orchestrator._record_result(result)
-            try:
-                fired = orchestrator._evaluate_edges(request.node_id, invocation_state)
-            except _ConditionError as exc:
-                result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=str(exc))
+        join_done = False
+        if request.map_phase == "item":
+            record = item_record(result, (time.perf_counter() - started) * 1000, attempts)
+            join_done = result.status == Status.COMPLETED and _until_holds(orchestrator, request, result)
+            blob: dict[str, Any] = {"result": record}
+        else:
+            if isinstance(orchestrator, Graph) and result.status == Status.COMPLETED:
+                orchestrator._record_result(result)
+                try:
+                    fired = orchestrator._evaluate_edges(request.node_id, invocation_state)
+                except ConditionError as exc:
+                    result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=str(exc))
+            blob = {"result": result.model_dump(mode="json")}
+            if attempts:
+                blob["attempts"] = attempts
         handoff = orchestrator._pending_handoff if isinstance(orchestrator, Swarm) else None
-        blob: dict[str, Any] = {
-            "result": result.model_dump(mode="json"),
-            # Changes, not the whole state: parallel nodes' writes merge at commit, as locally.
-            "state_changes": _state_changes(state_before, orchestrator.state.to_dict()),
-            "state_base": state_before,
-        }
+        # Changes, not the whole state: parallel nodes' writes merge at commit, as locally.
+        blob["state_changes"] = _state_changes(state_before, orchestrator.state.to_dict())
+        blob["state_base"] = state_before
         if node.kind == "agent":
             fields, messages = orchestrator._agent_fields(request.node_id)
             blob["agent"] = fields
             blob["messages"] = messages
-        key = f"{_run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}.json"
-        data = dumps(blob).encode()
-        try:  # each execution has its own key: create-only (local files then need no lock or rename)
-            await storage.write(key, data, expect=ABSENT)
-        except StorageConflictError:  # a retried attempt: the one before wrote it and was lost after
-            await storage.write(key, data)
+        key = f"{base}.json"
+        await _write_blob(storage, key, blob)
         return NodeOutcome(
             status=result.status.value,
             blob=key,
@@ -363,6 +410,62 @@ class PipelineActivities:
             interrupts=[i.model_dump(mode="json") for i in result.interrupts],
             fired=fired,
             handoff=handoff,
+            join_done=join_done,
+        )
+
+    async def _expand(
+        self, storage: Storage, orchestrator: MultiAgentBase, node_input: NodeInput, key: str
+    ) -> NodeOutcome:
+        """A map's first step: save the list it fans out over (its items read it from there)."""
+        node_id = node_input.node_id
+        try:
+            items = maps.resolve_items(
+                orchestrator.nodes[node_id].executor, node_id, node_input, orchestrator
+            )
+        except Exception as exc:  # over= names nothing, or is not a JSON list: the node fails
+            return NodeOutcome(status="failed", blob="", error=f"{type(exc).__name__}: {exc}")
+        await _write_blob(storage, key, {"map_items": items})
+        return NodeOutcome(status="expanded", blob=key, map_count=len(items))
+
+    @staticmethod
+    async def _retry(
+        storage: Storage,
+        node: Any,
+        request: NodeRequest,
+        attempts: list[dict[str, Any]],
+        attempts_key: str,
+        error: BaseException,
+        attempt: int,
+    ) -> None:
+        """The node's retry policy, on Temporal's activity retries: a failed attempt the policy retries
+        is recorded (in storage, beside the run's blobs) and raised, so that Temporal runs the activity
+        again after the policy's interval; otherwise the failure is final and returns as the outcome."""
+        policy = node.retry or DEFAULT_RETRY
+        if attempt >= policy.max_attempts or not policy.retries(error):
+            return
+        described = (
+            f"{type(error).__name__}: {error}"
+            if not isinstance(error, TimeoutError)
+            else "node_timeout exceeded"
+        )
+        attempts.append(
+            {
+                "execution": request.execution_count,
+                "attempt": attempt,
+                "error": described,
+                "retry_in": round(policy.interval(attempt), 3),
+            }
+        )
+        await storage.write(attempts_key, dumps(attempts).encode())
+        # The next attempt starts from the node's state before it started, as locally (the failed one
+        # was rolled back), unless a side-effecting tool of its turn ran: then, as locally, the turn stays
+        # open and the next attempt resumes it from the checkpoint (the effect runs once).
+        pending = node.agent._pending_tools if node.kind == "agent" else None
+        if not (pending is not None and pending.started):
+            await delete_many(storage, [_turn_key(request)])
+        raise ApplicationError(
+            f"attempt {attempt} of {policy.max_attempts} of node {request.node_id!r} failed: {described}",
+            type="NodeAttemptFailed",
         )
 
     async def _keep_open_turn(
@@ -373,10 +476,7 @@ class PipelineActivities:
         attempt (after a worker died) starts from that blob, so the turn resumes instead of starting over
         and an effect runs once. Keys are the same as locally: the session, the scope, the node."""
         agent.effect_scope = f"{request.session_id}/multiAgent/{request.scope_id}/{request.node_id}"
-        key = (
-            f"{_run_folder(request.session_id, request.scope_id, request.run_id)}"
-            f"{request.node_id}-{request.execution_count}-turn.json"
-        )
+        key = _turn_key(request)
         found = await storage.read(key)
         if found is not None:  # an earlier attempt of this execution kept its turn open
             saved = json.loads(found[0])
@@ -389,8 +489,10 @@ class PipelineActivities:
         agent.hooks.add_callback(TurnCheckpoint, checkpoint)
 
     async def _run(
-        self, node: Any, node_input: NodeInput, orchestrator: MultiAgentBase, request: NodeRequest
-    ) -> NodeResult:
+        self, call: Any, orchestrator: MultiAgentBase, request: NodeRequest
+    ) -> tuple[NodeResult, BaseException | None]:
+        """Run ``call()`` (one attempt at the node or item) with heartbeats: its result, and what it
+        raised (then the result is a FAILED one saying so)."""
         # A worker that dies stops heartbeating: Temporal then retries the node elsewhere. Temporal times
         # the first heartbeat from the activity's start, so a node that ends sooner never sends one.
         limit = activity.info().heartbeat_timeout
@@ -404,22 +506,29 @@ class PipelineActivities:
         # The node's own timeout is enforced here, as locally, so that it is a final failure (one
         # execution); the activity's start-to-close timeout only backs up a worker that stopped.
         timeout: float | None = getattr(orchestrator, "node_timeout", None)  # Graph and Swarm both have one
+        error: BaseException | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(heartbeat)
             try:
-                with anyio.fail_after(timeout):
-                    result: NodeResult = await node.execute(node_input, orchestrator, None, request.responses)
-            except TimeoutError:
+                # A map item bounds each attempt itself.
+                with anyio.fail_after(None if request.map_phase == "item" else timeout):
+                    result: NodeResult = await call()
+            except TimeoutError as exc:
                 what = "agent" if isinstance(orchestrator, Swarm) else "node"
-                error = f"node_timeout ({timeout:g}s) exceeded by {what} {request.node_id!r}"
-                result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=error)
+                message = f"node_timeout ({timeout:g}s) exceeded by {what} {request.node_id!r}"
+                if request.map_phase == "item":
+                    message = f"node_timeout ({timeout:g}s) exceeded by item {request.map_item} of {request.node_id!r}"
+                result, error = NodeResult(node_id=request.node_id, status=Status.FAILED, error=message), exc
+            except BudgetExceededError as exc:  # a budget of a nested run: the node stops, resumable
+                result = NodeResult(node_id=request.node_id, status=Status.INTERRUPTED, error=str(exc))
             except Exception as exc:
+                error = exc
                 result = NodeResult(
                     node_id=request.node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}"
                 )
             group.cancel_scope.cancel()
         result.execution_count = request.execution_count
-        return result
+        return result, error
 
     @activity.defn(name="orchestra.commit")
     async def commit(self, request: CommitRequest) -> None:
@@ -453,7 +562,19 @@ class PipelineActivities:
         # holds the failure).
         nodes = [(request.node_id, request.blob or "")] if request.node_id else []
         nodes += [(node_id, blob) for node_id, blob in request.batch]
-        inputs = [key for key in [*(blob for _, blob in nodes), request.task_ref, *request.delete] if key]
+        item_blobs = [str(blob) for _, _, blob in request.map_items if blob]
+        map_list = request.map_list[1:] if request.map_list else []
+        inputs = [
+            key
+            for key in [
+                *(blob for _, blob in nodes),
+                *item_blobs,
+                *map_list,
+                request.task_ref,
+                *request.delete,
+            ]
+            if key
+        ]
         for key in request.delete:
             self._invocation_states.pop(key, None)
         if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
@@ -501,6 +622,9 @@ class PipelineActivities:
                 fields[name] = {**fields.get(name, {}), "result": (stored or {}).get("result")}
             else:
                 raise RuntimeError(f"{blob_key}: the node's data is missing")
+            if found is not None and "attempts" in blob:
+                fields[name]["attempts"] = blob["attempts"]
+        state = await _fold_map(storage, journal, request, fields, state, same_run)
         if journal.seq == -1:
             await journal.create(Document(fields=fields, logs=logs))
         else:
@@ -519,6 +643,66 @@ async def _delete_inputs(storage: Storage, request: CommitRequest, inputs: list[
     folder = _run_folder(request.session_id, request.scope_id, request.run_id)
     await delete_many(storage, [key for key in inputs if not key.startswith(folder)])
     await storage.delete_prefix(folder)
+
+
+async def _fold_map(
+    storage: Storage,
+    journal: Journal,
+    request: CommitRequest,
+    fields: dict[str, Any],
+    state: Any,
+    same_run: bool,
+) -> Any:
+    """Fold a map's list and its items' results (from their blobs) into the fields this commit saves;
+    returns the shared state after the items' changes (in the order the items are listed)."""
+    if request.map_list:
+        key, blob_key = request.map_list
+        found = await storage.read(blob_key)
+        if found is not None:
+            fields[maps.items_name(key)] = json.loads(found[0])["map_items"]
+        elif not (same_run and journal.field(maps.items_name(key)) is not None):
+            raise RuntimeError(f"{blob_key}: the map's list is missing")
+    keys = [str(blob) for _, _, blob in request.map_items]
+    for (key, index, blob_key), found in zip(request.map_items, await read_many(storage, keys), strict=True):
+        name = maps.item_name(str(key), int(index))
+        if found is not None:
+            blob = json.loads(found[0])
+            fields[name] = blob["result"]
+            state = fields["state"] = _merged_state(state, blob)
+        elif same_run and (journal.field(name) or {}).get("status") == (fields.get(name) or {}).get("status"):
+            fields[name] = journal.field(name)  # a retried commit: the attempt before saved it
+        else:
+            raise RuntimeError(f"{blob_key}: the item's data is missing")
+    return state
+
+
+def _turn_key(request: NodeRequest) -> str:
+    """Where an agent node's open turn is checkpointed during one execution (see ``_keep_open_turn``)."""
+    folder = _run_folder(request.session_id, request.scope_id, request.run_id)
+    return f"{folder}{request.node_id}-{request.execution_count}-turn.json"
+
+
+async def _write_blob(storage: Storage, key: str, blob: dict[str, Any]) -> None:
+    data = dumps(blob).encode()
+    try:  # each execution has its own key: create-only (local files then need no lock or rename)
+        await storage.write(key, data, expect=ABSENT)
+    except StorageConflictError:  # a retried attempt: the one before wrote it and was lost after
+        await storage.write(key, data)
+
+
+def _until_holds(orchestrator: MultiAgentBase, request: NodeRequest, result: NodeResult) -> bool:
+    """Whether a map's ``until`` join holds with the items completed so far and this one."""
+    spec = orchestrator.nodes[request.node_id].executor
+    if not callable(spec.join):
+        return False
+    count = maps.started(orchestrator, request.node_id) or 0
+    items = orchestrator._fields.get(maps.items_name(request.node_id)) or []
+    done = {
+        i: (maps.item_record(orchestrator, request.node_id, i) or {}).get("output")
+        for i in maps.completed(orchestrator, request.node_id, count)
+    }
+    done[request.map_item] = result.output
+    return bool(spec.satisfied([maps.MapItem(i, items[i], done[i]) for i in sorted(done)], count))
 
 
 def _holds_execution(stored: dict[str, Any] | None, record: dict[str, Any] | None) -> bool:

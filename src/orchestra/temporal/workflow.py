@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,8 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from orchestra.interrupts import Interrupt
-    from orchestra.multiagent import Graph, MultiAgentBase, NodeResult, Status, Swarm
+    from orchestra.multiagent import Graph, Map, MultiAgentBase, NodeResult, Status, Swarm
+    from orchestra.multiagent import map as maps
     from orchestra.temporal._types import (
         WORKFLOW_NAME,
         CommitRequest,
@@ -52,6 +54,8 @@ class PipelineWorkflow:
         self._request: RunRequest | None = None
         self._settings: dict[str, Any] = {}  # the spec's temporal: section
         self._commits = 0  # numbers this workflow run's commits (CommitRequest.commit_id)
+        # Map nodes commit their items while other nodes run: one commit at a time keeps one writer.
+        self._commit_lock = asyncio.Lock()
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
@@ -186,24 +190,36 @@ class PipelineWorkflow:
                 heartbeat_timeout=timedelta(
                     seconds=self._settings.get("heartbeat_seconds") or self._request.heartbeat_seconds
                 ),
-                retry_policy=self._node_retries(),
+                retry_policy=self._node_retries(orchestrator, request.node_id),
             )
         except ActivityError as exc:
             cause = exc.cause or exc
             return NodeOutcome(status="failed", blob="", error=f"{type(cause).__name__}: {cause}")
         return outcome
 
-    def _node_retries(self) -> RetryPolicy:
-        """The spec's ``temporal: {retry: ...}`` (infrastructure failures only), or the default."""
+    def _node_retries(self, orchestrator: MultiAgentBase, node_id: str) -> RetryPolicy:
+        """The activity's retries: the spec's ``temporal: {retry: ...}`` (infrastructure failures), or the
+        default; for a node with a retry policy of its own, that policy's intervals, with its attempts
+        on top of the infrastructure's (the activity decides which failures it retries: see
+        ``PipelineActivities._retry``)."""
         retry = self._settings.get("retry")
-        if not retry:  # a history recorded before the setting existed
-            return _NODE_RETRIES
-        maximum = retry.get("maximum_interval")
+        infra = _NODE_RETRIES
+        if retry:  # (a history recorded before the setting existed has none)
+            maximum = retry.get("maximum_interval")
+            infra = RetryPolicy(
+                maximum_attempts=retry["maximum_attempts"],
+                initial_interval=timedelta(seconds=retry["initial_interval"]),
+                backoff_coefficient=retry["backoff_coefficient"],
+                maximum_interval=timedelta(seconds=maximum) if maximum else None,
+            )
+        policy = orchestrator.nodes[node_id].retry
+        if policy is None:
+            return infra
         return RetryPolicy(
-            maximum_attempts=retry["maximum_attempts"],
-            initial_interval=timedelta(seconds=retry["initial_interval"]),
-            backoff_coefficient=retry["backoff_coefficient"],
-            maximum_interval=timedelta(seconds=maximum) if maximum else None,
+            maximum_attempts=policy.max_attempts + infra.maximum_attempts - 1,
+            initial_interval=timedelta(seconds=max(policy.initial_interval, 0.001)),
+            backoff_coefficient=policy.backoff,
+            maximum_interval=timedelta(seconds=policy.max_interval) if policy.max_interval else None,
         )
 
     @staticmethod
@@ -228,6 +244,35 @@ class PipelineWorkflow:
         batch: list[list[str]] | None = None,
         delete: list[str] | None = None,
         ends_run: bool = False,
+        map_list: list[str] | None = None,
+        map_items: list[list[Any]] | None = None,
+    ) -> None:
+        async with self._commit_lock:
+            await self._commit_now(
+                orchestrator,
+                node_id,
+                blob,
+                initial_state,
+                task_ref,
+                batch,
+                delete,
+                ends_run,
+                map_list,
+                map_items,
+            )
+
+    async def _commit_now(
+        self,
+        orchestrator: MultiAgentBase,
+        node_id: str | None,
+        blob: str | None,
+        initial_state: dict[str, Any] | None,
+        task_ref: str | None,
+        batch: list[list[str]] | None,
+        delete: list[str] | None,
+        ends_run: bool,
+        map_list: list[str] | None,
+        map_items: list[list[Any]] | None,
     ) -> None:
         request = self._request
         assert request is not None
@@ -254,6 +299,8 @@ class PipelineWorkflow:
                 f"{workflow.info().run_id}/{self._commits}",
                 delete or [],
                 ends_run,
+                map_list or [],
+                map_items or [],
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
@@ -295,7 +342,10 @@ class PipelineWorkflow:
                     reset=reset,
                     responses=responses,  # the task is not copied into every node's input: the activity
                 )  # reads it from the session, where the first commit stored it
-                task = asyncio.ensure_future(self._execute(graph, request, graph.node_timeout))
+                if graph.nodes[node_id].kind == "map":
+                    task = asyncio.ensure_future(self._run_map(graph, request))
+                else:
+                    task = asyncio.ensure_future(self._execute(graph, request, graph.node_timeout))
                 running[task] = node_id
             if not running:
                 break
@@ -319,6 +369,8 @@ class PipelineWorkflow:
                 node_id = running.pop(task)
                 outcome = task.result()
                 result = self._result(node_id, outcome, graph._node_record(node_id)["executions"])
+                if graph.nodes[node_id].kind == "map" and result.status == Status.COMPLETED:
+                    maps.clear(graph, node_id)  # its output is in the node's result now
                 graph._record_result(result)
                 if result.status == Status.COMPLETED:
                     graph._apply_edges(node_id, outcome.fired)
@@ -338,6 +390,64 @@ class PipelineWorkflow:
                 running.clear()
                 break
         return failure, interrupts
+
+    async def _run_map(self, graph: Graph, request: NodeRequest) -> NodeOutcome:
+        """A map node as activities: save its list ("expand"), run each item that has no result yet (at
+        most ``max_concurrency`` at once; items that finish together are committed together), then its
+        result ("finish"). Items that completed before a worker died, or before a resume, never run
+        again; the node's outcome is the finish's (or the failure of an item)."""
+        node_id = request.node_id
+        spec: Map = graph.nodes[node_id].executor
+        count = maps.started(graph, node_id)
+        if count is None:
+            expanded = await self._execute(graph, replace(request, map_phase="expand"), graph.node_timeout)
+            if expanded.status != "expanded":
+                return expanded
+            count = maps.begin(graph, node_id, None, count=expanded.map_count)
+            await self._commit(graph, map_list=[node_id, expanded.blob])
+        done = [maps.MapItem(i, None, None) for i in maps.completed(graph, node_id, count)]
+        queue = maps.pending(graph, node_id, count)
+        limit = spec.max_concurrency or math.inf
+        running: dict[asyncio.Task[NodeOutcome], int] = {}
+        failure: str | None = None
+        interrupts: list[dict[str, Any]] = []
+        joined = spec.satisfied(done, count)
+        while not joined and failure is None:
+            while queue and len(running) < limit:
+                index = queue.pop(0)
+                item = replace(request, map_phase="item", map_item=index)
+                running[asyncio.ensure_future(self._execute(graph, item, graph.node_timeout))] = index
+            if not running:
+                break
+            finished, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+            batch: list[list[Any]] = []
+            for task in [task for task in running if task in finished]:  # in the order they started
+                index = running.pop(task)
+                outcome = task.result()
+                record: dict[str, Any] = {"status": outcome.status, "usage": outcome.usage}
+                if outcome.error:
+                    record["error"] = outcome.error
+                maps.record_item(graph, node_id, index, record)
+                if outcome.blob:
+                    batch.append([node_id, index, outcome.blob])
+                if outcome.status == "completed":
+                    done.append(maps.MapItem(index, None, None))
+                    joined = joined or outcome.join_done
+                elif outcome.status == "interrupted":
+                    interrupts.extend(outcome.interrupts)
+                elif failure is None:
+                    failure = f"item {index} failed: {outcome.error}"
+            await self._commit(graph, map_items=batch)
+            joined = joined or spec.satisfied(done, count)
+            if interrupts and not running:
+                break
+        for task in running:  # the join holds, or an item failed: the others are not needed
+            task.cancel()
+        if failure is not None:
+            return NodeOutcome(status="failed", blob="", error=failure)
+        if interrupts:
+            return NodeOutcome(status="interrupted", blob="", interrupts=interrupts)
+        return await self._execute(graph, replace(request, map_phase="finish"), graph.node_timeout)
 
     async def _run_swarm(
         self, swarm: Swarm, responses: dict[str, Any], started: Any

@@ -1,0 +1,124 @@
+"""``--budget-tokens``, ``--budget-cost``, ``--budget-calls``, ``--budget-seconds`` and ``--prices`` of
+``orchestra run`` and ``orchestra resume``: a run's budget from the command line (see
+``orchestra.multiagent.budget``). Each flag replaces that limit of the spec's ``budget:``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from orchestra.errors import ConfigurationError
+from orchestra.multiagent import Budget, MultiAgentBase
+
+__all__ = [
+    "BudgetCalls",
+    "BudgetCost",
+    "BudgetFlags",
+    "BudgetSeconds",
+    "BudgetTokens",
+    "PricesOption",
+]
+
+BudgetTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--budget-tokens", metavar="N", min=0, help="Stop the run before it spends more than N tokens."
+    ),
+]
+BudgetCost = Annotated[
+    float | None,
+    typer.Option(
+        "--budget-cost", metavar="USD", min=0, help="Stop the run at this cost (needs prices for its models)."
+    ),
+]
+BudgetCalls = Annotated[
+    int | None, typer.Option("--budget-calls", metavar="N", min=0, help="Stop the run after N model calls.")
+]
+BudgetSeconds = Annotated[
+    float | None,
+    typer.Option("--budget-seconds", metavar="S", min=0, help="Stop the run after S seconds of running."),
+]
+PricesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices",
+        metavar="FILE",
+        exists=True,
+        dir_okay=False,
+        help="Model prices for --budget-cost: YAML or JSON {model: {input: USD, output: USD}} per million tokens.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class BudgetFlags:
+    """The budget flags of one command line."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+    wall_seconds: float | None = None
+    prices: Path | None = None
+
+    def given(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.tokens, self.cost_usd, self.model_calls, self.wall_seconds, self.prices)
+        )
+
+    def apply(self, target: Any) -> None:
+        """Set the budget of ``target`` (the spec's, with the given limits and prices replaced).
+
+        Raises:
+            ConfigurationError: ``target`` is a single agent, or the price file cannot be read.
+        """
+        if not self.given():
+            return
+        if not isinstance(target, MultiAgentBase):
+            raise ConfigurationError("budgets are for graphs and swarms: a single agent has no run to cap")
+        budget = target.budget or Budget()
+        prices = {**budget.prices, **_read_prices(self.prices)} if self.prices else budget.prices
+        target.budget = Budget(
+            tokens=budget.tokens,
+            cost_usd=budget.cost_usd,
+            model_calls=budget.model_calls,
+            wall_seconds=budget.wall_seconds,
+            prices=prices,
+        ).with_limits(
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            model_calls=self.model_calls,
+            wall_seconds=self.wall_seconds,
+        )
+
+    def options(self) -> list[str]:
+        """The flags as command-line words (repeated in the resume command a run prints)."""
+        words: list[str] = []
+        for flag, value in (
+            ("--budget-tokens", self.tokens),
+            ("--budget-cost", self.cost_usd),
+            ("--budget-calls", self.model_calls),
+            ("--budget-seconds", self.wall_seconds),
+            ("--prices", self.prices),
+        ):
+            if value is not None:
+                words += [flag, str(value)]
+        return words
+
+
+def _read_prices(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"--prices {path}: cannot read the price table: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(
+            f"--prices {path}: a price table is a mapping {{model: {{input:, output:}}}}"
+        )
+    return data

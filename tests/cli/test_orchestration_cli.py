@@ -1,0 +1,131 @@
+"""The budget flags of run and resume, the exit code of a spent budget, and what sessions show says of
+budgets, retries and maps in progress."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestra.cli import app
+from tests.cli.pipelines import AGENT
+
+runner = CliRunner()
+
+CHAIN = """version: 1
+kind: graph
+id: chain
+agents:
+  - {name: a, model: {provider: function, function: 'tests.support:reply_fn'}}
+  - {name: b, model: {provider: function, function: 'tests.support:reply_fn'}}
+  - {name: c, model: {provider: function, function: 'tests.support:reply_fn'}}
+nodes: [{agent: a}, {agent: b}, {agent: c}]
+edges: [{from: a, to: b}, {from: b, to: c}]
+"""
+
+MAP_FAILING = """version: 1
+kind: graph
+id: fan
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:split'}
+  - id: each
+    map: {node: 'tests.orchestration_steps:flaky', max_concurrency: 1}
+    retry: {max_attempts: 2, initial_interval: 0.001, retry_on: [any]}
+edges: [{from: split, to: each}]
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0")
+    return tmp_path
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_a_spent_budget_exits_4_and_says_how_to_resume_with_a_larger_one(workdir):
+    (workdir / "chain.yaml").write_text(CHAIN)
+    stopped = invoke("run", "chain.yaml", "--input", "go", "--session-id", "s1", "--budget-calls", "1")
+    assert stopped.exit_code == 4, stopped.output
+    assert (
+        "stopped: BudgetExceeded: run of graph 'chain' spent its model_calls budget (1 of 1)"
+        in stopped.stderr
+    )
+    assert (
+        "Resume it with a larger budget: orchestra resume chain.yaml --session-id s1 --budget-calls 1"
+        in stopped.stderr
+    )
+    shown = json.loads(invoke("sessions", "show", "s1", "--json").stdout)[0]
+    assert shown["status"] == "interrupted"
+    assert shown["budget"] == {"model_calls": 1}
+    assert shown["spent"]["model_calls"] == 1
+    same = invoke("resume", "chain.yaml", "--session-id", "s1", "--budget-calls", "1")
+    assert same.exit_code == 4
+    done = invoke("resume", "chain.yaml", "--session-id", "s1", "--budget-calls", "5", "--json")
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["status"] == "completed"
+    assert data["execution_order"] == ["a", "b", "c"]
+
+
+def test_a_cost_budget_needs_prices_and_takes_them_from_a_file(workdir):
+    (workdir / "chain.yaml").write_text(CHAIN)
+    refused = invoke("run", "chain.yaml", "--input", "go", "--budget-cost", "0.01")
+    assert refused.exit_code == 1
+    assert "no price for model 'function:reply_fn'" in refused.stderr
+    (workdir / "prices.yaml").write_text("'function:*': {input: 1.0, output: 2.0}\n")
+    ran = invoke(
+        "run",
+        "chain.yaml",
+        "--input",
+        "go",
+        "--session-id",
+        "s2",
+        "--budget-cost",
+        "0.01",
+        "--prices",
+        "prices.yaml",
+    )
+    assert ran.exit_code == 0, ran.output
+    spent = json.loads(invoke("sessions", "show", "s2", "--json").stdout)[0]["spent"]
+    assert spent["cost_usd"] == pytest.approx(
+        (spent["input_tokens"] + 2 * spent["output_tokens"]) / 1_000_000
+    )
+
+
+def test_budgets_are_for_graphs_and_swarms(workdir):
+    (workdir / "agent.yaml").write_text(AGENT)
+    result = invoke("run", "agent.yaml", "--input", "hi", "--budget-tokens", "10")
+    assert result.exit_code == 1
+    assert "budgets are for graphs and swarms" in result.stderr
+
+
+def test_a_budget_is_refused_on_temporal_rather_than_ignored(workdir):
+    (workdir / "chain.yaml").write_text(CHAIN)
+    result = invoke(
+        "run",
+        "chain.yaml",
+        "--input",
+        "go",
+        "--budget-tokens",
+        "10",
+        "--on",
+        "temporal://127.0.0.1:1/default",
+    )
+    assert result.exit_code == 1
+    assert "budgets are enforced by local runs only" in result.stderr
+
+
+def test_sessions_show_says_which_items_and_attempts_a_failed_map_left(workdir, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_ITEMS", "3")
+    monkeypatch.setenv("ORCHESTRA_TEST_FAILS", "5")
+    (workdir / "fan.yaml").write_text(MAP_FAILING)
+    failed = invoke("run", "fan.yaml", "--input", "go", "--session-id", "s3")
+    assert failed.exit_code == 1
+    assert "item 0 failed: RuntimeError: each failed on attempt 2 (attempt 2 of 2)" in failed.stderr
+    shown = json.loads(invoke("sessions", "show", "s3", "--json").stdout)[0]
+    assert shown["maps"] == {"each": "0 of 3 items completed, 1 failed"}
+    text = invoke("sessions", "show", "s3").stdout
+    assert "maps: {'each': '0 of 3 items completed, 1 failed'}" in text
