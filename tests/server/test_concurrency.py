@@ -171,6 +171,7 @@ async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, strea
     latest = next((tmp_path / "store").rglob("session/s1/**/snapshot_latest.json"))
     latest.write_text("{not json")
 
+    runtime = Runtime(config)  # a server that starts now loads the session (the first kept it in memory)
     turn = Invocation(hosted, "second", "s1", None)
     if stream:
         events = [name async for name, _ in runtime.stream("acme", turn)]

@@ -599,6 +599,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             prefix = session_prefix(session_id)
         except ValueError as exc:
             raise ApiError(422, "invalid_session_id", str(exc)) from None
+        runtime.sessions.forget(ws, target.id, session_id)
         removed = await runtime.agent_storage(ws, target.id).delete_prefix(prefix)
         if not removed:
             raise ApiError(404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}")

@@ -64,6 +64,14 @@ class Limits(_Model):
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     max_history_messages: int = Field(default=200, gt=0)
     max_input_chars: int = Field(default=200_000, gt=0)
+    cached_sessions: int = Field(
+        default=1000,
+        ge=0,
+        description="Sessions whose agent stays in memory between turns (0: load the session every turn).",
+    )
+    cached_session_mb: float = Field(
+        default=256, gt=0, description="The stored size those sessions may weigh together (MiB)."
+    )
 
 
 class RunSettings(_Model):

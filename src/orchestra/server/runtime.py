@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from orchestra._logging import get_logger
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.agent import deferred_initialization
 from orchestra.agent.result import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
-from orchestra.errors import OrchestraError, SessionConflictError
+from orchestra.errors import OrchestraError, SessionConflictError, SnapshotError
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
 from orchestra.multiagent.events import (
     HandoffEvent,
@@ -51,6 +51,7 @@ from orchestra.server.idempotency import IdempotencyKeys, KeyEntry, KeyRefused
 from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure, NothingToResume, failure_of
 from orchestra.server.runs import Mode, RunRecord, RunStore
+from orchestra.server.session_cache import SessionCache
 from orchestra.server.settle import settle_from_session
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._uuid7 import uuid7
@@ -64,6 +65,8 @@ log = get_logger("orchestra.server")
 _INPUT_KEYS = ("message", "prompt", "query", "input", "text", "task")
 # Every request loads its session, so the server folds the journal often: a load reads at most 16 records.
 SERVER_COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
+# A session's agent kept between turns reads its last record back before saving when idle this long.
+CACHED_RECHECK_S = 1.0
 
 
 def input_text(value: Any) -> str:
@@ -160,6 +163,9 @@ class Runtime:
         )
         self._runs: dict[str, RunStore] = {}
         self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
+        self.sessions = SessionCache(
+            config.limits.cached_sessions, int(config.limits.cached_session_mb * 2**20)
+        )
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""
@@ -237,6 +243,11 @@ class Runtime:
     async def _build(self, invocation: Invocation) -> Agent | MultiAgentBase:
         hosted = invocation.hosted
         loaded = self.config.spec_of(hosted.id)
+        cached = self.sessions.take(_cache_key(invocation)) if _cacheable(invocation, loaded) else None
+        if cached is not None:
+            assert isinstance(cached.session_manager, SnapshotSessionManager)
+            cached.session_manager.run_id = invocation.run_id
+            return cached
         manager = None
         if invocation.session_id is not None:
             storage = self.agent_storage(hosted.workspace, hosted.id)
@@ -244,6 +255,7 @@ class Runtime:
                 invocation.session_id, storage=storage, compaction=SERVER_COMPACTION
             )
             manager.run_id = invocation.run_id  # every journal record of the turn names its run
+            manager.recheck_after = CACHED_RECHECK_S
         with deferred_initialization():  # the session loads below, on this event loop, without blocking it
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):
@@ -393,7 +405,10 @@ class Runtime:
                     task = self._task(invocation, target)
                     outcome = await target.invoke_async(task, resume_unfinished=True)
                 else:
-                    outcome = await target.invoke_async(invocation.prompt())
+                    agent = target
+                    outcome = await self._claiming(
+                        invocation, record, runs, agent, lambda: agent.invoke_async(invocation.prompt())
+                    )
             except Exception as exc:
                 outcome = exc
             failure = self._finish(record, target, outcome, started)
@@ -401,6 +416,7 @@ class Runtime:
                 await self._forget(runs, record)
             else:
                 runs.save_later(record)
+            self._keep(invocation, target, outcome)
             return record, failure
         finally:
             running.set()
@@ -449,7 +465,7 @@ class Runtime:
             running = self._running[record.run_id] = anyio.Event()
             try:
                 try:
-                    target = await self._build_and_claim(invocation, record, runs)
+                    target = await self._build_and_claim(invocation, record, runs, streamed=True)
                     replay = await self._already_done(workspace, invocation, record)
                     if replay is not None:
                         yield _last_event(*replay)
@@ -474,10 +490,22 @@ class Runtime:
                     await self._forget(runs, record)
                 else:
                     runs.save_later(record)
+                self._keep(invocation, target, outcome)
             finally:
                 running.set()
                 del self._running[record.run_id]
             yield _last_event(record, failure)
+
+    def _keep(self, invocation: Invocation, target: Any, outcome: Any) -> None:
+        """After a turn, keep the session's agent for the next one, unless what it holds may no longer be
+        the session as stored: another writer won (409), or a stored file was damaged."""
+        if not isinstance(target, Agent) or not _cacheable(
+            invocation, self.config.spec_of(invocation.hosted.id)
+        ):
+            return
+        if isinstance(outcome, SessionConflictError | SnapshotError):
+            return
+        self.sessions.give_back(_cache_key(invocation), target)
 
     async def _forget(self, runs: RunStore, record: RunRecord) -> None:
         """Delete the ``executing`` record of a turn that stored nothing (logged if that fails: the record
@@ -489,13 +517,61 @@ class Runtime:
         except OrchestraError as exc:
             log.warning("run_record_not_deleted", run_id=record.run_id, error=str(exc))
 
+    async def _claiming(
+        self,
+        invocation: Invocation,
+        record: RunRecord,
+        runs: RunStore,
+        agent: Agent,
+        turn: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """Run an agent's turn while its run record is written as "executing" beside it: the turn's save
+        waits for the record (``before_save``), so a turn the session stores always has its record, and
+        with a real model the write costs the turn nothing."""
+        manager = agent.session_manager
+        if invocation.session_id is None or not isinstance(manager, SnapshotSessionManager):
+            return await turn()
+        written = anyio.Event()
+        errors: list[Exception] = []
+
+        async def claim() -> None:
+            try:
+                await runs.save(record)
+            except Exception as exc:
+                errors.append(exc)
+            finally:
+                written.set()
+
+        async def before_save() -> None:
+            await written.wait()
+            if errors:
+                raise errors[0]
+
+        manager.before_save = before_save
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(claim)
+                result = await turn()
+        except BaseExceptionGroup as group_error:
+            raise unwrap_group(group_error) from None
+        finally:
+            manager.before_save = None
+        if errors:
+            raise errors[0]  # no save came to wait for it (the turn stored nothing): say why anyway
+        return result
+
     async def _build_and_claim(
-        self, invocation: Invocation, record: RunRecord, runs: RunStore
+        self, invocation: Invocation, record: RunRecord, runs: RunStore, *, streamed: bool = False
     ) -> Agent | MultiAgentBase:
         """Build the target (loading its session) and, in session mode, write the run record as "executing"
         meanwhile: a turn the session stores always has its record, even if this process dies right after
-        the save (the record then stays "executing" until it is settled from the session)."""
+        the save (the record then stays "executing" until it is settled from the session). An agent's
+        record is written beside its turn instead (``_claiming``: its session may need no load), unless
+        the turn is streamed (the stream's events leave no task group open around the turn)."""
         if invocation.session_id is None:
+            return await self._build(invocation)
+        spec_kind = self.config.spec_of(invocation.hosted.id).spec.kind
+        if spec_kind == "agent" and not invocation.resume and not streamed:
             return await self._build(invocation)
         built: list[Agent | MultiAgentBase] = []
 
@@ -525,6 +601,16 @@ async def _resume(target: Agent | MultiAgentBase) -> Any:
     if target.status.value not in ("executing", "failed", "interrupted"):
         raise NothingToResume("the session has no unfinished run to resume: send a task instead")
     return await target.invoke_async(None)
+
+
+def _cacheable(invocation: Invocation, loaded: Any) -> bool:
+    """A session-mode turn of a hosted agent (not a pipeline): its agent may be kept between turns."""
+    return invocation.session_id is not None and invocation.history is None and loaded.spec.kind == "agent"
+
+
+def _cache_key(invocation: Invocation) -> tuple[str, str, str]:
+    assert invocation.session_id is not None
+    return (invocation.hosted.workspace, invocation.hosted.id, invocation.session_id)
 
 
 def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool:

@@ -235,6 +235,9 @@ class Journal:
         self.compaction = compaction or Compaction()
         self.seq = -1  # the last record this journal read or wrote
         self.run_id: str | None = None  # written into each record (see Record.run)
+        # A writer kept between turns (the server's cached agents) checks sooner that the scope was not
+        # deleted or written by another process meanwhile: one small read, instead of a load.
+        self.recheck_after: float | None = None
         # Which field and log names this scope's records may hold (None: any); see _check_names.
         self.known_names: Callable[[str], bool] | None = None
         self._latest_version: str | None = None
@@ -632,11 +635,7 @@ class Journal:
             )
         data = ("{" + ",".join(body) + "}").encode()
         update = _Update(self.seq + 1, t, data, texts, removed, ops, logs)
-        delete_after = self.compaction.delete_after
-        if (
-            delete_after is not None
-            and time.monotonic() - self._synced_at >= delete_after.total_seconds() / 2
-        ):
+        if time.monotonic() - self._synced_at >= self._recheck_limit():
             await self._check_still_newest()
         await self._commit(update)
         if not creating:
@@ -720,6 +719,15 @@ class Journal:
             async with housekeeping(self.layout, "fold old journal records into snapshot_base.json"):
                 await self.fold()
                 self._fold_due = False
+
+    def _recheck_limit(self) -> float:
+        """After how long idle a writer reads its own last record back before appending: half of
+        ``delete_after`` (see the module docstring), or ``recheck_after`` when that is sooner."""
+        delete_after = self.compaction.delete_after
+        limits = [delete_after.total_seconds() / 2] if delete_after is not None else []
+        if self.recheck_after is not None:
+            limits.append(self.recheck_after)
+        return min(limits, default=float("inf"))
 
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the

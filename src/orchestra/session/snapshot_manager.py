@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -169,6 +169,14 @@ class SnapshotSessionManager:
         self.run_id: str | None = None
         """Written into every journal record this manager saves while set (``orchestra serve`` sets its run
         id for the turn), so that whether a run stored its turn can be read from the session itself."""
+        self.before_save: Callable[[], Awaitable[None]] | None = None
+        """Awaited before every save while set (``orchestra serve`` waits there for the turn's run record,
+        written meanwhile, so that a stored turn always has its record); an error it raises fails the
+        save before anything is stored."""
+        self.recheck_after: float | None = None
+        """Seconds after which an idle agent reads its last journal record back before its next save
+        (see ``Journal.recheck_after``): for agents kept in memory between turns, as ``orchestra serve``
+        keeps them, so that a session deleted or written by another process is noticed."""
 
     @property
     def session_id(self) -> str:
@@ -202,6 +210,7 @@ class SnapshotSessionManager:
         agent = event.agent
         journal = self.journal("agent", agent.agent_id)
         journal.known_names = _AGENT_NAMES.__contains__
+        journal.recheck_after = self.recheck_after
         agent.effect_scope = f"{self._session_id}/agent/{agent.agent_id}"
         binding = _AgentBinding(journal)
         doc = await journal.load()
@@ -236,6 +245,8 @@ class SnapshotSessionManager:
             return await self._save_locked(agent, binding)
 
     async def _save_locked(self, agent: Agent, binding: _AgentBinding) -> bool:
+        if self.before_save is not None:
+            await self.before_save()
         data = agent.agent_data()
         fields: dict[str, Any] = {
             "conversation_manager_state": data.conversation_manager_state,
@@ -376,6 +387,12 @@ class SnapshotSessionManager:
         return await fork_scope(
             self.storage, self._session_id, "multiAgent", orchestrator.scope_id, new_session_id, snapshot_id
         )
+
+    def stored_bytes(self, agent: Agent) -> int:
+        """About how many bytes the agent's stored session holds (its snapshot and the records since):
+        what ``orchestra serve`` weighs a cached agent by."""
+        journal = self._binding(agent).journal
+        return journal._latest_bytes + journal._since_bytes
 
     async def delete_session(self) -> int:
         """Remove every key of this session (all agents and orchestrators in it); returns how many."""

@@ -1,0 +1,60 @@
+"""The agents of recently used sessions, kept between turns so that a turn does not load its session again.
+
+A hosted agent in session mode is built and its session loaded once; later turns reuse it. Nothing is
+trusted that a conditional write does not prove: a turn's journal record is created under the next
+number, so if another process saved the session meanwhile the save is refused (409) and the entry is
+dropped, and the next turn loads the session afresh; a cached agent idle for a second first reads its own
+last record back (``SnapshotSessionManager.recheck_after``), so a session deleted or written by another
+process is noticed before anything is written. The cache is bounded by the number of sessions and by
+their stored size (least recently used first out), and an agent is taken out while its turn runs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from orchestra.agent import Agent
+from orchestra.session import SnapshotSessionManager
+
+__all__ = ["SessionCache"]
+
+SessionKey = tuple[str, str, str]  # workspace, hosted agent id, session id
+
+
+class SessionCache:
+    """At most ``max_sessions`` agents, weighing at most ``max_bytes`` of stored session together."""
+
+    def __init__(self, max_sessions: int, max_bytes: int) -> None:
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self._agents: OrderedDict[SessionKey, tuple[Agent, int]] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def take(self, key: SessionKey) -> Agent | None:
+        """The cached agent of a session, taken out for its turn (None if none is cached)."""
+        found = self._agents.pop(key, None)
+        if found is None:
+            return None
+        self.bytes -= found[1]
+        return found[0]
+
+    def give_back(self, key: SessionKey, agent: Agent) -> None:
+        """Keep ``agent`` after its turn (it is the session as stored), evicting the least recent."""
+        manager = agent.session_manager
+        if self.max_sessions <= 0 or not isinstance(manager, SnapshotSessionManager):
+            return
+        weight = manager.stored_bytes(agent)
+        self._agents[key] = (agent, weight)
+        self.bytes += weight
+        while self._agents and (len(self._agents) > self.max_sessions or self.bytes > self.max_bytes):
+            _, (_, dropped) = self._agents.popitem(last=False)
+            self.bytes -= dropped
+
+    def forget(self, workspace: str, agent_id: str, session_id: str) -> None:
+        """Drop a session's agent (the session was deleted)."""
+        found = self._agents.pop((workspace, agent_id, session_id), None)
+        if found is not None:
+            self.bytes -= found[1]

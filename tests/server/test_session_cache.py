@@ -1,0 +1,87 @@
+"""A hosted turn does not load its session again: the session's agent is kept between turns, bounded, and
+never trusted further than the conditional writes prove (issue 25, point 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestra.server import load_config
+from orchestra.server.runtime import Invocation, Runtime
+from orchestra.testing import CountingStorage
+from tests.server.conftest import write_config
+
+
+def runtime_on(tmp_path, limits: str = "") -> Runtime:
+    return Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store", limits)))
+
+
+def turn(runtime: Runtime, text: str, session: str = "s1") -> Invocation:
+    hosted = next(h for h in runtime.config.agents if h.id == "chat")
+    return Invocation(hosted, text, session, None)
+
+
+def texts(record) -> list[str]:
+    return [m["content"][0]["text"] for m in record.messages if m["role"] == "user"]
+
+
+async def test_a_kept_session_is_not_loaded_again(tmp_path):
+    runtime = runtime_on(tmp_path)
+    runtime.root = counting = CountingStorage(runtime.root)
+    await runtime.invoke("acme", turn(runtime, "one"))
+    reads = counting.reads
+    record, failure = await runtime.invoke("acme", turn(runtime, "two"))
+    assert failure is None
+    assert texts(record) == ["one", "two"]
+    assert counting.reads == reads  # no snapshot, manifest or journal read: the agent was kept
+    assert len(runtime.sessions) == 1
+
+
+async def test_a_session_another_process_saved_is_refused_then_loaded_afresh(tmp_path):
+    first, other = runtime_on(tmp_path), runtime_on(tmp_path)
+    await first.invoke("acme", turn(first, "one"))
+    await other.invoke("acme", turn(other, "from the other process"))
+    record, failure = await first.invoke("acme", turn(first, "two"))
+    assert failure is not None
+    assert failure.code == "session_conflict"  # its kept agent was behind: nothing overwritten
+    record, failure = await first.invoke("acme", turn(first, "two"))
+    assert failure is None
+    assert texts(record) == ["one", "from the other process", "two"]
+
+
+async def test_a_session_deleted_by_another_process_is_noticed_before_anything_is_written(
+    tmp_path, monkeypatch
+):
+    import orchestra.server.runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "CACHED_RECHECK_S", 0.0)  # every kept turn reads its last record back
+    first, other = runtime_on(tmp_path), runtime_on(tmp_path)
+    await first.invoke("acme", turn(first, "one"))
+    await first.invoke("acme", turn(first, "two"))
+    from orchestra.session._layout import session_prefix
+
+    await other.agent_storage("acme", "chat").delete_prefix(session_prefix("s1"))
+    record, failure = await first.invoke("acme", turn(first, "three"))
+    assert failure is not None
+    assert failure.code == "session_conflict"
+    record, failure = await first.invoke("acme", turn(first, "again"))
+    assert failure is None
+    assert texts(record) == ["again"]  # a new session, whole: not a journal with a hole in it
+
+
+@pytest.mark.parametrize(
+    ("limits", "kept"), [("limits: {cached_sessions: 2}", 2), ("limits: {cached_sessions: 0}", 0)]
+)
+async def test_the_cache_is_bounded(tmp_path, limits, kept):
+    runtime = runtime_on(tmp_path, limits + "\n")
+    for session in ("a", "b", "c"):
+        await runtime.invoke("acme", turn(runtime, "hi", session))
+    assert len(runtime.sessions) == kept
+    record, _ = await runtime.invoke("acme", turn(runtime, "back", "a"))  # evicted: loaded again, whole
+    assert texts(record) == ["hi", "back"]
+
+
+async def test_a_session_deleted_through_the_api_is_forgotten(tmp_path):
+    runtime = runtime_on(tmp_path)
+    await runtime.invoke("acme", turn(runtime, "one"))
+    runtime.sessions.forget("acme", "chat", "s1")
+    assert len(runtime.sessions) == 0
