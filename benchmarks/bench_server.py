@@ -11,7 +11,15 @@ For each it prints one JSON object (requests/s, p50/p99 ms, non-2xx answers), th
 app measured in the same run. Without ``wrk`` it falls back to a Python load generator (httpx), which is
 itself the bottleneck: compare ratios, not absolute figures.
 
-    python benchmarks/bench_server.py [--duration 10] [--connections 32] [--workers 1]
+With ``--storage``, session mode runs once per storage named (``file``, ``sqlite``, ``memory``, ``postgres``:
+the last from ``$ORCHESTRA_BENCH_POSTGRES`` or ``$ORCHESTRA_TEST_POSTGRES``), each against the same bare app.
+
+With ``--cached-sessions N``, instead: N sessions each given one turn in one process (local files), then
+every session given a second turn, with the server's default cache bound (1,000 sessions) and with room
+for all N; it prints the process's RSS over its imports after each phase, and how many agents were kept.
+
+    python benchmarks/bench_server.py [--duration 10] [--connections 32] [--workers 1] [--storage file sqlite]
+    python benchmarks/bench_server.py --cached-sessions 10000
 """
 
 from __future__ import annotations
@@ -92,14 +100,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_config(root: Path) -> Path:
+def storage_uri(kind: str, root: Path) -> str:
+    if kind == "postgres":
+        return os.environ.get("ORCHESTRA_BENCH_POSTGRES") or os.environ["ORCHESTRA_TEST_POSTGRES"]
+    return {"file": f"file:{root}/store", "sqlite": f"sqlite:{root}/store.sqlite", "memory": "memory"}[kind]
+
+
+def write_config(root: Path, storage: str = "file", limits: str = "") -> Path:
     (root / "agent.yaml").write_text(
         "version: 1\nkind: agent\nid: bench\nagents:\n  - name: bench\n    model: scripted\n"
         "    conversation_manager: {type: sliding_window, window_size: 40}\n"
     )
     config = root / "server.yaml"
     config.write_text(
-        f"version: 1\nstorage: file:{root}/store\n"
+        f"version: 1\nstorage: {storage_uri(storage, root)}\n{limits}"
         "agents:\n  - {id: bench, spec: agent.yaml, workspace: ws}\n"
         f"api_keys:\n  - {{workspace: ws, sha256: {hashlib.sha256(KEY.encode()).hexdigest()}}}\n"
     )
@@ -183,13 +197,13 @@ async def run_python(url: str, session: bool, duration: int, connections: int) -
 
 
 def measure(
-    name: str, command: list[str], port: int, session: bool, args: argparse.Namespace
+    name: str, command: list[str], port: int, session: bool, args: argparse.Namespace, storage: str = "file"
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "bare_app.py").write_text(BARE_APP)
         if name != "bare":
-            command = [*command, str(write_config(root))]
+            command = [*command, str(write_config(root, storage))]
         server = start(command, port, root)
         try:
             url = f"http://127.0.0.1:{port}"
@@ -200,7 +214,55 @@ def measure(
         finally:
             server.terminate()
             server.wait(30)
-    return {"benchmark": "server_invoke", "app": name, "workers": args.workers, **figures}
+    out = {"benchmark": "server_invoke", "app": name, "workers": args.workers}
+    if name != "bare":
+        out["storage"] = storage
+    return {**out, **figures}
+
+
+async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
+    """``sessions`` sessions, one turn each, then a second turn each, in one runtime on local files; run in
+    a fresh process (``_measure.in_fresh_process``), which adds the peak RSS over the imports."""
+    from orchestra.server import load_config
+    from orchestra.server.runtime import Invocation, Runtime
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+    figures: dict[str, Any] = {"benchmark": "server_cached_sessions", "sessions": sessions}
+    with tempfile.TemporaryDirectory() as tmp:
+        runtime = Runtime(load_config(write_config(Path(tmp), "file", limits)))
+        hosted = runtime.config.agents[0]
+        before = rss_mb()
+        started = time.perf_counter()
+        for phase in ("first", "second"):
+            for i in range(sessions):
+                await runtime.invoke("ws", Invocation(hosted, f"{phase} turn", f"s{i}", None))
+                await runtime.flush_records("ws")
+            figures[f"rss_mb_after_{phase}_turns"] = round(rss_mb() - before, 1)
+        figures["kept"] = len(runtime.sessions)
+        figures["kept_stored_mb"] = round(runtime.sessions.bytes / 2**20, 2)
+        figures["ms_per_turn"] = round((time.perf_counter() - started) / (2 * sessions) * 1000, 3)
+    return figures
+
+
+async def cached_sessions_bounded(sessions: int) -> dict[str, Any]:
+    """With the server's default bound (1,000 sessions kept)."""
+    return {"cache": "default bound (1,000)", **await _cached_sessions(sessions, "")}
+
+
+async def cached_sessions_all(sessions: int) -> dict[str, Any]:
+    """With room for every session."""
+    return {
+        "cache": "all kept",
+        **await _cached_sessions(sessions, f"limits: {{cached_sessions: {sessions}}}\n"),
+    }
+
+
+async def cached_sessions_none(sessions: int) -> dict[str, Any]:
+    """Without a cache (every turn loads its session): the floor for memory."""
+    return {"cache": "none", **await _cached_sessions(sessions, "limits: {cached_sessions: 0}\n")}
 
 
 def main() -> None:
@@ -208,9 +270,19 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--storage", nargs="*", default=["file"], help="session mode on each of these")
+    parser.add_argument("--cached-sessions", type=int, default=0, help="measure the session cache's memory")
     args = parser.parse_args()
+    if args.cached_sessions:
+        from _measure import in_fresh_process
+
+        for case in ("cached_sessions_none", "cached_sessions_bounded", "cached_sessions_all"):
+            print(json.dumps(in_fresh_process(__file__, case, args.cached_sessions)))
+        return
     results = {}
-    for name, session in (("bare", False), ("no_memory", False), ("session", True)):
+    cases = [("bare", False, "file"), ("no_memory", False, "file")]
+    cases += [(f"session_{storage}", True, storage) for storage in args.storage]
+    for name, session, storage in cases:
         port = free_port()
         if name == "bare":
             command = [
@@ -233,24 +305,17 @@ def main() -> None:
                 str(port),
             ]
         command += ["--workers", str(args.workers)]
-        results[name] = measure(name, command, port, session, args)
+        results[name] = measure(name, command, port, session, args, storage)
         print(json.dumps(results[name]))
     bare = results["bare"]
-    print(
-        json.dumps(
-            {
-                "benchmark": "server_invoke_ratios",
-                "no_memory_over_bare_rps": round(
-                    results["no_memory"]["requests_per_second"] / bare["requests_per_second"], 3
-                ),
-                "session_over_bare_rps": round(
-                    results["session"]["requests_per_second"] / bare["requests_per_second"], 3
-                ),
-                "no_memory_p99_over_bare": round(results["no_memory"]["p99_ms"] / bare["p99_ms"], 2),
-                "session_p99_over_bare": round(results["session"]["p99_ms"] / bare["p99_ms"], 2),
-            }
-        )
-    )
+    ratios: dict[str, Any] = {"benchmark": "server_invoke_ratios"}
+    for name in results:
+        if name != "bare":
+            ratios[f"{name}_over_bare_rps"] = round(
+                results[name]["requests_per_second"] / bare["requests_per_second"], 3
+            )
+            ratios[f"{name}_p99_over_bare"] = round(results[name]["p99_ms"] / bare["p99_ms"], 2)
+    print(json.dumps(ratios))
 
 
 if __name__ == "__main__":

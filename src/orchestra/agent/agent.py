@@ -243,13 +243,18 @@ class Agent:
         output_type: type[BaseModel] | None = None,
     ) -> AgentResult:
         """Invoke the agent and return the result."""
-        result: AgentResult | None = None
         stream = self.stream_async(prompt, invocation_state=invocation_state, output_type=output_type)
-        # aclosing: a cancelled invocation must release the agent at once, not when the GC finalizes it.
-        async with aclosing(stream) as events:
-            async for event in events:
-                if isinstance(event, ResultEvent):
-                    result = event.result
+        # Nobody reads the events: drive the invocation's own generator, without the stream's per-event
+        # wrapper (the hold and the rollback are the same). aclosing: a cancelled invocation must release
+        # the agent at once, not when the GC finalizes it.
+        result: AgentResult | None = None
+        try:
+            async with aclosing(stream._start()) as events:
+                async for event in events:
+                    if type(event) is ResultEvent:
+                        result = event.result
+        finally:
+            stream._finish()
         assert result is not None, "an invocation always ends with a ResultEvent"
         return result
 
