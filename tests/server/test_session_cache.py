@@ -85,3 +85,23 @@ async def test_a_session_deleted_through_the_api_is_forgotten(tmp_path):
     await runtime.invoke("acme", turn(runtime, "one"))
     runtime.sessions.forget("acme", "chat", "s1")
     assert len(runtime.sessions) == 0
+
+
+async def test_turns_that_keep_nothing_reuse_an_agent_put_back_as_built(tmp_path):
+    """No-memory and stateless turns take an agent built before, reset to how it was built (history,
+    state, its test model's script), instead of building one from the spec each time."""
+    runtime = runtime_on(tmp_path)
+    hosted = next(h for h in runtime.config.agents if h.id == "chat")
+    first, _ = await runtime.invoke("acme", Invocation(hosted, "one", None, None))
+    second, _ = await runtime.invoke("acme", Invocation(hosted, "two", None, None))
+    assert texts(first) == ["one"]
+    assert texts(second) == ["two"]  # nothing of the first turn
+    assert second.output == "echo: two (turn 1)"
+    stateless, _ = await runtime.invoke(
+        "acme",
+        Invocation(
+            hosted, "three", None, [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+        ),
+    )
+    assert stateless.output == "echo: three (turn 2)"
+    assert len(runtime.fresh._idle["chat"]) == 1  # one agent served all three

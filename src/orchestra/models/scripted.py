@@ -106,6 +106,15 @@ class _RecordingModel:
     def name(self) -> str:
         return self._name
 
+    def reset(self) -> None:
+        """Forget the recorded requests and start over, as a model built anew would (``orchestra serve``
+        does this for an agent it reuses for turns that keep nothing)."""
+        self.requests.clear()
+        counter = itertools.count(1)
+        self._next_id = lambda: f"tooluse_{next(counter)}"
+        if hasattr(self, "_position"):
+            self._position = 0
+
     @property
     def telemetry(self) -> ModelTelemetry:
         return ModelTelemetry("orchestra", self._name, remote=False)  # it runs in this process

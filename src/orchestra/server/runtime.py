@@ -51,7 +51,7 @@ from orchestra.server.idempotency import IdempotencyKeys, KeyEntry, KeyRefused
 from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure, NothingToResume, failure_of
 from orchestra.server.runs import Mode, RunRecord, RunStore
-from orchestra.server.session_cache import SessionCache
+from orchestra.server.session_cache import FreshAgents, SessionCache
 from orchestra.server.settle import settle_from_session
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._uuid7 import uuid7
@@ -163,6 +163,7 @@ class Runtime:
         )
         self._runs: dict[str, RunStore] = {}
         self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
+        self.fresh = FreshAgents()
         self.sessions = SessionCache(
             config.limits.cached_sessions, int(config.limits.cached_session_mb * 2**20)
         )
@@ -248,6 +249,11 @@ class Runtime:
             assert isinstance(cached.session_manager, SnapshotSessionManager)
             cached.session_manager.run_id = invocation.run_id
             return cached
+        fresh = self.fresh.take(hosted.id) if _keeps_nothing(invocation, loaded) else None
+        if fresh is not None:
+            if invocation.history is not None:
+                fresh.messages = _history_messages(invocation.history)
+            return fresh
         manager = None
         if invocation.session_id is not None:
             storage = self.agent_storage(hosted.workspace, hosted.id)
@@ -260,6 +266,8 @@ class Runtime:
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):
             await built.initialize()
+            if _keeps_nothing(invocation, loaded):
+                self.fresh.built(built)
             if invocation.history is not None:
                 built.messages = _history_messages(invocation.history)
         return built
@@ -498,10 +506,13 @@ class Runtime:
 
     def _keep(self, invocation: Invocation, target: Any, outcome: Any) -> None:
         """After a turn, keep the session's agent for the next one, unless what it holds may no longer be
-        the session as stored: another writer won (409), or a stored file was damaged."""
-        if not isinstance(target, Agent) or not _cacheable(
-            invocation, self.config.spec_of(invocation.hosted.id)
-        ):
+        the session as stored: another writer won (409), or a stored file was damaged. An agent of a turn
+        that keeps nothing is put back as it was built, for the next such turn."""
+        loaded = self.config.spec_of(invocation.hosted.id)
+        if isinstance(target, Agent) and _keeps_nothing(invocation, loaded):
+            self.fresh.give_back(invocation.hosted.id, target)
+            return
+        if not isinstance(target, Agent) or not _cacheable(invocation, loaded):
             return
         if isinstance(outcome, SessionConflictError | SnapshotError):
             return
@@ -606,6 +617,11 @@ async def _resume(target: Agent | MultiAgentBase) -> Any:
 def _cacheable(invocation: Invocation, loaded: Any) -> bool:
     """A session-mode turn of a hosted agent (not a pipeline): its agent may be kept between turns."""
     return invocation.session_id is not None and invocation.history is None and loaded.spec.kind == "agent"
+
+
+def _keeps_nothing(invocation: Invocation, loaded: Any) -> bool:
+    """A stateless or no-memory turn of a hosted agent: its agent may be put back as built and reused."""
+    return invocation.session_id is None and loaded.spec.kind == "agent"
 
 
 def _cache_key(invocation: Invocation) -> tuple[str, str, str]:

@@ -11,12 +11,14 @@ their stored size (least recently used first out), and an agent is taken out whi
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 
 from orchestra.agent import Agent
+from orchestra.agent.agent import AgentData
 from orchestra.session import SnapshotSessionManager
 
-__all__ = ["SessionCache"]
+__all__ = ["FreshAgents", "SessionCache"]
 
 SessionKey = tuple[str, str, str]  # workspace, hosted agent id, session id
 
@@ -58,3 +60,37 @@ class SessionCache:
         found = self._agents.pop((workspace, agent_id, session_id), None)
         if found is not None:
             self.bytes -= found[1]
+
+
+class FreshAgents:
+    """Agents built for turns that keep nothing (stateless and no-memory modes), put back as they were
+    built after their turn, so that a turn does not build its agent from the spec again (a third of a
+    no-memory request's time). At most ``per_agent`` wait per hosted agent."""
+
+    def __init__(self, per_agent: int = 64) -> None:
+        self.per_agent = per_agent
+        self._idle: dict[str, list[tuple[Agent, AgentData]]] = {}
+        self._built_as: dict[int, AgentData] = {}
+
+    def take(self, hosted_id: str) -> Agent | None:
+        idle = self._idle.get(hosted_id)
+        if not idle:
+            return None
+        agent, data = idle.pop()
+        self._built_as[id(agent)] = data
+        return agent
+
+    def built(self, agent: Agent) -> None:
+        """Remember how a newly built agent was, to put it back so after its turn."""
+        self._built_as[id(agent)] = copy.deepcopy(agent.agent_data())
+
+    def give_back(self, hosted_id: str, agent: Agent) -> None:
+        data = self._built_as.pop(id(agent), None)
+        idle = self._idle.setdefault(hosted_id, [])
+        if data is None or len(idle) >= self.per_agent:
+            return
+        reset = getattr(agent.model, "reset", None)  # a test model's script and request log start over
+        if reset is not None:
+            reset()
+        agent.load_agent_data(copy.deepcopy(data))
+        idle.append((agent, data))
