@@ -20,4 +20,4 @@ __all__ = [
     "tool",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)

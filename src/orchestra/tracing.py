@@ -31,6 +31,8 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from orchestra._dist import install_hint
+
 if TYPE_CHECKING:
     from orchestra.models import Model, ModelTelemetry
 
@@ -205,7 +207,7 @@ def configure_otlp(endpoint: str, service_name: str = "orchestra") -> None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         raise RuntimeError(
-            "--otlp-endpoint needs the OpenTelemetry SDK and exporter: pip install 'orchestra[otel]'"
+            "--otlp-endpoint needs the OpenTelemetry SDK and exporter: " + install_hint("otel")
         ) from None
     url = endpoint.rstrip("/")
     if not url.endswith("/v1/traces"):

@@ -1,4 +1,5 @@
-"""``orchestra run/resume --on temporal://...`` and ``orchestra worker``: the CLI side of the Temporal backend."""
+"""``orchestra run/resume --on temporal://...``: start or continue a run on Temporal and follow it like a
+local run (``orchestra worker`` is in ``_worker.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import typer
 from rich.live import Live
 
+from orchestra.cli._outcome import report, stored_result
 from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, err, fail, resume_command
 from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
@@ -20,7 +22,7 @@ from orchestra.multiagent import MultiAgentBase
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage._uri import parse_storage_uri
 
-__all__ = ["run_on_temporal", "run_worker"]
+__all__ = ["run_on_temporal", "temporal_failure"]
 
 
 def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
@@ -36,7 +38,7 @@ def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
     return uri
 
 
-def _temporal_failure(exc: Exception, address: str, again: str) -> str:
+def temporal_failure(exc: Exception, address: str, again: str) -> str:
     """One line for what Temporal (or the way to it) answered, with what to do."""
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -175,7 +177,7 @@ def run_on_temporal(
     except OrchestraError as exc:
         raise fail(str(exc)) from None
     except Exception as exc:
-        raise fail(_temporal_failure(exc, target.address, again)) from None
+        raise fail(temporal_failure(exc, target.address, again)) from None
     if kind == "signal":
         err.print("Stopped following. The run goes on on Temporal; follow it again with:")
         err.print(f"  {again}", markup=False, highlight=False)
@@ -191,52 +193,9 @@ def run_on_temporal(
         err.print(f"Answer with: {again} --respond <id>=<json>", markup=False, highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     # The outcome as a local run reports it (text, --json shape, exit code), read from the session.
-    from orchestra.cli._app import _report, _stored_result
-
     if data["status"] == "failed" and data.get("execution_count") is None:
         # The workflow refused before running anything (no run to resume, another graph): say why.
         raise fail(str(data.get("reason")))
     fresh = build(loaded)  # the followed skeleton only knows statuses; this one loads the results
     assert isinstance(fresh, MultiAgentBase)
-    _report(_stored_result(fresh, uri, session_id, again), session_id, again, as_json)
-
-
-def run_worker(
-    specs: list[LoadedSpec],
-    address: str,
-    namespace: str,
-    task_queue: str,
-    connection: Any = None,
-    graceful_shutdown: float | None = None,
-) -> None:
-    """Host ``specs`` on a Temporal task queue until SIGINT or SIGTERM; then let running nodes finish and
-    commit (up to ``graceful_shutdown`` seconds) before exiting."""
-    from datetime import timedelta
-
-    from orchestra.temporal import TemporalTarget, connect, create_worker
-
-    async def main() -> None:
-        client = await connect(TemporalTarget(address, namespace, task_queue), connection)
-        options = (
-            {}
-            if graceful_shutdown is None
-            else {"graceful_shutdown_timeout": timedelta(seconds=graceful_shutdown)}
-        )
-        worker = create_worker(client, task_queue, specs, **options)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        async with worker:
-            names = ", ".join(s.spec.id for s in specs)
-            err.print(
-                f"worker ready on {address}/{namespace}, task queue {task_queue}: {names}", highlight=False
-            )
-            await stop.wait()
-
-    try:
-        asyncio.run(main())
-    except OrchestraError as exc:
-        raise fail(str(exc)) from None
-    except Exception as exc:  # cannot connect, or the server refused
-        raise fail(_temporal_failure(exc, address, "orchestra worker ...")) from None
+    report(stored_result(fresh, uri, session_id, again), session_id, again, as_json)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
+from orchestra._dist import install_hint
 from orchestra.errors import ConfigurationError, StorageError
 from orchestra.storage._base import Expect, ForwardingStorage, Storage
 
@@ -58,7 +59,7 @@ def _aesgcm(key: bytes) -> Any:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise ConfigurationError(
-            "EncryptedStorage needs the cryptography package: pip install 'orchestra[encryption]'"
+            "EncryptedStorage needs the cryptography package: " + install_hint("encryption")
         ) from None
     return AESGCM(key)
 

@@ -1,0 +1,97 @@
+"""A run's outcome, as every command that ends a run reports it: its output (or why it stopped) and the
+documented exit code; and the outcome of a run saved in a session (``orchestra result``, Temporal runs)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from orchestra.cli._options import open_storage, session_call
+from orchestra.cli._output import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, err, fail, out
+from orchestra.multiagent import Graph, MultiAgentBase, Status
+from orchestra.multiagent.results import MultiAgentResult, output_text
+from orchestra.session import admin
+
+__all__ = ["report", "result_json", "stored_result"]
+
+
+def result_json(result: Any, session_id: str) -> dict[str, Any]:
+    if isinstance(result, MultiAgentResult):
+        data = result.model_dump(mode="json", exclude={"results"})
+        data["results"] = {
+            n: r.model_dump(mode="json", exclude={"message"}) for n, r in result.results.items()
+        }
+    else:
+        data = {
+            "status": "completed",
+            "output": str(result),
+            "stop_reason": result.stop_reason,
+            "usage": result.metrics.usage.model_dump(by_alias=True),
+        }
+    data["session_id"] = session_id
+    return data
+
+
+def report(result: Any, session_id: str, again: str, as_json: bool) -> None:
+    """Print a run's outcome (the output, or why it stopped) and exit with the documented code."""
+    status = result.status if isinstance(result, MultiAgentResult) else Status.COMPLETED
+    if as_json:
+        out.print_json(json.dumps(result_json(result, session_id)))
+    elif status == Status.COMPLETED:  # an unfinished run has no output: its status is said below
+        out.print(
+            output_text(result.output) if isinstance(result, MultiAgentResult) else str(result),
+            markup=False,
+            highlight=False,
+        )
+    if status == Status.FAILED:
+        err.print(f"[red]failed:[/] {result.reason}", highlight=False)
+        err.print(
+            f"Fix the cause, then resume: {again}",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_FAILED)
+    if status == Status.INTERRUPTED and not result.interrupts:  # its budget was spent
+        err.print(f"[magenta]stopped[/]: {result.reason}", highlight=False)
+        err.print(
+            f"Resume it with a larger budget: {again} --budget-tokens N (or --budget-cost, --budget-calls, "
+            "--budget-seconds)",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_BUDGET)
+    if status == Status.INTERRUPTED:
+        err.print("[magenta]interrupted[/]: waiting for a response to:")
+        for interrupt in result.interrupts:
+            err.print(
+                f"  {interrupt.id}  {interrupt.name}: {json.dumps(interrupt.reason)}",
+                highlight=False,
+                markup=False,
+            )
+        err.print(
+            f"Answer with: {again} --respond <id>=<json>",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def stored_result(target: MultiAgentBase, uri: str, session_id: str, again: str) -> MultiAgentResult:
+    """The result of the last run of ``target`` saved in a session, as the run returned it."""
+    doc = session_call(admin.load_scope, open_storage(uri), session_id, "multiAgent", target.scope_id)
+    target.load_document(doc.fields, doc.logs)
+    if target.status == Status.EXECUTING:
+        raise fail(
+            f"the run of session {session_id} is still executing (or its process was killed): follow or "
+            f"resume it with: {again}"
+        )
+    if isinstance(target, Graph):
+        target._restore_results()
+    outcome = target._build_result()
+    if outcome.status == Status.COMPLETED and outcome.output is None and outcome.execution_order:
+        # A swarm run on Temporal keeps its output in the last completed turn's result.
+        last = outcome.results.get(outcome.execution_order[-1])
+        outcome.output = last.output if last is not None else None
+    return outcome
