@@ -26,6 +26,7 @@ __all__ = [
     "open_storage",
     "session_call",
     "start_tracing",
+    "storage_uri",
 ]
 
 SpecFile = Annotated[Path, typer.Argument(help="The pipeline spec (YAML).", exists=True, dir_okay=False)]
@@ -91,6 +92,12 @@ def load_spec(file: Path) -> Any:
         for line in exc.errors:
             err.print(line, highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None
+
+
+def storage_uri(loaded: Any, storage: str | None) -> str:
+    """The storage a spec's runs are saved in: ``--storage``, else the spec's, else the default."""
+    session = loaded.spec.session
+    return storage or (session.storage if session is not None else None) or DEFAULT_STORAGE_URI
 
 
 def open_storage(uri: str | None) -> Any:

@@ -3,18 +3,30 @@ documented exit code; and the outcome of a run saved in a session (``orchestra r
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 from typing import Any
 
+import anyio
 import typer
 
 from orchestra.cli._options import open_storage, session_call
-from orchestra.cli._output import EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, err, fail, out
+from orchestra.cli._output import (
+    EXIT_BUDGET,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    err,
+    fail,
+    out,
+    resume_command,
+)
+from orchestra.errors import OrchestraError, SessionError
 from orchestra.multiagent import Graph, MultiAgentBase, Status
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin
 
-__all__ = ["report", "result_json", "stored_result"]
+__all__ = ["check_resumable", "report", "result_json", "stored_result"]
 
 
 def result_json(result: Any, session_id: str) -> dict[str, Any]:
@@ -95,3 +107,53 @@ def stored_result(target: MultiAgentBase, uri: str, session_id: str, again: str)
         last = outcome.results.get(outcome.execution_order[-1])
         outcome.output = last.output if last is not None else None
     return outcome
+
+
+def check_resumable(
+    target: MultiAgentBase,
+    file: Path,
+    uri: str,
+    session_id: str,
+    *,
+    storage: str | None,
+    on: str | None = None,
+) -> None:
+    """Refuse, before anything runs or is drawn, a resume that has nothing to resume (see
+    ``resume_problem``)."""
+    problem = anyio.run(
+        functools.partial(resume_problem, target, file, uri, session_id, storage=storage, on=on)
+    )
+    if problem is not None:
+        raise fail(problem)
+
+
+async def resume_problem(
+    target: MultiAgentBase,
+    file: Path,
+    uri: str,
+    session_id: str,
+    *,
+    storage: str | None,
+    on: str | None = None,
+) -> str | None:
+    """Why a resume of ``session_id`` has nothing to resume, naming the command that fits instead: the
+    session has no run of this pipeline (``orchestra run``), or its run already completed (``orchestra
+    result`` shows it); None when there is a run to continue."""
+    start = resume_command(file, session_id, storage=storage, on=on, verb="run")
+    try:
+        doc = await admin.load_scope(open_storage(uri), session_id, "multiAgent", target.scope_id)
+    except SessionError:
+        return (
+            f"session {session_id} has no run of {target.kind} {target.id!r} in {uri} to resume: start one "
+            f"with: {start}"
+        )
+    except OrchestraError as exc:
+        return str(exc)
+    status = (doc.fields.get("run") or {}).get("status")
+    if status == Status.COMPLETED.value:
+        shown = resume_command(file, session_id, storage=storage, verb="result")
+        return (
+            f"the run of session {session_id} already completed: nothing to resume. See its output with: "
+            f"{shown} (or start a new run in the session with: {start})"
+        )
+    return None

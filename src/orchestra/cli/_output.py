@@ -6,6 +6,7 @@ import shlex
 import signal
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
 from rich.text import Text
@@ -19,6 +20,7 @@ __all__ = [
     "EXIT_USAGE",
     "err",
     "fail",
+    "live_display",
     "out",
     "resume_command",
 ]
@@ -40,6 +42,14 @@ def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     return typer.Exit(code)
 
 
+def live_display() -> bool:
+    """Whether a live table may be drawn on stderr: only on a terminal, and not beside JSON log lines
+    (without a terminal the redraws would pile up, and a JSON stream must hold nothing but JSON)."""
+    context = click.get_current_context(silent=True)
+    json_logs = context is not None and context.find_root().params.get("log_format") == "json"
+    return err.is_terminal and not json_logs
+
+
 def resume_command(
     file: Path,
     session_id: str,
@@ -48,10 +58,11 @@ def resume_command(
     model: str | None = None,
     on: str | None = None,
     extra: list[str] | None = None,
+    verb: str = "resume",
 ) -> str:
     """The command that resumes a run, repeating every option that changes how it runs (``extra``: more
-    words, such as the budget flags)."""
-    parts = ["orchestra", "resume", str(file), "--session-id", session_id]
+    words, such as the budget flags); with ``verb`` another command on the same run (result, run)."""
+    parts = ["orchestra", verb, str(file), "--session-id", session_id]
     for option, value in (("--storage", storage), ("--model", model), ("--on", on)):
         if value:
             parts += [option, value]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 import signal
 import sys
@@ -33,9 +34,18 @@ from orchestra.cli._options import (
     StorageOption,
     load_spec,
     start_tracing,
+    storage_uri,
 )
-from orchestra.cli._outcome import report, stored_result
-from orchestra.cli._output import EXIT_FAILED, EXIT_SIGNAL, EXIT_USAGE, err, fail, resume_command
+from orchestra.cli._outcome import check_resumable, report, stored_result
+from orchestra.cli._output import (
+    EXIT_FAILED,
+    EXIT_SIGNAL,
+    EXIT_USAGE,
+    err,
+    fail,
+    live_display,
+    resume_command,
+)
 from orchestra.cli._render import NodeTable
 from orchestra.errors import (
     OrchestraError,
@@ -49,7 +59,6 @@ from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult
 from orchestra.session.writer_lock import WriterLock
 from orchestra.spec import build
-from orchestra.storage import DEFAULT_STORAGE_URI
 
 __all__ = ["app"]
 
@@ -57,6 +66,8 @@ app = typer.Typer()
 
 
 def _read_input(value: str | None, default: str | None) -> Any:
+    """The task: ``-`` reads stdin, ``@FILE`` reads a file, anything else is the task's text. A lone word
+    that looks like a file name (``notes.txt``) is refused: it was surely meant as a file."""
     if value == "-":
         text = sys.stdin.read()
         if not text.strip():
@@ -64,28 +75,43 @@ def _read_input(value: str | None, default: str | None) -> Any:
                 "--input - read nothing from stdin: pipe the task in, or pass --input TEXT", EXIT_USAGE
             )
         return text
+    if value is not None and value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise fail(f"--input {value}: cannot read {path} ({exc.strerror})", EXIT_USAGE) from None
+    if value is not None and _FILE_NAME.match(value):
+        found = "it exists" if Path(value).exists() else "no such file here"
+        raise fail(
+            f"--input {value!r} looks like a file name ({found}): write --input @{value} to read a file, "
+            "or give the task as text",
+            EXIT_USAGE,
+        )
     if value is not None:
         return value
     return default
 
 
+# A lone word with a file suffix: notes.txt, ./task.md, data/brief.json (not "Hello" or "v1.2 please").
+_FILE_NAME = re.compile(r"^[\w./~-]*\.(txt|md|json|jsonl|yaml|yml|csv|html|xml|pdf|rst)$", re.IGNORECASE)
+
+
 async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table: bool) -> MultiAgentResult:
     table = NodeTable(orchestrator)
     result: MultiAgentResult | None = None
-    with (
-        Live(table.render(), console=err, refresh_per_second=8, transient=False)
-        if show_table
-        else contextlib.nullcontext() as live
-    ):
-        async with contextlib.aclosing(orchestrator.stream_async(task)) as events:
-            async for event in events:
-                table.update(event)
-                if live is not None:
-                    live.update(table.render())
-                if isinstance(event, MultiAgentResultEvent):
-                    result = event.result
-    if show_table:
-        err.print()  # the output line starts on a line of its own, after the table
+    # Live redraws through table.render at every refresh, so a running node's seconds keep counting.
+    live = Live(console=err, refresh_per_second=8, get_renderable=table.render) if show_table else None
+    try:
+        with live if live is not None else contextlib.nullcontext():
+            async with contextlib.aclosing(orchestrator.stream_async(task)) as events:
+                async for event in events:
+                    table.update(event)
+                    if isinstance(event, MultiAgentResultEvent):
+                        result = event.result
+    finally:
+        if show_table:
+            err.print()  # what follows (the output, an error, the resume hint) starts on a line of its own
     assert result is not None
     return result
 
@@ -131,7 +157,9 @@ def _execute(
             group.start_soon(watch_signals)
             try:
                 if isinstance(target, MultiAgentBase):
-                    outcome: Any = await _run_orchestrator(target, task, show_table=not as_json)
+                    outcome: Any = await _run_orchestrator(
+                        target, task, show_table=not as_json and live_display()
+                    )
                 else:
                     outcome = await target.invoke_async(task)
             except OrchestraError as exc:
@@ -290,6 +318,7 @@ def resume(
         raise fail(str(exc)) from None
     if not isinstance(target, MultiAgentBase):
         raise fail(f"{file} is a single agent: there is no run to resume (use orchestra run --session-id)")
+    check_resumable(target, file, storage_uri(loaded, storage), session_id, storage=storage)
     task: Any = _parse_responses(respond) or None
     if force:
         original = target.invoke_async
@@ -327,7 +356,7 @@ def result(
     target = build(loaded)
     if not isinstance(target, MultiAgentBase):
         raise fail(f"{file} is a single agent: its session is a conversation; see 'orchestra sessions show'")
-    uri = storage or (loaded.spec.session.storage if loaded.spec.session else None) or DEFAULT_STORAGE_URI
+    uri = storage_uri(loaded, storage)
     again = resume_command(file, session_id, storage=storage)
     outcome = stored_result(target, uri, session_id, again)
     report(outcome, session_id, again, as_json)

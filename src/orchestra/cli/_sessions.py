@@ -17,9 +17,11 @@ from rich.table import Table
 from orchestra.cli._migrate import migrate_command
 from orchestra.cli._options import JsonOption, StorageOption, open_storage, session_call
 from orchestra.cli._output import EXIT_FAILED, err, fail, out
+from orchestra.errors import SessionError
 from orchestra.multiagent import Status
 from orchestra.session import admin
 from orchestra.session.writer_lock import WriterLock
+from orchestra.storage import DEFAULT_STORAGE_URI
 
 __all__ = ["sessions_app"]
 
@@ -133,7 +135,10 @@ def sessions_history(
     Example: [bold]orchestra sessions history user-123 --scope agent/default[/]
     """
     kind, scope_id = _scope(scope)
-    snapshots = session_call(admin.scope_history, open_storage(storage), session_id, kind, scope_id)
+    store = open_storage(storage)
+    snapshots = session_call(admin.scope_history, store, session_id, kind, scope_id)
+    if not snapshots:  # none yet, or no such scope: say which
+        session_call(_scope_exists, store, session_id, kind, scope_id, storage)
     if as_json:
         out.print_json(
             json.dumps(
@@ -158,6 +163,17 @@ def sessions_history(
             str(snap.created_at), str(snap.journal_seq), json.dumps(snap.app_data), snap.snapshot_id
         )
     out.print(table)
+
+
+async def _scope_exists(store: Any, session_id: str, kind: Any, scope_id: str, storage: str | None) -> None:
+    """Raise, naming what there is to look at instead, when a session or its scope does not exist."""
+    try:
+        await admin.load_scope(store, session_id, kind, scope_id)
+    except SessionError as exc:
+        where = f" --storage {storage}" if storage else ""
+        raise SessionError(
+            f"{exc}: see its scopes with orchestra sessions show {session_id}{where}"
+        ) from None
 
 
 @sessions_app.command("restore")
@@ -413,6 +429,11 @@ def sessions_delete(
             "would leave a session its run cannot save to. Stop the run first"
         )
     known = [i for i in session_call(admin.list_sessions, store) if i.session_id == session_id]
+    if not known:
+        raise fail(
+            f"no session {session_id} in {storage or DEFAULT_STORAGE_URI}: nothing to delete (see "
+            "orchestra sessions list" + (f" --storage {storage})" if storage else ")")
+        )
     if not force and known and admin.may_have_live_writer(store, known[0]):
         raise fail(
             f"session {session_id} was saved less than 10 minutes ago and may still have a live writer, "

@@ -14,8 +14,16 @@ from typing import Any
 import typer
 from rich.live import Live
 
-from orchestra.cli._outcome import report, stored_result
-from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, err, fail, resume_command
+from orchestra.cli._outcome import report, resume_problem, stored_result
+from orchestra.cli._output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SIGNAL,
+    err,
+    fail,
+    live_display,
+    resume_command,
+)
 from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
@@ -123,6 +131,13 @@ def run_on_temporal(
             elif not resume:
                 raise fail(f"a run of session {session_id} is already going on Temporal; follow it: {again}")
         else:
+            problem = (
+                await resume_problem(skeleton, file, uri, session_id, storage=storage, on=on)
+                if resume
+                else None
+            )
+            if problem is not None:
+                raise fail(problem)
             request = RunRequest(
                 spec_id=spec_id,
                 spec_hash=spec_hash(loaded),
@@ -147,11 +162,9 @@ def run_on_temporal(
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
-        with (
-            Live(table.render(), console=err, refresh_per_second=8)
-            if not as_json
-            else contextlib.nullcontext() as live
-        ):
+        show_table = not as_json and live_display()
+        live = Live(console=err, refresh_per_second=8, get_renderable=table.render) if show_table else None
+        with live if live is not None else contextlib.nullcontext():
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=0.25)
                 progress = await handle.query(PipelineWorkflow.progress)
@@ -161,8 +174,6 @@ def run_on_temporal(
                     shown.clear()
                     shown.update(finished)
                 table.set_progress(progress, outputs)
-                if live is not None:
-                    live.update(table.render())
                 if done:
                     return "finished", outcome.result()
                 if (progress["status"] == "interrupted" and responses == {}) or stop.is_set():
@@ -173,7 +184,13 @@ def run_on_temporal(
 
     received: list[int] = []
     try:
-        kind, data = asyncio.run(follow())
+        try:
+            kind, data = asyncio.run(follow())
+        finally:
+            if not as_json and live_display():
+                err.print()  # what follows starts on a line of its own, after the table
+    except typer.Exit:  # refused with its own line
+        raise
     except OrchestraError as exc:
         raise fail(str(exc)) from None
     except Exception as exc:
