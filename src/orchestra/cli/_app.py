@@ -19,7 +19,16 @@ import structlog
 import typer
 
 from orchestra.cli import _run, _serve, _spec, _worker
-from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGNAL, err, fail, out
+from orchestra.cli._output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SIGNAL,
+    err,
+    fail,
+    out,
+    use_log_format,
+)
 from orchestra.cli._sessions import sessions_app
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "app", "main"]
@@ -116,6 +125,7 @@ def _root(
     if log_format not in ("console", "json"):
         raise typer.BadParameter("use console or json", param_hint="--log-format")
     _configure_logging(ctx, log_format, verbose)
+    use_log_format(ctx, log_format)
 
 
 def main() -> None:

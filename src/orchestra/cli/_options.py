@@ -22,6 +22,11 @@ __all__ = [
     "OtlpOption",
     "SpecFile",
     "StorageOption",
+    "TemporalApiKey",
+    "TemporalTls",
+    "TemporalTlsCa",
+    "TemporalTlsCert",
+    "TemporalTlsKey",
     "load_spec",
     "open_storage",
     "session_call",
@@ -67,6 +72,51 @@ OnOption = Annotated[
         "--on",
         metavar="URI",
         help="Run on Temporal instead of here: temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE.",
+    ),
+]
+
+
+_TEMPORAL = "Temporal connection (with --on; also ORCHESTRA_TEMPORAL_* variables)"
+TemporalTls = Annotated[
+    bool,
+    typer.Option(
+        "--tls", envvar="ORCHESTRA_TEMPORAL_TLS", help="Connect with TLS.", rich_help_panel=_TEMPORAL
+    ),
+]
+TemporalTlsCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-cert",
+        envvar="ORCHESTRA_TEMPORAL_TLS_CERT",
+        help="Client certificate (mTLS), PEM.",
+        rich_help_panel=_TEMPORAL,
+    ),
+]
+TemporalTlsKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-key",
+        envvar="ORCHESTRA_TEMPORAL_TLS_KEY",
+        help="Client private key (mTLS), PEM.",
+        rich_help_panel=_TEMPORAL,
+    ),
+]
+TemporalTlsCa = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-ca",
+        envvar="ORCHESTRA_TEMPORAL_TLS_CA",
+        help="The server's CA certificate, PEM.",
+        rich_help_panel=_TEMPORAL,
+    ),
+]
+TemporalApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="ORCHESTRA_TEMPORAL_API_KEY",
+        help="API key (Temporal Cloud).",
+        rich_help_panel=_TEMPORAL,
     ),
 ]
 

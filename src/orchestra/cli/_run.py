@@ -32,6 +32,11 @@ from orchestra.cli._options import (
     OtlpOption,
     SpecFile,
     StorageOption,
+    TemporalApiKey,
+    TemporalTls,
+    TemporalTlsCa,
+    TemporalTlsCert,
+    TemporalTlsKey,
     load_spec,
     start_tracing,
     storage_uri,
@@ -204,6 +209,11 @@ def run(
     storage: StorageOption = None,
     model: ModelOption = None,
     on: OnOption = None,
+    tls: TemporalTls = False,
+    tls_cert: TemporalTlsCert = None,
+    tls_key: TemporalTlsKey = None,
+    tls_ca: TemporalTlsCa = None,
+    api_key: TemporalApiKey = None,
     as_json: JsonOption = False,
     otlp_endpoint: OtlpOption = None,
     budget_tokens: BudgetTokens = None,
@@ -227,7 +237,19 @@ def run(
         from orchestra.cli._temporal import run_on_temporal
 
         _no_budget_on_temporal(loaded, budget)
-        run_on_temporal(file, loaded, on, task, session_id, storage, as_json, resume=False, responses={})
+        connection = _temporal_connection(tls, tls_cert, tls_key, tls_ca, api_key)
+        run_on_temporal(
+            file,
+            loaded,
+            on,
+            task,
+            session_id,
+            storage,
+            as_json,
+            resume=False,
+            responses={},
+            connection=connection,
+        )
         return
     try:
         target = build(loaded, model=model, session_id=session_id, storage=storage)
@@ -237,6 +259,21 @@ def run(
     if not as_json:
         err.print(f"session: {session_id}", highlight=False)
     _execute(file, target, task, session_id, storage, model, as_json, budget)
+
+
+def _temporal_connection(
+    tls: bool, cert: Path | None, key: Path | None, ca: Path | None, api_key: str | None
+) -> Any:
+    """The TLS and API-key settings for --on, as orchestra worker takes them (flags or variables)."""
+    from orchestra.temporal import TemporalConnection
+
+    return TemporalConnection(
+        tls=tls,
+        tls_cert=str(cert) if cert else None,
+        tls_key=str(key) if key else None,
+        tls_ca=str(ca) if ca else None,
+        api_key=api_key,
+    )
 
 
 def _no_budget_on_temporal(loaded: Any, budget: BudgetFlags) -> None:
@@ -282,6 +319,11 @@ def resume(
         typer.Option("--force", metavar="", help="Resume even if the graph changed since the run was saved."),
     ] = False,
     on: OnOption = None,
+    tls: TemporalTls = False,
+    tls_cert: TemporalTlsCert = None,
+    tls_key: TemporalTlsKey = None,
+    tls_ca: TemporalTlsCa = None,
+    api_key: TemporalApiKey = None,
     as_json: JsonOption = False,
     budget_tokens: BudgetTokens = None,
     budget_cost: BudgetCost = None,
@@ -307,8 +349,19 @@ def resume(
             b["interruptResponse"]["interruptId"]: b["interruptResponse"]["response"]
             for b in _parse_responses(respond)
         }
+        connection = _temporal_connection(tls, tls_cert, tls_key, tls_ca, api_key)
         run_on_temporal(
-            file, loaded, on, None, session_id, storage, as_json, resume=True, responses=answers, force=force
+            file,
+            loaded,
+            on,
+            None,
+            session_id,
+            storage,
+            as_json,
+            resume=True,
+            responses=answers,
+            force=force,
+            connection=connection,
         )
         return
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -55,17 +56,37 @@ def serve(
         raise fail(str(exc)) from None
     start_tracing(otlp_endpoint, "orchestra-serve")  # the app factory configures each worker process
     os.environ[CONFIG_ENV_VAR] = str(config.resolve())
+    _check_port(host, port)
     err.print(f"serving {config} on http://{host}:{port} ({workers} worker(s))", highlight=False)
-    uvicorn.run(
-        "orchestra.server.app:create_app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        proxy_headers=forwarded_allow_ips is not None,
-        forwarded_allow_ips=forwarded_allow_ips,
-    )
+    try:
+        uvicorn.run(
+            "orchestra.server.app:create_app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="warning",
+            proxy_headers=forwarded_allow_ips is not None,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            raise
+        # uvicorn exits 3 when it cannot start (3 is this command's "waiting for a human"): say so.
+        raise fail(f"the server on {host}:{port} did not start (see the line above)") from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port that is taken before saying "serving" (uvicorn would log and exit 3 after it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise fail(
+                f"cannot listen on {host}:{port}: {exc.strerror}. Stop what holds it, or pick another --port"
+            ) from None
 
 
 @app.command("hash-key")

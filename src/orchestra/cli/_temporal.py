@@ -30,7 +30,35 @@ from orchestra.multiagent import MultiAgentBase
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage._uri import parse_storage_uri
 
-__all__ = ["run_on_temporal", "temporal_failure"]
+__all__ = ["core_logs_to_logging", "run_on_temporal", "temporal_failure"]
+
+CORE_LOGGER = "orchestra.temporal.core"
+
+
+def core_logs_to_logging() -> Any:
+    """Send the Temporal core's own log lines (connection retries, "retried N times") to the Python
+    logger ``orchestra.temporal.core``, which the CLI writes to stderr in its log format: by default the
+    core prints them to stdout, where they would mix with ``--json``. Returns the telemetry config; a
+    default runtime made earlier (by the caller's own code) is kept."""
+    import logging
+
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    telemetry = TelemetryConfig(
+        logging=LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+            forwarding=LogForwardingConfig(logger=logging.getLogger(CORE_LOGGER)),
+        )
+    )
+    with contextlib.suppress(RuntimeError):  # a default runtime already exists: it stays
+        Runtime.set_default(Runtime(telemetry=telemetry), error_if_already_set=True)
+    return telemetry
 
 
 def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
@@ -98,6 +126,7 @@ def run_on_temporal(
     resume: bool,
     responses: dict[str, Any],
     force: bool = False,
+    connection: Any = None,
 ) -> None:
     """Start (or continue) a run on Temporal and follow it like a local run."""
     from orchestra.temporal import (
@@ -114,6 +143,7 @@ def run_on_temporal(
         target = parse_target(on)
     except OrchestraError as exc:
         raise fail(str(exc)) from None
+    core_logs_to_logging()
     uri = _shared_storage(storage, loaded)
     spec_id = loaded.spec.id
     skeleton = build(loaded)
@@ -123,7 +153,7 @@ def run_on_temporal(
     again = resume_command(file, session_id, storage=storage, on=on)
 
     async def follow() -> tuple[str, Any]:
-        client = await connect(target)
+        client = await connect(target, connection)
         handle = await running_handle(client, spec_id, session_id)
         if handle is not None:
             if responses:

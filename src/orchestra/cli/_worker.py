@@ -10,9 +10,18 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestra.cli._options import OtlpOption, load_spec, start_tracing
+from orchestra.cli._options import (
+    OtlpOption,
+    TemporalApiKey,
+    TemporalTls,
+    TemporalTlsCa,
+    TemporalTlsCert,
+    TemporalTlsKey,
+    load_spec,
+    start_tracing,
+)
 from orchestra.cli._output import err, fail
-from orchestra.cli._temporal import temporal_failure
+from orchestra.cli._temporal import core_logs_to_logging, temporal_failure
 from orchestra.errors import OrchestraError
 from orchestra.spec import LoadedSpec
 
@@ -29,31 +38,11 @@ def worker(
     temporal: Annotated[str, typer.Option("--temporal", help="The Temporal frontend, HOST:PORT.")],
     task_queue: Annotated[str, typer.Option("--task-queue", help="The task queue to poll.")],
     namespace: Annotated[str, typer.Option("--namespace", help="The Temporal namespace.")] = "default",
-    tls: Annotated[
-        bool, typer.Option("--tls", envvar="ORCHESTRA_TEMPORAL_TLS", help="Connect with TLS.")
-    ] = False,
-    tls_cert: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-cert", envvar="ORCHESTRA_TEMPORAL_TLS_CERT", help="Client certificate (mTLS), PEM."
-        ),
-    ] = None,
-    tls_key: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-key", envvar="ORCHESTRA_TEMPORAL_TLS_KEY", help="Client private key (mTLS), PEM."
-        ),
-    ] = None,
-    tls_ca: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-ca", envvar="ORCHESTRA_TEMPORAL_TLS_CA", help="The server's CA certificate, PEM."
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", envvar="ORCHESTRA_TEMPORAL_API_KEY", help="API key (Temporal Cloud)."),
-    ] = None,
+    tls: TemporalTls = False,
+    tls_cert: TemporalTlsCert = None,
+    tls_key: TemporalTlsKey = None,
+    tls_ca: TemporalTlsCa = None,
+    api_key: TemporalApiKey = None,
     graceful_shutdown: Annotated[
         float,
         typer.Option(
@@ -100,6 +89,8 @@ def run_worker(
     from datetime import timedelta
 
     from orchestra.temporal import TemporalTarget, connect, create_worker
+
+    core_logs_to_logging()
 
     async def main() -> None:
         client = await connect(TemporalTarget(address, namespace, task_queue), connection)

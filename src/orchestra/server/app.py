@@ -359,10 +359,24 @@ ID_PATH = Path(
 )
 
 
+_ID_FIELDS = {"session_id": "invalid_session_id", "run_id": "invalid_run_id"}
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return 400, "invalid_json", "the request body is not valid JSON; send a JSON object"
+    for error in errors:  # a bad id is named as such, with the rule in words rather than its regex
+        field = str(error.get("loc", ("",))[-1])
+        if field in _ID_FIELDS and error.get("type") in ("string_pattern_mismatch", "string_too_long"):
+            value = error.get("input")
+            shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "...")
+            return (
+                422,
+                _ID_FIELDS[field],
+                f"{field} {shown} is not a valid id: use 1-128 letters, digits, '.', '_' or '-', not "
+                "starting with '.'",
+            )
     parts = []
     for error in errors:
         loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
@@ -392,6 +406,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         title="orchestra",
         version="1",
         description="Hosted agents and pipelines. Authenticate with `Authorization: Bearer <key>`.",
+        # Swagger UI and ReDoc load their script and CSS from a CDN, which the security headers (and a
+        # server without internet) refuse: /docs is a page that points at /openapi.json instead.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.runtime = runtime
     app.state.keys = keys
@@ -411,6 +429,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # FastAPI's answer to a body it cannot decode (not UTF-8): the same code as a body not JSON.
+            return _error(400, "invalid_json", "the request body is not UTF-8 JSON; send a JSON object")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             # Starlette names the methods of the first route on the path only; list every route's.
@@ -507,6 +528,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         if failure is not None:
             return _failure_response(failure, record, background=write_record, headers=headers)
         return JSONResponse(_answer(record), background=write_record, headers=headers)
+
+    @app.get("/docs", include_in_schema=False)
+    async def api_docs() -> Response:
+        """Where the API is described: the OpenAPI document, for any viewer (no CDN script here)."""
+        return Response(
+            "<!doctype html><title>orchestra API</title><h1>orchestra API</h1><p>The OpenAPI document is "
+            "<a href='/openapi.json'>/openapi.json</a>: open it in any OpenAPI viewer, or generate a client "
+            "from it. The guide is docs/server.md.</p>",
+            media_type="text/html",
+        )
 
     @app.get("/api/v1/agents", response_model=AgentList, responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:

@@ -70,7 +70,7 @@ _KNOWN = ("memory", "file", "s3", "sqlite", "postgresql")
 
 
 def _nearest(uri: str) -> str:
-    """"did you mean ...?" for a typo'd scheme or word, and how to name a folder of that name."""
+    """ "did you mean ...?" for a typo'd scheme or word, and how to name a folder of that name."""
     word = re.split(r"[:/]", uri, maxsplit=1)[0].lower()
     close = difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
