@@ -26,7 +26,7 @@ from orchestra.multiagent import Graph, MultiAgentBase, Status
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin
 
-__all__ = ["check_resumable", "report", "result_json", "stored_result"]
+__all__ = ["check_resumable", "report", "respond_to", "result_json", "stored_result"]
 
 
 def result_json(result: Any, session_id: str) -> dict[str, Any]:
@@ -83,11 +83,17 @@ def report(result: Any, session_id: str, again: str, as_json: bool) -> None:
                 markup=False,
             )
         err.print(
-            f"Answer with: {again} --respond <id>=<json>",
+            f"Answer with: {again} --respond {respond_to(i.id for i in result.interrupts)}",
             highlight=False,
             markup=False,
         )
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def respond_to(ids: Any) -> str:
+    """What --respond takes: the interrupt's own id when there is one question (ready to paste)."""
+    ids = list(ids)
+    return f"{ids[0]}=<json>" if len(ids) == 1 else "<id>=<json>"
 
 
 def stored_result(target: MultiAgentBase, uri: str, session_id: str, again: str) -> MultiAgentResult:

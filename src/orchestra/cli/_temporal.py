@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from rich.live import Live
 
-from orchestra.cli._outcome import report, resume_problem, stored_result
+from orchestra.cli._outcome import report, respond_to, resume_problem, stored_result
 from orchestra.cli._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -237,7 +237,8 @@ def run_on_temporal(
                 markup=False,
                 highlight=False,
             )
-        err.print(f"Answer with: {again} --respond <id>=<json>", markup=False, highlight=False)
+        ids = [interrupt["id"] for interrupt in data.get("interrupts", [])]
+        err.print(f"Answer with: {again} --respond {respond_to(ids)}", markup=False, highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     # The outcome as a local run reports it (text, --json shape, exit code), read from the session.
     if data["status"] == "failed" and data.get("execution_count") is None:
