@@ -26,7 +26,9 @@ def import_object(path: str) -> Any:
         if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.partition(".")[0]:
             # The usual cause: a spec copied without the module of functions that sat beside it.
             hint = "; a pipeline's own module goes beside its spec file (that folder is searched first)"
-        raise ConfigurationError(f"cannot import module {module_name!r} (from {path!r}): {exc}{hint}") from exc
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} (from {path!r}): {exc}{hint}"
+        ) from exc
     for part in attribute.split("."):
         try:
             obj = getattr(obj, part)
