@@ -47,6 +47,7 @@ from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_re
 from orchestra.messages import Usage, messages_from_json, messages_to_json
 from orchestra.multiagent import migrations as _migrations
 from orchestra.multiagent._metering import Meter
+from orchestra.multiagent._orchestrator import RunOptions
 from orchestra.multiagent.budget import Budget, Spent, exceeded
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
@@ -111,7 +112,7 @@ class MultiAgentBase:
         locks and the run document (see ``_copy_for_run``)."""
         self.state = JSONState(self._initial_state, owner=f"{self.kind} {self.id!r} state")
         self._invoking = threading.Lock()
-        self._run_options = _Options()
+        self._run_options = RunOptions()
         self._sync_nodes = anyio.Lock()  # sync function nodes run one at a time (see Node._run_function)
         self._fields: dict[str, Any] = {"run": self._new_run_record(Status.PENDING)}
         self._logs: dict[str, list[Any]] = {"execution_order": []}
@@ -679,7 +680,7 @@ class MultiAgentBase:
                 new task is ignored) instead of raising ``RunError``.
         """
         with self._exclusive():
-            options = _Options(force_resume, resume_unfinished)
+            options = RunOptions(force_resume, resume_unfinished)
             return await self._invoke(
                 task, {} if invocation_state is None else invocation_state, None, options
             )
@@ -699,7 +700,7 @@ class MultiAgentBase:
         leave early; one merely dropped after a ``break`` runs on until it is garbage collected.
         """
         state = {} if invocation_state is None else invocation_state
-        options = _Options(force_resume, resume_unfinished)
+        options = RunOptions(force_resume, resume_unfinished)
         with self._exclusive():
             send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
             failure: list[Exception] = []
@@ -737,7 +738,7 @@ class MultiAgentBase:
         return _Exclusive(self)
 
     async def _invoke(
-        self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: _Options
+        self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: RunOptions
     ) -> MultiAgentResult:
         await self.hooks.invoke(BeforeMultiAgentInvocation(self, invocation_state))
         self._run_options = options  # nested orchestrators run with the same options (force_resume)
