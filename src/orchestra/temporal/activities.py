@@ -34,8 +34,8 @@ from orchestra.errors import (
 from orchestra.hooks import TurnCheckpoint
 from orchestra.multiagent import DEFAULT_RETRY, Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent import map as maps
-from orchestra.multiagent._graph_run import ConditionError
 from orchestra.multiagent._map_run import finish_result, item_record, run_item_attempt
+from orchestra.multiagent._schedule import ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Document, Journal, _decode_messages
 from orchestra.session._layout import ScopeLayout
