@@ -44,7 +44,8 @@ async def record(address: str, name: str, loaded, storage: str, task, answer=Non
         if answer is not None:  # a run that stops for a human: answer its question once it is asked
             from orchestra.temporal.workflow import PipelineWorkflow
 
-            while (progress := await handle.query(PipelineWorkflow.progress))["status"] != "interrupted":
+            # A remote workflow's state: there is no event to wait on, only its query to ask again.
+            while (progress := await handle.query(PipelineWorkflow.progress))["status"] != "interrupted":  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
             await handle.signal(PipelineWorkflow.respond, {i["id"]: answer for i in progress["interrupts"]})
         await handle.result()
