@@ -15,7 +15,8 @@ from orchestra.multiagent._orchestrator import Orchestrator
 from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
 from orchestra.multiagent.results import Status
 from orchestra.session._commit import housekeeping
-from orchestra.session._journal import Document, Journal
+from orchestra.session._document import Document
+from orchestra.session._journal import Journal
 from orchestra.session._uuid7 import uuid7
 
 __all__ = ["MultiAgentSaveLatestOn", "MultiAgentSnapshots", "OrchestratorPersistence", "SessionSettings"]

@@ -22,7 +22,8 @@ from orchestra.hooks import (
 )
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.session._commit import housekeeping
-from orchestra.session._journal import Compaction, Document, Journal
+from orchestra.session._document import Document
+from orchestra.session._journal import Compaction, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session._multiagent import MultiAgentSaveLatestOn, MultiAgentSnapshots, OrchestratorPersistence
 from orchestra.session._uuid7 import uuid7
