@@ -23,7 +23,7 @@ from orchestra.multiagent.results import MultiAgentResult, NodeResult
 __all__ = ["Orchestrator", "RunOptions"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     """How the current invocation treats a saved run (passed on to nested orchestrators)."""
 
