@@ -153,8 +153,8 @@ async def resume_problem(
             f"session {session_id} has no run of {target.kind} {target.id!r} in {uri} to resume: start one "
             f"with: {start}"
         )
-    except OrchestraError as exc:
-        return str(exc)
+    except OrchestraError:  # the storage itself fails: the run (or the workflow) reports that as usual
+        return None
     status = (doc.fields.get("run") or {}).get("status")
     if status == Status.COMPLETED.value:
         shown = resume_command(file, session_id, storage=storage, verb="result")

@@ -194,6 +194,7 @@ def run_on_temporal(
             loop.add_signal_handler(signum, on_signal, signum)
         show_table = not as_json and live_display()
         live = Live(console=err, refresh_per_second=8, get_renderable=table.render) if show_table else None
+        drawn.append(live is not None)
         with live if live is not None else contextlib.nullcontext():
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=0.25)
@@ -213,11 +214,12 @@ def run_on_temporal(
                     responses.clear()  # the answers went in; the next interrupt is a new question
 
     received: list[int] = []
+    drawn: list[bool] = []
     try:
         try:
             kind, data = asyncio.run(follow())
         finally:
-            if not as_json and live_display():
+            if any(drawn):
                 err.print()  # what follows starts on a line of its own, after the table
     except typer.Exit:  # refused with its own line
         raise
