@@ -31,8 +31,6 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from orchestra._dist import install_hint
-
 if TYPE_CHECKING:
     from orchestra.models import Model, ModelTelemetry
 
@@ -206,6 +204,8 @@ def configure_otlp(endpoint: str, service_name: str = "orchestra") -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
+        from orchestra._dist import install_hint
+
         raise RuntimeError(
             "--otlp-endpoint needs the OpenTelemetry SDK and exporter: " + install_hint("otel")
         ) from None

@@ -21,7 +21,6 @@ from orchestra.cli._options import (
     start_tracing,
 )
 from orchestra.cli._output import err, fail
-from orchestra.cli._temporal import core_logs_to_logging, temporal_failure
 from orchestra.errors import OrchestraError
 from orchestra.spec import LoadedSpec
 
@@ -88,6 +87,7 @@ def run_worker(
     commit (up to ``graceful_shutdown`` seconds) before exiting."""
     from datetime import timedelta
 
+    from orchestra.cli._temporal import core_logs_to_logging, temporal_failure  # only for this command
     from orchestra.temporal import TemporalTarget, connect, create_worker
 
     core_logs_to_logging()
