@@ -277,7 +277,9 @@ def test_the_server_keeps_in_memory_only_the_runs_being_served(server):
     runtime = server.app.state.runtime
     slots = runtime.slots("acme")
     assert slots.local == set()  # no session is held after its turn
-    assert runtime._running == {} and runtime.stops.running == {} and runtime.logs == {}
+    assert runtime._running == {}
+    assert runtime.stops.running == {}
+    assert runtime.logs == {}
     assert len(slots._versions) == 20 <= _CACHED  # the versions seen last: a bounded cache
 
 

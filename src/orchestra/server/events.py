@@ -212,6 +212,17 @@ async def stored_events(
                     yield event_id, name, data
 
 
+async def last_event(storage: Storage, run_id: str) -> Event | None:
+    """The last event written to a log (None: it has none)."""
+    keys = await storage.list(_prefix(run_id))
+    found = await storage.read(keys[-1]) if keys else None
+    if found is None:
+        return None
+    first, items = _parse(found[0])
+    name, data = items[-1]
+    return first + len(items) - 1, name, data
+
+
 async def follow_stored(
     storage: Storage, run_id: str, after: int, poll_s: float, *, finished: Any = None
 ) -> AsyncIterator[Event]:

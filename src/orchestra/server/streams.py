@@ -16,7 +16,7 @@ import anyio
 
 from orchestra._logging import get_logger
 from orchestra.errors import SnapshotError, StorageError
-from orchestra.server.events import TERMINAL, Event, EventLog, sse, stored_events
+from orchestra.server.events import TERMINAL, Event, EventLog, last_event, sse, stored_events
 from orchestra.server.idempotency import KeyRefused
 from orchestra.server.outcomes import failure_of
 from orchestra.server.slots import Busy
@@ -82,6 +82,9 @@ async def run_events(runtime: Runtime, workspace: str, run_id: str, after: int) 
             yield sse(event)
             if event[1] in TERMINAL:
                 return
+        last = await last_event(runtime.unsynced(workspace), run_id)
+        if last is not None and last[1] in TERMINAL:
+            return  # the client has the last event already
         # The run ended without a last event in its log (it kept none: a plain invoke).
         record = await runtime.run_record(workspace, run_id)
         if record is not None:

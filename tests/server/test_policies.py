@@ -1,0 +1,105 @@
+"""What a second message to a running session does, by policy (``on_busy``), on one server in this process;
+the 20-request proof over two servers on S3 is in test_platform_processes.py."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+
+from tests.server.conftest import auth
+
+INVOKE = "/api/v1/agents/slow/invoke"
+
+
+def texts(server, session_id: str) -> list[str]:
+    session = httpx.get(f"{server.url}/api/v1/agents/slow/sessions/{session_id}", headers=auth(), timeout=30)
+    return [b["text"] for m in session.json()["messages"] for b in m["content"] if "text" in b]
+
+
+async def two_messages(server, session_id: str, policy: str, delay: float = 0.3) -> list[httpx.Response]:
+    """A first message, and ``delay`` seconds later a second one with ``policy``."""
+    answers: dict[int, httpx.Response] = {}
+    async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as http:
+
+        async def send(index: int, body: dict) -> None:
+            answers[index] = await http.post(INVOKE, json=body)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(send, 0, {"input": "first", "session_id": session_id})
+            await anyio.sleep(delay)
+            group.start_soon(send, 1, {"input": "second", "session_id": session_id, "on_busy": policy})
+    return [answers[0], answers[1]]
+
+
+async def test_reject_refuses_the_second_message(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    first, second = await two_messages(platform, "r", "reject")
+    assert first.status_code == 200
+    assert second.status_code == 409
+    assert second.json()["error"]["code"] == "session_busy"
+    assert second.headers["retry-after"] == "1"
+    assert first.json()["run_id"] in second.json()["error"]["message"]
+    assert texts(platform, "r") == ["first", "echo: first (turn 1)"]
+
+
+async def test_enqueue_runs_the_second_message_after_the_first(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+    first, second = await two_messages(platform, "e", "enqueue")
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.json()["output"] == "echo: second (turn 2)"
+    assert texts(platform, "e") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
+
+
+async def test_interrupt_keeps_what_the_first_completed_then_runs_the_second(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    first, second = await two_messages(platform, "i", "interrupt")
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "interrupted"
+    assert first.json()["stopped"] == {
+        "by": "interrupt",
+        "run_id": second.json()["run_id"],
+        "at": first.json()["stopped"]["at"],
+    }
+    assert second.json()["status"] == "completed"
+    assert texts(platform, "i") == [
+        "first",
+        "(interrupted by a newer message)",
+        "second",
+        "echo: second (turn 2)",
+    ]
+
+
+async def test_rollback_discards_the_first_turn(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    first, second = await two_messages(platform, "b", "rollback")
+    assert first.status_code == 409, first.text
+    assert first.json()["error"]["code"] == "run_rolled_back"
+    assert second.json()["output"] == "echo: second (turn 1)"
+    assert texts(platform, "b") == ["second", "echo: second (turn 1)"]
+    record = httpx.get(f"{platform.url}/api/v1/runs/{second.json()['run_id']}", headers=auth(), timeout=30)
+    assert record.json()["supersedes"] is not None
+
+
+async def test_a_full_queue_is_429(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    runtime = platform.app.state.runtime
+    runtime.slots("acme").max_queue = 1
+    async with httpx.AsyncClient(base_url=platform.url, headers=auth(), timeout=60) as http:
+        answers = []
+
+        async def send(text: str) -> None:
+            answers.append(
+                await http.post(INVOKE, json={"input": text, "session_id": "q", "on_busy": "enqueue"})
+            )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(send, "a")
+            await anyio.sleep(0.3)
+            group.start_soon(send, "b")
+            await anyio.sleep(0.3)
+            group.start_soon(send, "c")
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200, 200, 429]
+    full = next(a for a in answers if a.status_code == 429)
+    assert full.json()["error"]["code"] == "queue_full"
+    assert texts(platform, "q") == ["a", "echo: a (turn 1)", "b", "echo: b (turn 2)"]
