@@ -31,9 +31,9 @@ async def two_messages(server, session_id: str, policy: str, delay: float = 0.3)
     return [answers[0], answers[1]]
 
 
-async def test_reject_refuses_the_second_message(platform, monkeypatch):
+def test_reject_refuses_the_second_message(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
-    first, second = await two_messages(platform, "r", "reject")
+    first, second = anyio.run(two_messages, platform, "r", "reject")
     assert first.status_code == 200
     assert second.status_code == 409
     assert second.json()["error"]["code"] == "session_busy"
@@ -42,17 +42,17 @@ async def test_reject_refuses_the_second_message(platform, monkeypatch):
     assert texts(platform, "r") == ["first", "echo: first (turn 1)"]
 
 
-async def test_enqueue_runs_the_second_message_after_the_first(platform, monkeypatch):
+def test_enqueue_runs_the_second_message_after_the_first(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
-    first, second = await two_messages(platform, "e", "enqueue")
+    first, second = anyio.run(two_messages, platform, "e", "enqueue")
     assert (first.status_code, second.status_code) == (200, 200)
     assert second.json()["output"] == "echo: second (turn 2)"
     assert texts(platform, "e") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
 
 
-async def test_interrupt_keeps_what_the_first_completed_then_runs_the_second(platform, monkeypatch):
+def test_interrupt_keeps_what_the_first_completed_then_runs_the_second(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
-    first, second = await two_messages(platform, "i", "interrupt")
+    first, second = anyio.run(two_messages, platform, "i", "interrupt")
     assert first.status_code == 200, first.text
     assert first.json()["status"] == "interrupted"
     assert first.json()["stopped"] == {
@@ -69,9 +69,9 @@ async def test_interrupt_keeps_what_the_first_completed_then_runs_the_second(pla
     ]
 
 
-async def test_rollback_discards_the_first_turn(platform, monkeypatch):
+def test_rollback_discards_the_first_turn(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
-    first, second = await two_messages(platform, "b", "rollback")
+    first, second = anyio.run(two_messages, platform, "b", "rollback")
     assert first.status_code == 409, first.text
     assert first.json()["error"]["code"] == "run_rolled_back"
     assert second.json()["output"] == "echo: second (turn 1)"
@@ -80,7 +80,7 @@ async def test_rollback_discards_the_first_turn(platform, monkeypatch):
     assert record.json()["supersedes"] is not None
 
 
-async def test_a_full_queue_is_429(platform, monkeypatch):
+def test_a_full_queue_is_429(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
     runtime = platform.app.state.runtime
     runtime.slots("acme").max_queue = 1
