@@ -84,20 +84,23 @@ def test_a_full_queue_is_429(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
     runtime = platform.app.state.runtime
     runtime.slots("acme").max_queue = 1
-    async with httpx.AsyncClient(base_url=platform.url, headers=auth(), timeout=60) as http:
-        answers = []
+    answers = []
 
-        async def send(text: str) -> None:
-            answers.append(
-                await http.post(INVOKE, json={"input": text, "session_id": "q", "on_busy": "enqueue"})
-            )
+    async def three() -> None:
+        async with httpx.AsyncClient(base_url=platform.url, headers=auth(), timeout=60) as http:
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(send, "a")
-            await anyio.sleep(0.3)
-            group.start_soon(send, "b")
-            await anyio.sleep(0.3)
-            group.start_soon(send, "c")
+            async def send(text: str) -> None:
+                body = {"input": text, "session_id": "q", "on_busy": "enqueue"}
+                answers.append(await http.post(INVOKE, json=body))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(send, "a")
+                await anyio.sleep(0.3)
+                group.start_soon(send, "b")
+                await anyio.sleep(0.3)
+                group.start_soon(send, "c")
+
+    anyio.run(three)
     statuses = sorted(a.status_code for a in answers)
     assert statuses == [200, 200, 429]
     full = next(a for a in answers if a.status_code == 429)
