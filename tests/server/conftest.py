@@ -164,6 +164,15 @@ edges:
   - {from: approve, to: publish}
 """
 
+WINDOW = """version: 1
+kind: agent
+id: window
+agents:
+  - name: window
+    model: function:tests.support:echo_reply
+    conversation_manager: {type: sliding_window, window_size: 4}
+"""
+
 FAST_RUNS = "runs: {heartbeat_s: 0.2, server_gone_after_s: 1.5, poll_s: 0.05, sweep_s: 0.3}\n"
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -171,7 +180,8 @@ WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def write_platform_config(root: Path, storage: str, extra: str = FAST_RUNS) -> Path:
     """A config with the platform's agents (and the ones of ``write_config``), fast liveness and sweeps."""
     write_config(root, storage)
-    for name, text in (("payer", PAYER), ("slow", SLOW), ("steps", STEPS), ("review", REVIEW)):
+    specs = (("payer", PAYER), ("slow", SLOW), ("steps", STEPS), ("review", REVIEW), ("window", WINDOW))
+    for name, text in specs:
         (root / f"{name}.yaml").write_text(text)
     config = root / "platform.yaml"
     config.write_text(
@@ -183,6 +193,7 @@ agents:
   - {{id: slow, spec: slow.yaml, workspace: acme}}
   - {{id: steps, spec: steps.yaml, workspace: acme}}
   - {{id: review, spec: review.yaml, workspace: acme}}
+  - {{id: window, spec: window.yaml, workspace: acme}}
   - {{id: other, spec: chat.yaml, workspace: globex}}
 api_keys:
   - {{workspace: acme, sha256: {hash_key(KEYS["acme"])}}}
