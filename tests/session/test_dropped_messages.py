@@ -77,7 +77,7 @@ async def test_a_summary_stays_where_it_was_put():
     everything, start = await load(storage)
     kept = texts(agent.messages)
     assert texts(everything)[start:] == kept  # what the model is given, summary first
-    assert texts(everything)[:start] == ["q0", "reply 1", "q1", "reply 2"][: start]
+    assert texts(everything)[:start] == ["q0", "reply 1", "q1", "reply 2"][:start]
 
 
 def test_dropped_since_follows_the_front_of_the_history():

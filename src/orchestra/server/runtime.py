@@ -177,6 +177,7 @@ class Runtime:
         self._slots: dict[str, SessionSlots] = {}
         self._runs: dict[str, RunStore] = {}
         self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
+        self._inflight: dict[str, anyio.Event] = {}  # request's run id -> set when the request is answered
         self._changed: dict[str, anyio.Event] = {}  # run id -> set when it starts or ends here
         self.webhooks = Webhooks(config.webhooks)
         self.logs: dict[str, EventLog] = {}  # the event logs of runs running here
@@ -347,7 +348,7 @@ class Runtime:
                 queue is full (429).
         """
         # Registered at once: a repeat of this request's key that arrives meanwhile waits for it.
-        registered = self._running.setdefault(invocation.run_id, anyio.Event())
+        registered = self._inflight[invocation.run_id] = anyio.Event()
         try:
             with invocation.traced():
                 if invocation.idempotency_key is not None:
@@ -365,9 +366,8 @@ class Runtime:
                     return await self._queue_and_wait(workspace, invocation)
                 return await self._holding(workspace, invocation, log)
         finally:
-            if self._running.get(invocation.run_id) is registered:  # it never ran here
-                del self._running[invocation.run_id]
-                registered.set()
+            del self._inflight[invocation.run_id]
+            registered.set()
 
     async def _holding(
         self, workspace: str, invocation: Invocation, log: EventLog | None, record: RunRecord | None = None
@@ -436,7 +436,7 @@ class Runtime:
         """Run an invocation that holds its session (if it has one) to its final record. A background
         run's record is the caller's to write; a plain one's is queued for ``flush_records``."""
         record = record or self.record_of(invocation)
-        running = self._running.setdefault(record.run_id, anyio.Event())
+        running = self._running[record.run_id] = anyio.Event()
         stop = self.stops.register(record.run_id, self.storage(workspace))
         self.notify(record.run_id)
         if log is not None:
@@ -456,8 +456,7 @@ class Runtime:
             if log is not None and self.logs.get(record.run_id) is log:
                 del self.logs[record.run_id]
             running.set()
-            if self._running.get(record.run_id) is running:
-                del self._running[record.run_id]
+            del self._running[record.run_id]
             self.notify(record.run_id)
         return result
 
@@ -511,9 +510,9 @@ class Runtime:
             )
             if entry is None:
                 return None
-            running = self._running.get(entry.run_id)
-            if running is not None:
-                await running.wait()  # the first request runs here: answer as it does
+            first = self._inflight.get(entry.run_id) or self._running.get(entry.run_id)
+            if first is not None:
+                await first.wait()  # the first request runs here: answer as it does
             prior = await self.run_record(workspace, entry.run_id)
             if prior is not None and not prior.final:
                 if prior.background and await self.liveness.is_alive(prior.server):

@@ -139,7 +139,11 @@ async def settle_stop(
         outcome.note = "the stop came after the turn was stored; it was kept"
         return outcome
     if mode == "interrupt":
-        kept = close_partial_turn(outcome.partial)
+        partial = outcome.partial
+        if not partial and invocation.task is not None and not invocation.responses:
+            # Stopped before its message reached the history: the message is kept all the same.
+            partial = [{"role": "user", "content": [{"text": invocation.task}]}]
+        kept = close_partial_turn(partial)
         if kept and not history_problems([*target.messages, *kept]):
             target.messages.extend(kept)
             manager = target.session_manager
