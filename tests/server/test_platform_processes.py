@@ -63,8 +63,14 @@ class Servers:
     def start(self, port: int | None = None) -> str:
         port = port or free_port()
         process = subprocess.Popen(
-            [sys.executable, "-c", "from orchestra.cli import main; main()", "serve", str(self.config)]
-            + ["--port", str(port)],
+            [
+                sys.executable,
+                "-c",
+                "from orchestra.cli import main; main()",
+                "serve",
+                str(self.config),
+                *("--port", str(port)),
+            ],
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
