@@ -37,9 +37,18 @@ from orchestra.server.turns import terminal_event
 from orchestra.server.webhooks import Webhooks
 
 if TYPE_CHECKING:
+    from orchestra.server.config import HostedSpec
     from orchestra.server.runtime import Invocation, Runtime
 
-__all__ = ["Background", "cancel_run", "drive", "queue_run"]
+__all__ = [
+    "Background",
+    "NotResumable",
+    "cancel_run",
+    "drive",
+    "queue_run",
+    "resume_run",
+    "start_background",
+]
 
 log = get_logger("orchestra.server")
 
@@ -82,6 +91,57 @@ async def queue_run(runtime: Runtime, workspace: str, invocation: Invocation) ->
         mode: StopMode = "rollback" if invocation.on_busy == "rollback" else "interrupt"
         await runtime.stops.request(runtime.storage(workspace), queued.stop, StopRequest(mode, record.run_id))
     return record
+
+
+async def start_background(runtime: Runtime, workspace: str, invocation: Invocation) -> RunRecord:
+    """Queue a background run (``queue_run``) and start it here at once when its session is free (an
+    app driven without its lifespan has no background tasks: the run then runs before this returns)."""
+    invocation.background = True
+    record = await queue_run(runtime, workspace, invocation)
+    if record.status == "executing":
+        if runtime.launch is not None:
+            runtime.launch(workspace, record.run_id)
+        else:
+            await drive(runtime, workspace, record.run_id)
+    return record
+
+
+class NotResumable(Exception):
+    """A run that ``resume_run`` cannot start again (409): the message says why."""
+
+
+async def resume_run(runtime: Runtime, workspace: str, record: RunRecord, hosted: HostedSpec) -> RunRecord:
+    """Start a run that was cancelled, failed, or left ``needs_resume`` again, as a new background run on
+    its session (queued behind what runs there): a pipeline goes on from its saved nodes, an agent's
+    turn runs again. The old record names the new run (``resumed_by``).
+
+    Raises:
+        NotResumable: the run has not ended, completed, was rolled back, waits for interrupt answers,
+            was stateless, answered interrupts, or was resumed already.
+    """
+    from orchestra.server.runtime import Invocation
+
+    run_id = record.run_id
+    if not record.final or record.status in ("completed", "rolled_back"):
+        raise NotResumable(f"run {run_id} is {record.status}: there is nothing to resume")
+    if record.interrupts:
+        raise NotResumable(f"run {run_id} waits for answers to its interrupts: send responses instead")
+    if record.mode == "stateless":
+        raise NotResumable(f"run {run_id} was stateless: it kept no history to resume from; start it again")
+    if record.resumed_by is not None:
+        raise NotResumable(f"run {run_id} was resumed already, by run {record.resumed_by}")
+    if not isinstance(record.input, str):
+        raise NotResumable(f"run {run_id} answered interrupts: answer the session's open ones instead")
+    new = await start_background(
+        runtime, workspace, Invocation(hosted, record.input, record.session_id, None, on_busy="enqueue")
+    )
+    found = await runtime.runs(workspace).read_versioned(run_id)
+    if found is not None:
+        old, version = found
+        old.resumed_by = new.run_id
+        with contextlib.suppress(OrchestraError):  # informative only: the new run stands
+            await runtime.runs(workspace).replace(old, version)
+    return new
 
 
 def _log(runtime: Runtime, workspace: str, run_id: str) -> EventLog:

@@ -13,7 +13,6 @@ before any work), for these routes and ``POST .../invoke`` alike.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -22,7 +21,6 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from orchestra.errors import OrchestraError
 from orchestra.server._api import (
     ID_PATH,
     ApiError,
@@ -35,7 +33,7 @@ from orchestra.server._api import (
     _plain,
     _run_or_404,
 )
-from orchestra.server.background import cancel_run, drive, queue_run
+from orchestra.server.background import NotResumable, cancel_run, resume_run, start_background
 from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.idempotency import KeyRefused, fingerprint, validate_idempotency_key
 from orchestra.server.runs import RunRecord, RunSummary
@@ -134,7 +132,6 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
     async def start(ws: str, invocation: Invocation) -> tuple[RunRecord, bool]:
         """Queue a background run and start it here when its session is free; or, for a repeated
         Idempotency-Key, the first run (replayed)."""
-        invocation.background = True
         if invocation.idempotency_key is not None:
             keys = runtime.keys(ws)
             entry = await keys.claim(
@@ -156,17 +153,11 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
                         retry_after=1,
                     )
         try:
-            record = await queue_run(runtime, ws, invocation)
+            return await start_background(runtime, ws, invocation), False
         except Busy:
             if invocation.idempotency_key is not None:  # nothing was started: the key is free again
                 await runtime.keys(ws).forget(invocation.hosted.id, invocation.idempotency_key)
             raise
-        if record.status == "executing":
-            if runtime.launch is not None:
-                runtime.launch(ws, record.run_id)
-            else:  # an app driven without its lifespan has no background tasks: run it now
-                await drive(runtime, ws, record.run_id)
-        return record, False
 
     @app.post(
         "/api/v1/agents/{agent_id}/runs",
@@ -251,36 +242,8 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
         """Start a run that was cancelled, failed, or left ``needs_resume`` again, as a new background
         run on its session: a pipeline goes on from its saved nodes, an agent's turn runs again."""
         record = await _run_or_404(runtime, ws, run_id)
-        if not record.final or record.status == "completed" or record.status == "rolled_back":
-            raise ApiError(
-                409, "not_resumable", f"run {run_id} is {record.status}: there is nothing to resume"
-            )
-        if record.interrupts:
-            raise ApiError(
-                409,
-                "not_resumable",
-                f"run {run_id} waits for answers to its interrupts: send responses instead",
-            )
-        if record.mode == "stateless":
-            raise ApiError(
-                409, "not_resumable", "a stateless run keeps no history to resume from; start it again"
-            )
-        if record.resumed_by is not None:
-            raise ApiError(
-                409, "not_resumable", f"run {run_id} was resumed already, by run {record.resumed_by}"
-            )
-        target = hosted(record.agent_id, ws)
-        task = record.input if isinstance(record.input, str) else None
-        invocation = Invocation(target, task, record.session_id, None, on_busy="enqueue")
-        if task is None:
-            raise ApiError(
-                409, "not_resumable", f"run {run_id} answered interrupts: answer them again instead"
-            )
-        new, _ = await start(ws, invocation)
-        found = await runtime.runs(ws).read_versioned(run_id)
-        if found is not None:
-            old, version = found
-            old.resumed_by = new.run_id
-            with contextlib.suppress(OrchestraError):  # informative only: the new run stands
-                await runtime.runs(ws).replace(old, version)
+        try:
+            new = await resume_run(runtime, ws, record, hosted(record.agent_id, ws))
+        except NotResumable as exc:
+            raise ApiError(409, "not_resumable", str(exc)) from None
         return _accepted(new)
