@@ -69,7 +69,9 @@ def test_the_document_has_the_run_routes(api: Server) -> None:
     assert "202" in paths["/api/v1/runs/{run_id}/resume"]["post"]["responses"]
     invoke = paths["/api/v1/agents/{agent_id}/invoke"]["post"]
     body = invoke["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
-    fields = httpx.get(f"{api.url}/openapi.json", timeout=30).json()["components"]["schemas"][body]["properties"]
+    fields = httpx.get(f"{api.url}/openapi.json", timeout=30).json()["components"]["schemas"][body][
+        "properties"
+    ]
     assert {"responses", "on_busy"} <= set(fields)
 
 

@@ -125,7 +125,10 @@ def test_a_webhook_that_is_never_taken_is_recorded_as_failed(hooked):
 )
 def test_a_webhook_that_cannot_be_called_is_refused(hooked, url, code):
     answer = httpx.post(
-        f"{hooked.url}/api/v1/agents/chat/runs", json={"input": "x", "webhook": url}, headers=auth(), timeout=30
+        f"{hooked.url}/api/v1/agents/chat/runs",
+        json={"input": "x", "webhook": url},
+        headers=auth(),
+        timeout=30,
     )
     assert answer.status_code == 422
     assert answer.json()["error"]["code"] == code

@@ -50,6 +50,7 @@ from orchestra.cli._output import (
     resume_command,
 )
 from orchestra.cli._render import NodeTable, diagram
+from orchestra.cli._runs import runs_app
 from orchestra.errors import (
     OrchestraError,
     OrchestraSpecError,
@@ -79,6 +80,7 @@ app = typer.Typer(
 sessions_app = typer.Typer(help="Look after stored sessions (any storage URI).", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
 sessions_app.command("migrate")(migrate_command)
+app.add_typer(runs_app, name="runs")  # orchestra runs list/show/cancel/stream --url (cli/_runs.py)
 
 StorageOption = Annotated[
     str | None,
