@@ -3,6 +3,8 @@ the 20-request proof over two servers on S3 is in test_platform_processes.py."""
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import httpx
 
@@ -106,3 +108,50 @@ def test_a_full_queue_is_429(platform, monkeypatch):
     full = next(a for a in answers if a.status_code == 429)
     assert full.json()["error"]["code"] == "queue_full"
     assert texts(platform, "q") == ["a", "echo: a (turn 1)", "b", "echo: b (turn 2)"]
+
+
+def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_again(tmp_path, monkeypatch):
+    """A plain message (the default policy) does not write the busy document; a background run started on
+    another server meanwhile loses the session's conditional write, stored nothing, and runs again."""
+    from tests.server.conftest import WEBHOOK_SECRET, Server, write_platform_config
+
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    config = write_platform_config(tmp_path, f"file:{tmp_path}/store")
+    with Server(config) as one, Server(config) as two:
+
+        async def both() -> tuple[httpx.Response, str]:
+            async with httpx.AsyncClient(headers=auth(), timeout=60) as http:
+                plain = None
+
+                async def send_plain() -> None:
+                    nonlocal plain
+                    plain = await http.post(
+                        f"{one.url}{INVOKE}", json={"input": "plain", "session_id": "mix"}
+                    )
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(send_plain)
+                    await anyio.sleep(0.2)
+                    started = await http.post(
+                        f"{two.url}/api/v1/agents/slow/runs",
+                        json={"input": "background", "session_id": "mix"},
+                    )
+                assert plain is not None
+                return plain, started.json()["run_id"]
+
+        plain, run_id = anyio.run(both)
+        assert plain.status_code == 200
+        until = time.monotonic() + 30
+        while (record := httpx.get(f"{two.url}/api/v1/runs/{run_id}", headers=auth(), timeout=30).json())[
+            "status"
+        ] in ("queued", "executing"):
+            assert time.monotonic() < until
+            time.sleep(0.05)
+        assert record["status"] == "completed", record
+        assert texts(one, "mix") == [
+            "plain",
+            "echo: plain (turn 1)",
+            "background",
+            "echo: background (turn 2)",
+        ]

@@ -329,8 +329,8 @@ class Background:
         runs, liveness = runtime.runs(workspace), runtime.liveness
         await runtime.retry_releases()
         for run_id in await runs.active_ids():
-            if run_id in runtime._running:
-                continue  # it runs here
+            if runtime.runs_here(run_id):
+                continue
             found = await runs.read_versioned(run_id)
             if found is None:
                 await runs.unmark_active(run_id)

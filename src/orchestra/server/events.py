@@ -12,8 +12,9 @@ a client that reconnects with ``Last-Event-ID`` gets exactly the events after it
   after its last written event (``EventLog.resume``). A chunk number another writer took first (a server
   taken for gone that was not) makes the writer read the tail again and renumber what it had not
   written yet: nothing sent is ever renumbered.
-- ``follow_stored`` reads a log from storage (a run on another server, or one that ended), polling
-  until its terminal event (``result`` or ``error``).
+- ``stored_events`` reads a log from storage (a run on another server, or one that ended);
+  ``streams.py`` follows a run with it, or with the writer, until its terminal event (``result`` or
+  ``error``).
 
 Bounded: past ``max_events`` a run keeps (and sends) one ``truncated`` event and then only its lifecycle
 events (``status``, node and handoff events, the terminal event).
@@ -35,7 +36,7 @@ from orchestra.multiagent.events import HandoffEvent, NodeStartEvent, NodeStopEv
 from orchestra.storage import ABSENT, Storage
 from orchestra.storage._base import read_many
 
-__all__ = ["TERMINAL", "Event", "EventLog", "follow_stored", "sse", "stored_events", "stream_event"]
+__all__ = ["TERMINAL", "Event", "EventLog", "last_event", "sse", "stored_events", "stream_event"]
 
 log = get_logger("orchestra.server")
 
@@ -221,36 +222,6 @@ async def last_event(storage: Storage, run_id: str) -> Event | None:
     first, items = _parse(found[0])
     name, data = items[-1]
     return first + len(items) - 1, name, data
-
-
-async def follow_stored(
-    storage: Storage, run_id: str, after: int, poll_s: float, *, finished: Any = None
-) -> AsyncIterator[Event]:
-    """A log in storage, followed: the events after ``after``, then new ones as they are written
-    (polling every ``poll_s``), up to the terminal event. ``finished`` (an async callable) is asked
-    between polls whether the run can still write events; when it says no and nothing new came, the
-    stream ends."""
-    chunk = 0
-    while True:
-        keys = await storage.list(
-            _prefix(run_id), start_after=_chunk_key(run_id, chunk - 1) if chunk else None
-        )
-        got = False
-        for key, found in zip(keys, await read_many(storage, keys), strict=True):
-            if found is None:
-                continue
-            chunk = int(key.rsplit("/", 1)[-1].removesuffix(".json")) + 1
-            first, items = _parse(found[0])
-            for offset, (name, data) in enumerate(items):
-                if first + offset > after:
-                    got = True
-                    after = first + offset
-                    yield after, name, data
-                    if name in TERMINAL:
-                        return
-        if not got and finished is not None and await finished():
-            return
-        await anyio.sleep(poll_s)
 
 
 def stream_event(event: Any) -> tuple[str, Any] | None:

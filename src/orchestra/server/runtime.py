@@ -67,6 +67,7 @@ __all__ = ["Invocation", "Runtime", "input_text"]
 log = get_logger("orchestra.server")
 
 _INPUT_KEYS = ("message", "prompt", "query", "input", "text", "task")
+_CONFLICT_RETRIES = 5  # times a background run runs again after losing its session to a plain writer
 
 
 def input_text(value: Any) -> str:
@@ -222,6 +223,14 @@ class Runtime:
         """Write the run records queued by finished invocations (after their answers were sent)."""
         await self.runs(workspace).flush()
 
+    def changed(self, run_id: str) -> anyio.Event:
+        """An event set when ``run_id`` starts or ends on this server (``notify``)."""
+        return self._changed.setdefault(run_id, anyio.Event())
+
+    def runs_here(self, run_id: str) -> bool:
+        """Whether ``run_id`` is running on this server now."""
+        return run_id in self._running
+
     def notify(self, run_id: str) -> None:
         """Wake whoever waits here for ``run_id`` to start or end."""
         changed = self._changed.pop(run_id, None)
@@ -278,9 +287,8 @@ class Runtime:
                 raise KeyRefused(404, "unknown_run", f"run {run_id} is gone (its session was deleted?)")
             if record.final:
                 return record
-            changed = self._changed.setdefault(run_id, anyio.Event())
             with anyio.move_on_after(self.config.runs.poll_s):
-                await changed.wait()
+                await self.changed(run_id).wait()
 
     # -- running --------------------------------------------------------------------------------------
 
@@ -357,12 +365,12 @@ class Runtime:
                         return replay
                 if invocation.session_id is None:
                     return await self.execute(workspace, invocation, log)
+                if invocation.on_busy == "reject":  # the default: no storage operation (slots.py)
+                    return await self._plain(workspace, invocation, log)
                 slots, holder = self.slots(workspace), Holder(invocation.run_id, self.liveness.server_id)
                 try:
                     await slots.acquire(invocation.hosted.id, invocation.session_id, holder, "reject")
                 except Busy:
-                    if invocation.on_busy == "reject":
-                        raise
                     return await self._queue_and_wait(workspace, invocation)
                 return await self._holding(workspace, invocation, log)
         finally:
@@ -379,6 +387,27 @@ class Runtime:
         finally:
             await self.release(workspace, invocation.hosted.id, invocation.session_id, invocation.run_id)
 
+    async def _plain(
+        self, workspace: str, invocation: Invocation, log: EventLog | None
+    ) -> tuple[RunRecord, Failure | None]:
+        """Run an invocation with the default policy: its session is taken on this server only."""
+        assert invocation.session_id is not None
+        agent_id, session_id = invocation.hosted.id, invocation.session_id
+        slots = self.slots(workspace)
+        plain = slots.hold_plain(agent_id, session_id, invocation.run_id)
+        try:
+            return await self.execute(workspace, invocation, log)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    head = await slots.end_plain(agent_id, session_id, plain)
+                except StorageError as exc:  # it had been promoted: hand the session on later
+                    log_release_failure(session_id, invocation.run_id, exc)
+                    self._unreleased.add((workspace, agent_id, session_id, invocation.run_id))
+                    head = None
+                if head is not None:
+                    self.start(workspace, head.run_id)
+
     async def release(self, workspace: str, agent_id: str, session_id: str, run_id: str) -> None:
         """``run_id`` no longer runs: the next queued run of the session starts here. A release that
         fails is logged: the session's document then names a run this process does not run, which the
@@ -387,7 +416,7 @@ class Runtime:
             try:
                 head = await self.slots(workspace).release(agent_id, session_id, run_id)
             except StorageError as exc:
-                log.warning("session_not_released", session_id=session_id, run_id=run_id, error=str(exc))
+                log_release_failure(session_id, run_id, exc)
                 self._unreleased.add((workspace, agent_id, session_id, run_id))
                 return
             self._unreleased.discard((workspace, agent_id, session_id, run_id))
@@ -468,17 +497,28 @@ class Runtime:
         started = time.perf_counter()
         target: Agent | MultiAgentBase | None = None
         outcome: Any
-        try:
-            target = await self._build_and_claim(invocation, record, runs)
-            replay = await self._already_done(workspace, invocation, record)
-            if replay is not None:
-                return replay
-            if invocation.responses is not None:
-                earlier = await self._answered_earlier(workspace, invocation)
-                check_responses(target, invocation.responses, earlier)
-            outcome = await run_target(target, invocation, self._task(invocation, target), stop, log)
-        except Exception as exc:
-            outcome = exc
+        for attempt in range(_CONFLICT_RETRIES + 1):
+            try:
+                target = await self._build_and_claim(invocation, record, runs)
+                replay = await self._already_done(workspace, invocation, record)
+                if replay is not None:
+                    return replay
+                if invocation.responses is not None:
+                    earlier = await self._answered_earlier(workspace, invocation)
+                    check_responses(target, invocation.responses, earlier)
+                outcome = await run_target(target, invocation, self._task(invocation, target), stop, log)
+            except Exception as exc:
+                outcome = exc
+            # A background run that lost its session to a plain writer stored nothing: it runs again.
+            lost = isinstance(outcome, SessionConflictError) and invocation.background
+            if not lost or attempt == _CONFLICT_RETRIES or stop.request is not None:
+                break
+            if log is not None:
+                log.append(
+                    "status", {"status": "executing", "again": "another writer saved the session first"}
+                )
+            await anyio.sleep(0.2 * 2**attempt)
+            stop.scope = anyio.CancelScope()  # a scope is entered once
         self.stops.unregister(stop)  # from here on, the outcome is decided: a stop request is too late
         if isinstance(outcome, Stopped):
             storage = self.agent_storage(workspace, invocation.hosted.id)
@@ -597,6 +637,10 @@ class Runtime:
         except BaseExceptionGroup as group_error:
             raise unwrap_group(group_error) from None
         return built[0]
+
+
+def log_release_failure(session_id: str, run_id: str, exc: Exception) -> None:
+    log.warning("session_not_released", session_id=session_id, run_id=run_id, error=str(exc))
 
 
 def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool:

@@ -20,6 +20,12 @@ this document: the session's conditional writes still let only one writer store 
 The document is written without fsync (a killed process loses nothing; a power cut may lose a queue,
 whose runs a sweep then queues again) and is kept when the session is idle (``active`` null): a later
 turn changes it with one compare-and-swap, which the version this server saw last usually wins.
+
+A plain message with the default policy (``reject``) does not write the document: it takes its session
+on this server only (``hold_plain``), and across servers the session's conditional writes refuse the
+second writer, as they always did (409 ``session_conflict``, nothing of it stored). So the default path
+costs no storage operation. A message with another policy that finds such a run here writes it into the
+document first (it is *promoted*), and the run then hands the session on when it ends, as any run does.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from orchestra.errors import StorageConflictError
 from orchestra.server.config import OnBusy
 from orchestra.server.liveness import Liveness
 from orchestra.storage import ABSENT, Storage
 
-__all__ = ["Busy", "Holder", "SessionSlots", "SlotState"]
+__all__ = ["Busy", "Holder", "PlainRun", "SessionSlots", "SlotState"]
 
 _CACHED = 4096  # versions remembered (one per recently served session)
 
@@ -68,6 +76,16 @@ class SlotState:
         return cls(Holder(**active) if active else None, [Holder(**item) for item in raw.get("queue", [])])
 
 
+def _busy(session_id: str, active: str) -> Busy:
+    return Busy(
+        409,
+        "session_busy",
+        f"session {session_id!r} is running another run ({active}); send this message when it ends, or "
+        "with on_busy enqueue, interrupt or rollback",
+        active,
+    )
+
+
 class Busy(Exception):
     """The session runs another run and the policy does not let this one wait (409), or its queue is
     full (429)."""
@@ -89,6 +107,16 @@ class Queued:
     stop: str | None
 
 
+@dataclass
+class PlainRun:
+    """A run with the default policy that has its session on this server without the document."""
+
+    run_id: str
+    lock: anyio.Lock = field(default_factory=anyio.Lock)  # its end, against a promotion in flight
+    ended: bool = False
+    promoted: bool = False  # written into the document: it hands the session on when it ends
+
+
 class SessionSlots:
     """The busy documents of one workspace (see the module docstring)."""
 
@@ -97,7 +125,42 @@ class SessionSlots:
         self.liveness = liveness
         self.max_queue = max_queue
         self.local: set[str] = set()  # runs that have a session in this process now
+        self.here: dict[tuple[str, str], str] = {}  # (agent, session) -> the run that has it here
+        self.plain: dict[tuple[str, str], PlainRun] = {}
         self._versions: OrderedDict[str, tuple[str, SlotState]] = OrderedDict()
+
+    def _take(self, agent_id: str, session_id: str, run_id: str) -> None:
+        self.local.add(run_id)
+        self.here[(agent_id, session_id)] = run_id
+
+    def _drop(self, agent_id: str, session_id: str, run_id: str) -> None:
+        self.local.discard(run_id)
+        if self.here.get((agent_id, session_id)) == run_id:
+            del self.here[(agent_id, session_id)]
+
+    def hold_plain(self, agent_id: str, session_id: str, run_id: str) -> PlainRun:
+        """Give the session to a run with the default policy, on this server only (no storage).
+
+        Raises:
+            Busy: another run has the session on this server (409 ``session_busy``).
+        """
+        active = self.here.get((agent_id, session_id))
+        if active is not None:
+            raise _busy(session_id, active)
+        plain = self.plain[(agent_id, session_id)] = PlainRun(run_id)
+        self._take(agent_id, session_id, run_id)
+        return plain
+
+    async def end_plain(self, agent_id: str, session_id: str, plain: PlainRun) -> Holder | None:
+        """The plain run ended: if it was promoted, hand the session on (``release``)."""
+        async with plain.lock:
+            plain.ended = True
+        if self.plain.get((agent_id, session_id)) is plain:
+            del self.plain[(agent_id, session_id)]
+        self._drop(agent_id, session_id, plain.run_id)
+        if plain.promoted:
+            return await self.release(agent_id, session_id, plain.run_id)
+        return None
 
     @staticmethod
     def key(agent_id: str, session_id: str) -> str:
@@ -157,42 +220,57 @@ class SessionSlots:
         Raises:
             Busy: the policy is ``reject`` (409 ``session_busy``) or the queue is full (429 ``queue_full``).
         """
+        plain = self.plain.get((agent_id, session_id))
+        if plain is None or on_busy == "reject":
+            if plain is not None:
+                raise _busy(session_id, plain.run_id)
+            return await self._acquire(agent_id, session_id, run, on_busy, None)
+        async with plain.lock:  # its end waits for this: it then knows whether it was promoted
+            running = None if plain.ended else Holder(plain.run_id, self.liveness.server_id)
+            return await self._acquire(agent_id, session_id, run, on_busy, running, plain)
 
+    async def _acquire(
+        self,
+        agent_id: str,
+        session_id: str,
+        run: Holder,
+        on_busy: OnBusy,
+        running: Holder | None,
+        plain: PlainRun | None = None,
+    ) -> Queued | None:
         async def change(state: SlotState) -> tuple[SlotState | None, Queued | None]:
             if any(h.run_id == run.run_id for h in state.queue):
                 return None, Queued(1 + [h.run_id for h in state.queue].index(run.run_id), None)
             if state.active is not None and state.active.run_id == run.run_id:
                 return SlotState(run, state.queue), None
-            if state.active is None or (not state.queue and await self._stale(state.active)):
+            active = state.active or running  # a plain run here is promoted into the document
+            if active is None or (not state.queue and active is state.active and await self._stale(active)):
                 return SlotState(run, state.queue), None
             if on_busy == "reject":
-                raise Busy(
-                    409,
-                    "session_busy",
-                    f"session {session_id!r} is running another run ({state.active.run_id}); send this "
-                    "message when it ends, or with on_busy enqueue, interrupt or rollback",
-                    state.active.run_id,
-                )
+                raise _busy(session_id, active.run_id)
             if len(state.queue) >= self.max_queue:
                 raise Busy(
                     429,
                     "queue_full",
                     f"session {session_id!r} already has {len(state.queue)} runs waiting (runs.max_queue); "
                     "send this message later",
-                    state.active.run_id,
+                    active.run_id,
                 )
-            stop = state.active.run_id if on_busy in ("interrupt", "rollback") else None
-            return SlotState(state.active, [*state.queue, run]), Queued(len(state.queue) + 1, stop)
+            stop = active.run_id if on_busy in ("interrupt", "rollback") else None
+            return SlotState(active, [*state.queue, run]), Queued(len(state.queue) + 1, stop)
 
         queued: Queued | None = await self._change(agent_id, session_id, change)
         if queued is None:
-            self.local.add(run.run_id)
+            self._take(agent_id, session_id, run.run_id)
+        elif plain is not None and running is not None:
+            written = self._versions.get(self.key(agent_id, session_id))
+            plain.promoted = written is not None and written[1].active == running
         return queued
 
     async def release(self, agent_id: str, session_id: str, run_id: str) -> Holder | None:
         """``run_id`` has ended: hand the session to the first queued run, now this server's to start
         (returned), or leave it idle (None)."""
-        self.local.discard(run_id)
+        self._drop(agent_id, session_id, run_id)
         me = self.liveness.server_id
 
         async def change(state: SlotState) -> tuple[SlotState | None, Holder | None]:
@@ -205,7 +283,7 @@ class SessionSlots:
 
         head: Holder | None = await self._change(agent_id, session_id, change)
         if head is not None:
-            self.local.add(head.run_id)
+            self._take(agent_id, session_id, head.run_id)
         return head
 
     async def recover(self, agent_id: str, session_id: str, run_id: str) -> str | None:
@@ -235,7 +313,7 @@ class SessionSlots:
 
         start: str | None = await self._change(agent_id, session_id, change)
         if start is not None:
-            self.local.add(start)
+            self._take(agent_id, session_id, start)
         return start
 
     async def remove(self, agent_id: str, session_id: str, run_id: str) -> bool:

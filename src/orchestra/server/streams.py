@@ -65,9 +65,8 @@ async def follow_run(
             return
         if run_id in runtime.logs:
             continue
-        changed = runtime._changed.setdefault(run_id, anyio.Event())
         with anyio.move_on_after(poll_s):
-            await changed.wait()
+            await runtime.changed(run_id).wait()
 
 
 async def run_events(runtime: Runtime, workspace: str, run_id: str, after: int) -> AsyncIterator[bytes]:
