@@ -149,6 +149,8 @@ def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_agai
             assert time.monotonic() < until
             time.sleep(0.05)
         assert record["status"] == "completed", record
+        stream = httpx.get(f"{one.url}/api/v1/runs/{run_id}/stream", headers=auth(), timeout=30).text
+        assert "another writer saved the session first" in stream  # it lost once, and ran again
         assert texts(one, "mix") == [
             "plain",
             "echo: plain (turn 1)",

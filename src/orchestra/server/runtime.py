@@ -39,10 +39,11 @@ from orchestra.multiagent import MultiAgentBase
 from orchestra.multiagent.events import BeforeMultiAgentInvocation
 from orchestra.server.config import HostedSpec, OnBusy, ServerConfig
 from orchestra.server.events import EventLog
-from orchestra.server.idempotency import IdempotencyKeys, KeyEntry, KeyRefused
+from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
 from orchestra.server.interrupts import ResponsesRefused, check_responses
 from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure
+from orchestra.server.repeats import already_done, claim
 from orchestra.server.runs import Mode, RunRecord, RunStore
 from orchestra.server.settle import settle_from_session
 from orchestra.server.signals import Stop, Stops
@@ -360,7 +361,7 @@ class Runtime:
         try:
             with invocation.traced():
                 if invocation.idempotency_key is not None:
-                    replay = await self._claim(workspace, invocation)
+                    replay = await claim(self, workspace, invocation)
                     if replay is not None:
                         return replay
                 if invocation.session_id is None:
@@ -500,7 +501,7 @@ class Runtime:
         for attempt in range(_CONFLICT_RETRIES + 1):
             try:
                 target = await self._build_and_claim(invocation, record, runs)
-                replay = await self._already_done(workspace, invocation, record)
+                replay = await already_done(self, workspace, invocation, record)
                 if replay is not None:
                     return replay
                 if invocation.responses is not None:
@@ -525,7 +526,7 @@ class Runtime:
             outcome = await settle_stop(outcome, target, invocation, record, storage)
         failure = finish(record, target, outcome, started)
         if _leaves_no_record(invocation, target, outcome):
-            await self._forget(runs, record)
+            await self.forget(runs, record)
         elif not invocation.background:
             runs.save_later(record)
         return record, failure
@@ -540,73 +541,11 @@ class Runtime:
             for answer in record.responses
         }
 
-    async def _claim(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None] | None:
-        """Make the request's key name this run (None: run it), or the first run's answer to replay."""
-        assert invocation.idempotency_key is not None
-        keys, agent_id = self.keys(workspace), invocation.hosted.id
-        while True:
-            entry = await keys.claim(
-                agent_id, invocation.idempotency_key, invocation.fingerprint, invocation.run_id
-            )
-            if entry is None:
-                return None
-            first = self._inflight.get(entry.run_id) or self._running.get(entry.run_id)
-            if first is not None:
-                await first.wait()  # the first request runs here: answer as it does
-            prior = await self.run_record(workspace, entry.run_id)
-            if prior is not None and not prior.final:
-                if prior.background and await self.liveness.is_alive(prior.server):
-                    prior = await self.wait_final(workspace, prior.run_id)  # queued, or runs elsewhere
-                else:
-                    raise KeyRefused(
-                        409,
-                        "request_in_progress",
-                        f"the first request with this Idempotency-Key (run {prior.run_id}) is still running "
-                        "on another server; repeat it after Retry-After seconds to get its answer",
-                        retry_after=1,
-                    )
-            if prior is None and time.time() - entry.created_at < self.config.runs.server_gone_after_s:
-                raise KeyRefused(
-                    409,
-                    "request_in_progress",
-                    "the first request with this Idempotency-Key has just started; repeat it after "
-                    "Retry-After seconds to get its answer",
-                    retry_after=1,
-                )
-            # A run that ended is answered as it was; one that stored nothing because it failed runs again.
-            if prior is not None and (prior.stored is not False or prior.status != "failed"):
-                return prior, recorded_failure(prior)
-            if await keys.take_over(agent_id, invocation.idempotency_key, entry, invocation.run_id):
-                invocation.prior = prior or _lost_run(invocation, entry)
-                return None
+    def waiting_on(self, run_id: str) -> anyio.Event | None:
+        """An event set when the request or run ``run_id`` ends on this server (None: not here)."""
+        return self._inflight.get(run_id) or self._running.get(run_id)
 
-    async def _already_done(
-        self, workspace: str, invocation: Invocation, record: RunRecord
-    ) -> tuple[RunRecord, Failure | None] | None:
-        """For a request that runs again what an earlier one left undone: with the session loaded (every
-        later save is conditional on it), check that the earlier one did not store its turn after all."""
-        prior = invocation.prior
-        if prior is None or invocation.mode != "session":
-            return None
-        settled = await settle_from_session(
-            self.config,
-            self.agent_storage(workspace, prior.agent_id),
-            prior,
-            "a repeated request found it unfinished",
-        )
-        if settled.stored is not True:
-            return None
-        if invocation.idempotency_key is not None:
-            keys = self.keys(workspace)
-            entry = await keys.read(invocation.hosted.id, invocation.idempotency_key)
-            if entry is not None:  # the key names the run that stored the turn again
-                await keys.take_over(invocation.hosted.id, invocation.idempotency_key, entry, prior.run_id)
-        await self.runs(workspace).save(settled)
-        if prior.run_id != record.run_id:
-            await self._forget(self.runs(workspace), record)
-        return settled, recorded_failure(settled)
-
-    async def _forget(self, runs: RunStore, record: RunRecord) -> None:
+    async def forget(self, runs: RunStore, record: RunRecord) -> None:
         """Delete the ``executing`` record of a turn that stored nothing (logged if that fails: the record
         is then settled as failed when read)."""
         if record.mode != "session" or record.background:
@@ -648,16 +587,3 @@ def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool
     a repeat with its Idempotency-Key may ask for it, it leaves no run record."""
     never_ran = target is None or isinstance(outcome, SessionConflictError | ResponsesRefused)
     return never_ran and isinstance(outcome, Exception) and invocation.idempotency_key is None
-
-
-def _lost_run(invocation: Invocation, entry: KeyEntry) -> RunRecord:
-    """A stand-in for a run whose record was never written (its request died first)."""
-    return RunRecord(
-        run_id=entry.run_id,
-        agent_id=invocation.hosted.id,
-        kind="agent",
-        mode=invocation.mode,
-        session_id=invocation.session_id,
-        started_at=datetime.fromtimestamp(entry.created_at, UTC).isoformat(),
-        status="executing",
-    )
