@@ -308,7 +308,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         headers = {"Idempotent-Replayed": "true"} if record.run_id != invocation.run_id else None
         if failure is not None:
             return _failure_response(failure, record, background=write_record, headers=headers)
-        return JSONResponse(_plain(record.answer()), background=write_record, headers=headers)
+        answer = record.answer()
+        if not isinstance(answer["output"], str | None) or "interrupts" in answer:  # made JSON-ready
+            answer = _plain(answer)
+        return JSONResponse(answer, background=write_record, headers=headers)
 
     @app.get("/api/v1/agents", response_model=AgentList, responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:

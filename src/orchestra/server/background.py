@@ -323,11 +323,23 @@ class Background:
                 except (OrchestraError, OSError) as exc:
                     log.warning("sweep_failed", workspace=workspace, error=f"{type(exc).__name__}: {exc}")
 
+    async def _clear_late_stops(self, workspace: str) -> None:
+        """Stop requests that reached a run after it ended (or that named no run) are deleted."""
+        storage = self.runtime.storage(workspace)
+        for key in await storage.list("signals/"):
+            run_id = key.rsplit("/", 1)[-1].removesuffix(".json")
+            if self.runtime.runs_here(run_id):
+                continue
+            record = await self.runtime.runs(workspace).get(run_id)
+            if record is None or record.final:
+                await self.runtime.stops.clear(storage, run_id)
+
     async def sweep(self, workspace: str) -> None:
         """Look after the workspace's unfinished background runs once (see the module docstring)."""
         runtime = self.runtime
         runs, liveness = runtime.runs(workspace), runtime.liveness
         await runtime.retry_releases()
+        await self._clear_late_stops(workspace)
         for run_id in await runs.active_ids():
             if runtime.runs_here(run_id):
                 continue

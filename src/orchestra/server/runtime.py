@@ -176,6 +176,7 @@ class Runtime:
             gone_after_s=config.runs.server_gone_after_s,
         )
         self.stops = Stops(config.runs.poll_s)
+        self._views: dict[str, tuple[Storage, Storage]] = {}
         self._slots: dict[str, SessionSlots] = {}
         self._runs: dict[str, RunStore] = {}
         self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
@@ -189,7 +190,10 @@ class Runtime:
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""
-        return PrefixedStorage(self.root, f"ws/{workspace}")
+        cached = self._views.get(workspace)
+        if cached is None or cached[0] is not self.root:  # (tests put a wrapper in place of root)
+            cached = self._views[workspace] = (self.root, PrefixedStorage(self.root, f"ws/{workspace}"))
+        return cached[1]
 
     def unsynced(self, workspace: str) -> Storage:
         """The workspace's storage, written without fsync on local files (what a killed process keeps)."""
@@ -234,6 +238,8 @@ class Runtime:
 
     def notify(self, run_id: str) -> None:
         """Wake whoever waits here for ``run_id`` to start or end."""
+        if not self._changed:
+            return
         changed = self._changed.pop(run_id, None)
         if changed is not None:
             changed.set()
@@ -325,6 +331,15 @@ class Runtime:
 
     def record_of(self, invocation: Invocation) -> RunRecord:
         """A new run record for ``invocation`` (``executing`` on this server)."""
+        extra: dict[str, Any] = {}  # only what is set: a plain turn builds the record it always did
+        if invocation.responses:
+            extra["responses"] = [{"interrupt_id": i, "response": r} for i, r in invocation.responses.items()]
+        if invocation.on_busy != "reject":
+            extra["on_busy"] = invocation.on_busy
+        if invocation.background:
+            extra["background"] = True
+        if invocation.webhook:
+            extra["webhook"] = invocation.webhook
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,
@@ -335,10 +350,7 @@ class Runtime:
             input=invocation.task,
             caller_history=len(invocation.history or []) if invocation.mode == "stateless" else 0,
             server=self.liveness.server_id,
-            responses=[{"interrupt_id": i, "response": r} for i, r in (invocation.responses or {}).items()],
-            on_busy=invocation.on_busy,
-            background=invocation.background,
-            webhook=invocation.webhook,
+            **extra,
         )
 
     async def invoke(
@@ -357,7 +369,9 @@ class Runtime:
                 queue is full (429).
         """
         # Registered at once: a repeat of this request's key that arrives meanwhile waits for it.
-        registered = self._inflight[invocation.run_id] = anyio.Event()
+        registered = None
+        if invocation.idempotency_key is not None:
+            registered = self._inflight[invocation.run_id] = anyio.Event()
         try:
             with invocation.traced():
                 if invocation.idempotency_key is not None:
@@ -375,8 +389,9 @@ class Runtime:
                     return await self._queue_and_wait(workspace, invocation)
                 return await self._holding(workspace, invocation, log)
         finally:
-            del self._inflight[invocation.run_id]
-            registered.set()
+            if registered is not None:
+                del self._inflight[invocation.run_id]
+                registered.set()
 
     async def _holding(
         self, workspace: str, invocation: Invocation, log: EventLog | None, record: RunRecord | None = None
@@ -472,17 +487,21 @@ class Runtime:
         if log is not None:
             self.logs[record.run_id] = log
         try:
-            async with anyio.create_task_group() as group:
-                if log is not None:
-                    group.start_soon(log.run_writer)
+            if log is None:  # a plain invoke keeps no events: no writer, no task group
                 result = await self._turn(workspace, invocation, record, stop, log)
-                if log is not None:
+            else:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(log.run_writer)
+                    result = await self._turn(workspace, invocation, record, stop, log)
                     log.append(*terminal_event(*result))
                     await log.close()  # the writer ends once every event is written
         except BaseExceptionGroup as group_error:
             raise unwrap_group(group_error) from None
         finally:
             self.stops.unregister(stop)
+            if stop.request is not None:  # answered: the request goes (a sweep clears late ones)
+                with anyio.CancelScope(shield=True):
+                    await self.stops.clear(self.storage(workspace), record.run_id)
             if log is not None and self.logs.get(record.run_id) is log:
                 del self.logs[record.run_id]
             running.set()
@@ -519,7 +538,6 @@ class Runtime:
                     "status", {"status": "executing", "again": "another writer saved the session first"}
                 )
             await anyio.sleep(0.2 * 2**attempt)
-            stop.scope = anyio.CancelScope()  # a scope is entered once
         self.stops.unregister(stop)  # from here on, the outcome is decided: a stop request is too late
         if isinstance(outcome, Stopped):
             storage = self.agent_storage(workspace, invocation.hosted.id)

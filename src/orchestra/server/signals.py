@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,22 +48,38 @@ class StopRequest:
 
 @dataclass
 class Stop:
-    """A running run that can be stopped: its cancel scope, and what stopping it asked for."""
+    """A running run that can be stopped: what stopping it asked for, and its cancel scope."""
 
     run_id: str
     storage: Storage
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    started: float = field(default_factory=time.monotonic)
     request: StopRequest | None = None
     decided: bool = False  # the outcome is being recorded: too late to stop
-    on_stop: Callable[[], None] | None = None  # takes what must be kept before the run unwinds
+    partial: list[Any] = field(default_factory=list)  # an agent's turn so far, when the stop came
+    _history: list[Any] | None = None
+    _before = 0
+    _scope: anyio.CancelScope | None = None
+
+    def watch(self, history: list[Any]) -> None:
+        """An agent's history: when a stop comes, the messages added since now are kept in ``partial``
+        (the cancellation then rolls the turn back)."""
+        self._history, self._before = history, len(history)
+
+    def scope(self) -> anyio.CancelScope:
+        """A new cancel scope to run the run in (cancelled at once if a stop came first)."""
+        self._scope = anyio.CancelScope()
+        if self.request is not None:
+            self._scope.cancel()
+        return self._scope
 
     def trigger(self, request: StopRequest) -> None:
         if self.decided or self.request is not None:
             return
         self.request = request
-        if self.on_stop is not None:
-            self.on_stop()
-        self.scope.cancel()
+        if self._history is not None:
+            self.partial = list(self._history[self._before :])
+        if self._scope is not None:
+            self._scope.cancel()
 
 
 class Stops:
@@ -112,12 +127,15 @@ class Stops:
             log.warning("stop_request_not_deleted", run_id=run_id, error=str(exc))
 
     async def watch(self) -> None:
-        """Look for requests made on other servers for the runs this server runs, every ``poll_s``."""
+        """Look for requests made on other servers for the runs this server runs, every ``poll_s`` (a run
+        younger than that is looked at the next time: most runs end before, and cost no read)."""
         while True:
             await anyio.sleep(self.poll_s)
             by_storage: dict[int, tuple[Storage, list[Stop]]] = {}
+            old_enough = time.monotonic() - self.poll_s
             for stop in list(self.running.values()):
-                by_storage.setdefault(id(stop.storage), (stop.storage, []))[1].append(stop)
+                if stop.started <= old_enough:
+                    by_storage.setdefault(id(stop.storage), (stop.storage, []))[1].append(stop)
             for storage, stops in by_storage.values():
                 try:
                     found = await read_many(storage, [self.key(s.run_id) for s in stops])

@@ -64,21 +64,13 @@ async def run_target(
     target: Agent | MultiAgentBase, invocation: Invocation, task: Any, stop: Stop, log: EventLog | None
 ) -> Any:
     """Run ``target`` within ``stop``'s cancel scope; its outcome, or ``Stopped``."""
-    partial: list[MessageDict] = []
-    prompt: Any = task
-    if invocation.responses:
-        prompt = response_blocks(invocation.responses)
+    prompt: Any = response_blocks(invocation.responses) if invocation.responses else task
+    options: dict[str, Any] = {}
     if isinstance(target, Agent):
-        before = len(target.messages)
-
-        def keep() -> None:  # the turn so far, taken before the cancellation rolls it back
-            partial[:] = target.messages[before:]
-
-        stop.on_stop = keep
-    with stop.scope:
-        options: dict[str, Any] = {}
-        if isinstance(target, MultiAgentBase):
-            options = {"resume_unfinished": True, "fresh": invocation.fresh and not invocation.responses}
+        stop.watch(target.messages)  # its turn so far is taken when a stop comes, before it unwinds
+    else:
+        options = {"resume_unfinished": True, "fresh": invocation.fresh and not invocation.responses}
+    with stop.scope():
         if log is None:
             return await target.invoke_async(prompt, **options)
         outcome: Any = None
@@ -91,7 +83,7 @@ async def run_target(
                 log.append(*converted)
         return outcome
     assert stop.request is not None
-    return Stopped(stop.request, partial)
+    return Stopped(stop.request, stop.partial)
 
 
 def close_partial_turn(partial: list[MessageDict]) -> list[MessageDict]:
@@ -165,7 +157,8 @@ def finish(
     """Fill in the final record; returns how a failure is answered (None: 200)."""
     record.finished_at = datetime.now(UTC).isoformat()
     record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-    record.caller_messages = None
+    if record.caller_messages is not None:
+        record.caller_messages = None
     failure = None
     if isinstance(outcome, Stopped):
         record.status, record.stored = outcome.status, outcome.stored
@@ -209,8 +202,8 @@ def finish(
         record.http_status = 200
         if not isinstance(outcome, Stopped):
             record.stored = record.mode == "session"
-    if target is not None and not isinstance(outcome, BaseException):
-        record.interrupts = open_interrupts(target) if record.status == "interrupted" else []
+    if target is not None and record.status == "interrupted" and not isinstance(outcome, BaseException):
+        record.interrupts = open_interrupts(target)
     if isinstance(target, Agent):
         # Stateless mode persists nothing of the caller's history: only what this turn added.
         record.messages = list(target.messages[record.caller_history :])
