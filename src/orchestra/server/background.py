@@ -44,6 +44,7 @@ __all__ = [
     "Background",
     "NotResumable",
     "cancel_run",
+    "cancellable",
     "drive",
     "queue_run",
     "resume_run",
@@ -275,6 +276,12 @@ async def cancel_run(runtime: Runtime, workspace: str, record: RunRecord, webhoo
                 await _end(runtime, workspace, ended, version, webhooks)
             return
     await runtime.stops.request(runtime.storage(workspace), record.run_id, StopRequest("cancel"))
+
+
+def cancellable(record: RunRecord) -> bool:
+    """Whether ``cancel_run`` can stop it: a background run, or a run of a session (a plain invoke
+    without a session stops when its client goes away)."""
+    return record.background or record.mode == "session"
 
 
 class Background:

@@ -26,7 +26,7 @@ from fastapi.responses import RedirectResponse, Response
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError
-from orchestra.server.background import NotResumable, cancel_run, resume_run, start_background
+from orchestra.server.background import NotResumable, cancel_run, cancellable, resume_run, start_background
 from orchestra.server.pages import badge, conversation, page
 from orchestra.server.runs import RunRecord
 from orchestra.server.runtime import Invocation, Runtime
@@ -71,7 +71,7 @@ def controls_html(record: RunRecord, csrf: str) -> str:
                 + "</li>"
             )
         parts.append("<h2>Open interrupts</h2><ul id='interrupts'>" + "".join(items) + "</ul>")
-    if record.status in ("queued", "executing"):
+    if record.status in ("queued", "executing") and cancellable(record):
         parts.append(_form(f"/runs/{run}/cancel", csrf, "", "Cancel", "cancel"))
     elif _resumable(record):
         parts.append(_form(f"/runs/{run}/resume", csrf, "", "Resume", "resume"))
@@ -178,8 +178,8 @@ def mount_controls(
         if isinstance(found, Response):
             return found
         ws, record, _ = found
-        if record.final:
-            return refused(f"run {run_id} has already ended ({record.status})", run_id)
+        if record.final or not cancellable(record):
+            return refused(f"run {run_id} has ended ({record.status}) or stops with its client", run_id)
         await cancel_run(runtime, ws, record, runtime.webhooks)
         return RedirectResponse(f"/runs/{record.run_id}", status_code=303)
 

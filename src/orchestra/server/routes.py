@@ -33,7 +33,7 @@ from orchestra.server._api import (
     _plain,
     _run_or_404,
 )
-from orchestra.server.background import NotResumable, cancel_run, resume_run, start_background
+from orchestra.server.background import NotResumable, cancel_run, cancellable, resume_run, start_background
 from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.idempotency import KeyRefused, fingerprint, validate_idempotency_key
 from orchestra.server.runs import RunRecord, RunSummary
@@ -229,6 +229,12 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
         record = await _run_or_404(runtime, ws, run_id)
         if record.final:
             raise ApiError(409, "run_finished", f"run {run_id} has already ended ({record.status})")
+        if not cancellable(record):
+            raise ApiError(
+                409,
+                "not_cancellable",
+                f"run {run_id} is a plain invoke without a session: it stops when its client goes away",
+            )
         await cancel_run(runtime, ws, record, runtime.webhooks)
         return JSONResponse(_plain((await _run_or_404(runtime, ws, run_id)).summary()), status_code=202)
 

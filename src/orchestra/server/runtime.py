@@ -482,7 +482,8 @@ class Runtime:
         run's record is the caller's to write; a plain one's is queued for ``flush_records``."""
         record = record or self.record_of(invocation)
         running = self._running[record.run_id] = anyio.Event()
-        stop = self.stops.register(record.run_id, self.storage(workspace))
+        stoppable = invocation.session_id is not None or invocation.background
+        stop = self.stops.register(record.run_id, self.storage(workspace), stoppable=stoppable)
         self.notify(record.run_id)
         if log is not None:
             self.logs[record.run_id] = log

@@ -17,8 +17,10 @@ What stopping does is decided by the runtime (``runtime.py``), by mode:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,8 +67,12 @@ class Stop:
         (the cancellation then rolls the turn back)."""
         self._history, self._before = history, len(history)
 
-    def scope(self) -> anyio.CancelScope:
+    stoppable: bool = True  # a plain invoke without a session is not: it stops when its client goes
+
+    def scope(self) -> AbstractContextManager[Any]:
         """A new cancel scope to run the run in (cancelled at once if a stop came first)."""
+        if not self.stoppable:
+            return contextlib.nullcontext()
         self._scope = anyio.CancelScope()
         if self.request is not None:
             self._scope.cancel()
@@ -93,8 +99,11 @@ class Stops:
     def key(run_id: str) -> str:
         return f"signals/{run_id}.json"
 
-    def register(self, run_id: str, storage: Storage) -> Stop:
-        stop = self.running[run_id] = Stop(run_id, storage)
+    def register(self, run_id: str, storage: Storage, *, stoppable: bool = True) -> Stop:
+        """A run that starts here; one that is not ``stoppable`` is not watched (nothing can stop it)."""
+        stop = Stop(run_id, storage, stoppable=stoppable)
+        if stoppable:
+            self.running[run_id] = stop
         return stop
 
     def unregister(self, stop: Stop) -> None:
