@@ -475,9 +475,18 @@ class Client:
         """Stop a run (it is saved ``interrupted`` and can be resumed); ``wait`` tells when it has."""
         return RunInfo.model_validate(self._post_once(_run_url(run_id, "cancel"), None, None))
 
-    def resume(self, run_id: str) -> RunInfo:
+    def resume_run(self, run_id: str) -> RunInfo:
         """Start a cancelled, failed or stranded run again, as a new background run."""
         return RunInfo.model_validate(self._post_once(_run_url(run_id, "resume"), None, None))
+
+    def resume(self, agent_id: str, session_id: str) -> InvokeResult:
+        """Finish what a session left open (a turn cut by a crash, an unfinished run); ``resumed`` is
+        true in the answer. ``ConflictError`` (``nothing_to_resume``) if there is nothing."""
+        response = self._http.post(
+            f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
+        )
+        _raise_for(response)
+        return InvokeResult.model_validate(response.json())
 
     def agents(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/agents")["agents"])
@@ -689,9 +698,16 @@ class AsyncClient:
         """Stop a run (it is saved ``interrupted`` and can be resumed); ``wait`` tells when it has."""
         return RunInfo.model_validate(await self._post_once(_run_url(run_id, "cancel"), None, None))
 
-    async def resume(self, run_id: str) -> RunInfo:
+    async def resume_run(self, run_id: str) -> RunInfo:
         """Start a cancelled, failed or stranded run again, as a new background run."""
         return RunInfo.model_validate(await self._post_once(_run_url(run_id, "resume"), None, None))
+
+    async def resume(self, agent_id: str, session_id: str) -> InvokeResult:
+        response = await self._http.post(
+            f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
+        )
+        _raise_for(response)
+        return InvokeResult.model_validate(response.json())
 
     async def agents(self) -> list[dict[str, Any]]:
         return list((await self._get("/api/v1/agents"))["agents"])

@@ -50,3 +50,22 @@ def review(node_input: Any) -> str:
     """A human approves the draft (an interrupt of a function node)."""
     answer = node_input.interrupt("approve", reason="ship it?")
     return f"human said {answer}"
+
+
+@tool(effects=True)
+def pay_once(amount: int) -> str:
+    """Pay ``amount`` (a side effect: counted in the file ``ORCHESTRA_TEST_PAID`` names).
+
+    Args:
+        amount: what to pay.
+    """
+    with open(os.environ["ORCHESTRA_TEST_PAID"], "a") as paid:
+        paid.write(f"{amount}\n")
+    return f"paid {amount}"
+
+
+@tool
+async def confirm() -> str:
+    """Confirm the payment (takes ``ORCHESTRA_TEST_HANG`` seconds)."""
+    await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_HANG", "0")))
+    return "confirmed"

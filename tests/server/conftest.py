@@ -164,6 +164,20 @@ edges:
   - {from: approve, to: publish}
 """
 
+EFFECTS = """version: 1
+kind: agent
+id: effects
+agents:
+  - name: effects
+    tools: ['tests.server.agents:pay_once', 'tests.server.agents:confirm']
+    model:
+      provider: scripted
+      follow_history: true
+      replies:
+        - [{tool: pay_once, input: {amount: 30}, id: p1}, {tool: confirm, input: {}, id: c1}]
+        - Paid and confirmed.
+"""
+
 WINDOW = """version: 1
 kind: agent
 id: window
@@ -180,7 +194,14 @@ WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def write_platform_config(root: Path, storage: str, extra: str = FAST_RUNS) -> Path:
     """A config with the platform's agents (and the ones of ``write_config``), fast liveness and sweeps."""
     write_config(root, storage)
-    specs = (("payer", PAYER), ("slow", SLOW), ("steps", STEPS), ("review", REVIEW), ("window", WINDOW))
+    specs = (
+        ("payer", PAYER),
+        ("slow", SLOW),
+        ("steps", STEPS),
+        ("review", REVIEW),
+        ("window", WINDOW),
+        ("effects", EFFECTS),
+    )
     for name, text in specs:
         (root / f"{name}.yaml").write_text(text)
     config = root / "platform.yaml"
@@ -194,6 +215,7 @@ agents:
   - {{id: steps, spec: steps.yaml, workspace: acme}}
   - {{id: review, spec: review.yaml, workspace: acme}}
   - {{id: window, spec: window.yaml, workspace: acme}}
+  - {{id: effects, spec: effects.yaml, workspace: acme}}
   - {{id: other, spec: chat.yaml, workspace: globex}}
 api_keys:
   - {{workspace: acme, sha256: {hash_key(KEYS["acme"])}}}

@@ -247,3 +247,31 @@ def test_unknown_runs_and_bad_event_ids_are_4xx(platform):
     bad = get(platform, f"/api/v1/runs/{run_id}/stream", headers={"Last-Event-ID": "abc"})
     assert bad.status_code == 422
     assert bad.json()["error"]["code"] == "invalid_last_event_id"
+
+
+def test_a_turn_whose_side_effect_ran_is_kept_open_when_stopped_and_resumed_without_running_it_again(
+    platform, tmp_path, monkeypatch
+):
+    paid = tmp_path / "paid.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_PAID", str(paid))
+    monkeypatch.setenv("ORCHESTRA_TEST_HANG", "30")
+    run_id = post(platform, RUNS.format("effects"), {"input": "pay it", "session_id": "fx"}).json()["run_id"]
+    deadline = time.monotonic() + 20
+    while not (paid.exists() and paid.read_text()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    post(platform, f"/api/v1/runs/{run_id}/cancel")
+    stopped = wait_final(platform, run_id)
+    assert (stopped["status"], stopped["stored"]) == ("interrupted", True)
+    assert "side-effecting tool" in stopped["stopped"]["note"]
+
+    monkeypatch.setenv("ORCHESTRA_TEST_HANG", "0")
+    resumed = post(platform, f"/api/v1/runs/{run_id}/resume")
+    assert resumed.status_code == 202, resumed.text
+    final = wait_final(platform, resumed.json()["run_id"])
+    assert final["status"] == "completed", final
+    assert final["output"] == "Paid and confirmed."
+    assert paid.read_text().split() == ["30"]  # the payment ran once
+    messages = get(platform, "/api/v1/agents/effects/sessions/fx").json()["messages"]
+    users = [b["text"] for m in messages if m["role"] == "user" for b in m["content"] if "text" in b]
+    assert users == ["pay it"]  # finished from the session, not sent again

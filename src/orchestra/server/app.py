@@ -54,7 +54,7 @@ from orchestra.server.idempotency import KeyRefused
 from orchestra.server.outcomes import failure_of
 from orchestra.server.routes import invocation_of, mount_runs
 from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Runtime
+from orchestra.server.runtime import Invocation, Runtime
 from orchestra.server.slots import Busy
 from orchestra.server.streams import invoke_events
 from orchestra.server.webhooks import WebhookRefused
@@ -391,7 +391,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         write_record = BackgroundTask(runtime.flush_records, ws)
         if failure is not None:
             return _failure_response(failure, record, background=write_record)
-        return JSONResponse(_answer(record), background=write_record)
+        return JSONResponse(_plain(record.answer()), background=write_record)
 
     @app.delete(
         "/api/v1/agents/{agent_id}/sessions/{session_id}",

@@ -131,11 +131,13 @@ async def resume_run(runtime: Runtime, workspace: str, record: RunRecord, hosted
         raise NotResumable(f"run {run_id} was stateless: it kept no history to resume from; start it again")
     if record.resumed_by is not None:
         raise NotResumable(f"run {run_id} was resumed already, by run {record.resumed_by}")
-    if not isinstance(record.input, str):
+    if not isinstance(record.input, str) and not record.resume:
         raise NotResumable(f"run {run_id} answered interrupts: answer the session's open ones instead")
-    new = await start_background(
-        runtime, workspace, Invocation(hosted, record.input, record.session_id, None, on_busy="enqueue")
-    )
+    invocation = Invocation(hosted, record.input, record.session_id, None, on_busy="enqueue")
+    # An agent's turn that stopped with part of it stored (kept open after a side-effecting tool) is
+    # finished from the session, not sent again (a pipeline's saved nodes are resumed by its task).
+    invocation.resume = record.kind == "agent" and (record.stored is True or record.resume)
+    new = await start_background(runtime, workspace, invocation)
     found = await runtime.runs(workspace).read_versioned(run_id)
     if found is not None:
         old, version = found

@@ -92,7 +92,7 @@ def _resumable(record: RunRecord) -> bool:
         record.status in ("interrupted", "failed")
         and not record.interrupts
         and record.resumed_by is None
-        and isinstance(record.input, str)
+        and (isinstance(record.input, str) or record.resume)
         and record.mode != "stateless"
     )
 

@@ -81,6 +81,9 @@ class RunSummary(BaseModel):
         default=False, description="Set when no server could go on with it: POST /runs/{id}/resume."
     )
     resumed_by: str | None = Field(default=None, description="The run that resumed this one.")
+    resume: bool = Field(
+        default=False, description="It finishes what its session left open instead of sending input."
+    )
     webhook: str | None = Field(default=None, description="The URL called once when it ends.")
     webhook_delivery: str | None = Field(default=None, description="pending, delivered or failed.")
 

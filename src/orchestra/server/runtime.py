@@ -42,7 +42,7 @@ from orchestra.server.events import EventLog
 from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
 from orchestra.server.interrupts import ResponsesRefused, check_responses
 from orchestra.server.liveness import Liveness
-from orchestra.server.outcomes import Failure
+from orchestra.server.outcomes import Failure, NothingToResume
 from orchestra.server.repeats import already_done, claim
 from orchestra.server.runs import Mode, RunRecord, RunStore
 from orchestra.server.settle import settle_from_session
@@ -113,6 +113,7 @@ class Invocation:
         self.prior: RunRecord | None = None
         self.background = False
         self.webhook: str | None = None
+        self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
 
     @property
     def fresh(self) -> bool:
@@ -136,6 +137,7 @@ class Invocation:
         invocation.run_id = record.run_id
         invocation.background = record.background
         invocation.webhook = record.webhook
+        invocation.resume = record.resume
         return invocation
 
     def traced(self) -> Any:
@@ -340,6 +342,8 @@ class Runtime:
             extra["background"] = True
         if invocation.webhook:
             extra["webhook"] = invocation.webhook
+        if invocation.resume:
+            extra["resume"] = True
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,
@@ -604,5 +608,7 @@ def log_release_failure(session_id: str, run_id: str, exc: Exception) -> None:
 def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool:
     """A turn that never ran (its session did not load) or lost to another writer stored nothing: unless
     a repeat with its Idempotency-Key may ask for it, it leaves no run record."""
-    never_ran = target is None or isinstance(outcome, SessionConflictError | ResponsesRefused)
+    never_ran = target is None or isinstance(
+        outcome, SessionConflictError | ResponsesRefused | NothingToResume
+    )
     return never_ran and isinstance(outcome, Exception) and invocation.idempotency_key is None

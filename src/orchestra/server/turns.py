@@ -21,7 +21,7 @@ from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.server.discard import discard_run, stored_by
 from orchestra.server.events import EventLog, stream_event
 from orchestra.server.interrupts import open_interrupts, response_blocks
-from orchestra.server.outcomes import Failure, failure_of
+from orchestra.server.outcomes import Failure, NothingToResume, failure_of
 from orchestra.server.runs import RunRecord
 from orchestra.server.signals import Stop, StopRequest
 from orchestra.session import Compaction, SnapshotSessionManager
@@ -66,9 +66,12 @@ async def run_target(
     """Run ``target`` within ``stop``'s cancel scope; its outcome, or ``Stopped``."""
     prompt: Any = response_blocks(invocation.responses) if invocation.responses else task
     options: dict[str, Any] = {}
+    if invocation.resume:  # POST .../sessions/{sid}/resume: finish what the session left open
+        prompt = None
+        _check_something_to_resume(target)
     if isinstance(target, Agent):
         stop.watch(target.messages)  # its turn so far is taken when a stop comes, before it unwinds
-    else:
+    elif not invocation.resume:
         options = {"resume_unfinished": True, "fresh": invocation.fresh and not invocation.responses}
     with stop.scope():
         if log is None:
@@ -84,6 +87,15 @@ async def run_target(
         return outcome
     assert stop.request is not None
     return Stopped(stop.request, stop.partial)
+
+
+def _check_something_to_resume(target: Agent | MultiAgentBase) -> None:
+    """An agent's open turn (cut by a crash), or a pipeline's unfinished run; else ``NothingToResume``."""
+    if isinstance(target, Agent):
+        if target.open_turn() is None:
+            raise NothingToResume("the session has no open turn to resume: send a message instead")
+    elif target.status.value not in ("executing", "failed", "interrupted"):
+        raise NothingToResume("the session has no unfinished run to resume: send a task instead")
 
 
 def close_partial_turn(partial: list[MessageDict]) -> list[MessageDict]:
@@ -115,6 +127,16 @@ async def settle_stop(
         return outcome
     where = (storage, target, session_id, record.run_id, record.started_at)
     stored = await stored_by(*where)
+    # A side-effecting tool of an agent's turn had run: the turn was kept open (and saved) rather than
+    # rolled back, so that the effect is never lost nor run twice. It stays, whatever the mode: the
+    # session's next request (or POST .../sessions/{sid}/resume) finishes it first.
+    if isinstance(target, Agent) and target.open_turn() is not None:
+        outcome.status, outcome.stored = "interrupted", True
+        outcome.note = (
+            "a side-effecting tool of its turn had run, so the turn is kept open, not discarded: the "
+            "session's next request finishes it first"
+        )
+        return outcome
     if mode == "rollback":
         if stored and not await discard_run(*where, SERVER_COMPACTION):
             outcome.status, outcome.stored = "interrupted", True
@@ -188,6 +210,7 @@ def finish(
         if output is None:
             record.output = str(outcome)
         record.usage = _usage(outcome.metrics.usage)
+        record.resumed = outcome.resumed
     else:
         assert isinstance(outcome, MultiAgentResult)
         record.status = outcome.status.value
