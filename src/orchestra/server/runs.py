@@ -38,10 +38,6 @@ class RunSummary(BaseModel):
     error: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
     resumed: bool = False
-    interrupts: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="What an interrupted run asks: each open interrupt's id, name, reason.",
-    )
     server: str | None = Field(default=None, description="The server that ran it (its liveness id).")
     stored: bool | None = Field(
         default=None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -114,6 +115,23 @@ class Invocation:
         self.background = False
         self.webhook: str | None = None
         self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
+
+    @property
+    def answers(self) -> dict[str, Any] | None:
+        """The protocol front doors' name for ``responses`` (A2A's input-required, an MCP tool call)."""
+        return self.responses
+
+    @answers.setter
+    def answers(self, value: dict[str, Any] | None) -> None:
+        self.responses = value or None
+
+    def prompt(self) -> Any:
+        """What the agent or pipeline is invoked with: the interrupt answers, or the task."""
+        if self.responses:
+            return [
+                {"interruptResponse": {"interruptId": k, "response": v}} for k, v in self.responses.items()
+            ]
+        return self.task
 
     @property
     def fresh(self) -> bool:
@@ -396,6 +414,17 @@ class Runtime:
             if registered is not None:
                 del self._inflight[invocation.run_id]
                 registered.set()
+
+    def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
+        """Run an invocation, yielding ``(event name, data)`` as its events are kept; the last is
+        ``("result", record)`` or ``("error", (record, failure))`` (what the protocol front doors read).
+
+        Raises:
+            KeyRefused, Busy: as ``invoke``.
+        """
+        from orchestra.server.streams import runtime_events  # streams.py builds on this module
+
+        return runtime_events(self, workspace, invocation)
 
     async def _holding(
         self, workspace: str, invocation: Invocation, log: EventLog | None, record: RunRecord | None = None

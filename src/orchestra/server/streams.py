@@ -25,7 +25,7 @@ from orchestra.server.turns import recorded_failure, terminal_event
 if TYPE_CHECKING:
     from orchestra.server.runtime import Invocation, Runtime
 
-__all__ = ["follow_run", "invoke_events", "run_events"]
+__all__ = ["follow_run", "invoke_events", "run_events", "runtime_events"]
 
 log = get_logger("orchestra.server")
 
@@ -143,3 +143,39 @@ async def invoke_events(runtime: Runtime, workspace: str, invocation: Invocation
     if failure.retry_after is not None:
         detail["retry_after"] = failure.retry_after
     yield sse((None, "error", {"error": detail, "run_id": invocation.run_id}))
+
+
+async def runtime_events(
+    runtime: Runtime, workspace: str, invocation: Invocation
+) -> AsyncIterator[tuple[str, Any]]:
+    """``Runtime.stream``: the run's events as ``(name, data)`` once kept, then ``("result", record)``
+    or ``("error", (record, failure))``. A refusal before the run (``KeyRefused``, ``Busy``) is raised."""
+    events = EventLog(runtime.unsynced(workspace), invocation.run_id, runtime.config.runs.max_events)
+    outcome: list[Any] = []
+    done = anyio.Event()
+
+    async def run() -> None:
+        try:
+            outcome.append(await runtime.invoke(workspace, invocation, events))
+        except (KeyRefused, Busy, StorageError, SnapshotError) as exc:
+            outcome.append(exc)
+        finally:
+            done.set()
+            runtime.notify(invocation.run_id)
+
+    async def ended() -> bool:
+        return done.is_set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        async for _, name, data in follow_run(
+            runtime, workspace, invocation.run_id, 0, ended, settle_rounds=0
+        ):
+            if name not in TERMINAL:  # the last event comes from the record, below
+                yield name, data
+        await done.wait()
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    record, failure = result
+    yield ("result", record) if failure is None else ("error", (record, failure))
