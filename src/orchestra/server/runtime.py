@@ -21,8 +21,6 @@ for it, or runs it again if it stored nothing (``idempotency.py``). A run can be
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -30,7 +28,6 @@ from typing import Any
 
 import anyio
 
-from orchestra import tracing
 from orchestra._concurrency import unwrap_group
 from orchestra._logging import get_logger
 from orchestra.agent import Agent
@@ -38,14 +35,15 @@ from orchestra.agent.agent import deferred_initialization
 from orchestra.errors import OrchestraError, SessionConflictError, StorageError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.multiagent.events import BeforeMultiAgentInvocation
-from orchestra.server.config import HostedSpec, OnBusy, ServerConfig
+from orchestra.server.config import ServerConfig
 from orchestra.server.events import EventLog
 from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
 from orchestra.server.interrupts import ResponsesRefused, check_responses
+from orchestra.server.invocation import Invocation, input_text
 from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure, NothingToResume
 from orchestra.server.repeats import already_done, claim
-from orchestra.server.runs import Mode, RunRecord, RunStore
+from orchestra.server.runs import RunRecord, RunStore
 from orchestra.server.settle import settle_from_session
 from orchestra.server.signals import Stop, Stops
 from orchestra.server.slots import Busy, Holder, SessionSlots
@@ -60,118 +58,14 @@ from orchestra.server.turns import (
 )
 from orchestra.server.webhooks import Webhooks
 from orchestra.session import SnapshotSessionManager
-from orchestra.session._uuid7 import uuid7
 from orchestra.spec import build
 from orchestra.storage import LocalFileStorage, PrefixedStorage, Storage, storage_from_uri
 
-__all__ = ["Invocation", "Runtime", "input_text"]
+__all__ = ["Invocation", "Runtime", "input_text"]  # Invocation and input_text: from invocation.py
 
 log = get_logger("orchestra.server")
 
-_INPUT_KEYS = ("message", "prompt", "query", "input", "text", "task")
 _CONFLICT_RETRIES = 5  # times a background run runs again after losing its session to a plain writer
-
-
-def input_text(value: Any) -> str:
-    """The task a request's ``input`` stands for: a string, the text under a usual key, or its JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for key in _INPUT_KEYS:
-            if isinstance(value.get(key), str):
-                return str(value[key])
-        strings = [v for v in value.values() if isinstance(v, str)]
-        if len(value) == 1 and strings:
-            return strings[0]
-    return json.dumps(value, sort_keys=True)
-
-
-class Invocation:
-    """One request to run a hosted agent: a task, or answers to its open interrupts (``responses``)."""
-
-    def __init__(
-        self,
-        hosted: HostedSpec,
-        task: str | None,
-        session_id: str | None,
-        history: list[dict[str, str]] | None,
-        *,
-        responses: dict[str, Any] | None = None,
-        on_busy: OnBusy = "reject",
-    ) -> None:
-        self.hosted = hosted
-        self.task = task
-        self.session_id = session_id
-        self.history = history
-        self.responses = responses
-        self.on_busy: OnBusy = on_busy
-        self.mode: Mode = "session" if session_id else "stateless" if history is not None else "none"
-        self.run_id = str(uuid7())
-        self.trace_headers: dict[str, str] = {}  # the request's traceparent/tracestate, if any
-        self.idempotency_key: str | None = None
-        self.fingerprint = ""  # of the request's body, which a repeat with the same key must match
-        # Set when this request runs again what an earlier one with its key left undone.
-        self.prior: RunRecord | None = None
-        self.background = False
-        self.webhook: str | None = None
-        self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
-
-    @property
-    def answers(self) -> dict[str, Any] | None:
-        """The protocol front doors' name for ``responses`` (A2A's input-required, an MCP tool call)."""
-        return self.responses
-
-    @answers.setter
-    def answers(self, value: dict[str, Any] | None) -> None:
-        self.responses = value or None
-
-    def prompt(self) -> Any:
-        """What the agent or pipeline is invoked with: the interrupt answers, or the task."""
-        if self.responses:
-            return [
-                {"interruptResponse": {"interruptId": k, "response": v}} for k, v in self.responses.items()
-            ]
-        return self.task
-
-    @property
-    def fresh(self) -> bool:
-        """A pipeline message sent with interrupt or rollback starts a new run, never resumes one."""
-        return self.on_busy in ("interrupt", "rollback") and self.prior is None
-
-    @classmethod
-    def of_record(cls, hosted: HostedSpec, record: RunRecord) -> Invocation:
-        """The invocation a stored run record stands for (a queued run, or one taken over)."""
-        invocation = cls(
-            hosted,
-            record.input
-            if isinstance(record.input, str) or record.input is None
-            else input_text(record.input),
-            record.session_id,
-            record.caller_messages,
-            responses={r["interrupt_id"]: r.get("response") for r in record.responses} or None,
-            on_busy=record.on_busy or "reject",  # type: ignore[arg-type]
-        )
-        invocation.mode = record.mode
-        invocation.run_id = record.run_id
-        invocation.background = record.background
-        invocation.webhook = record.webhook
-        invocation.resume = record.resume
-        return invocation
-
-    def traced(self) -> Any:
-        """The span of this invocation, continuing the caller's trace (``traceparent``) if it sent one."""
-        attributes = {
-            "orchestra.hosted.id": self.hosted.id,
-            "orchestra.run.id": self.run_id,
-            "orchestra.session.id": self.session_id,
-            "orchestra.memory_mode": self.mode,
-        }
-        stack = contextlib.ExitStack()
-        stack.enter_context(tracing.continued(self.trace_headers))
-        stack.enter_context(
-            tracing.span(f"invoke {self.hosted.id}", {k: v for k, v in attributes.items() if v})
-        )
-        return stack
 
 
 def _history_messages(history: list[dict[str, str]]) -> list[dict[str, Any]]:
