@@ -87,6 +87,7 @@ class EventLog:
         self._wake = anyio.Event()
         self._closing = False
         self.ended = False  # the terminal event is written
+        self.closed = False  # the writer has stopped (after the terminal event, or giving up)
         self.failed: BaseException | None = None
 
     @classmethod
@@ -124,6 +125,14 @@ class EventLog:
         """Write queued events until ``close`` (run it in a task for the life of the run). A write that
         fails is tried again (the events wait, and so do followers); after ``close``, five failures in a
         row give up, and followers end on the run's record instead."""
+        try:
+            await self._write_until_closed()
+        finally:
+            self.closed = True
+            changed, self._changed = self._changed, anyio.Event()
+            changed.set()  # followers see the end (and read storage for what is there)
+
+    async def _write_until_closed(self) -> None:
         failures = 0
         while True:
             await self._wake.wait()
@@ -192,7 +201,7 @@ class EventLog:
                 yield event
                 if event[1] in TERMINAL:
                     return
-            if self.ended:
+            if self.ended or self.closed:
                 return
             await self._changed.wait()
 

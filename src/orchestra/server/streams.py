@@ -47,13 +47,13 @@ async def follow_run(
     quiet = 0
     while True:
         local = runtime.logs.get(run_id)
-        if local is not None:
+        if local is not None and not local.closed:
             async for event in local.follow(after):
                 after = event[0]
                 yield event
                 if event[1] in TERMINAL:
                     return
-            continue  # its writer gave up: read what storage has
+            # Its writer stopped without a last event (it gave up on a failing storage): read storage.
         got = False
         async for event in stored_events(storage, run_id, after):
             got, after = True, event[0]
@@ -63,7 +63,7 @@ async def follow_run(
         quiet = 0 if got else quiet + 1
         if not got and quiet >= settle_rounds and await ended():
             return
-        if run_id in runtime.logs:
+        if (log := runtime.logs.get(run_id)) is not None and not log.closed:
             continue
         with anyio.move_on_after(poll_s):
             await runtime.changed(run_id).wait()
