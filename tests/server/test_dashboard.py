@@ -162,7 +162,7 @@ def test_open_interrupts_are_shown_and_answered_in_the_browser(platform, browser
 
 
 def test_a_run_is_cancelled_and_resumed_in_the_browser(platform, browser, monkeypatch):
-    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.4")
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")  # five nodes: time to open the page and cancel
     run = httpx.post(
         f"{platform.url}/api/v1/agents/steps/runs",
         json={"input": "long job", "session_id": "browser-cancel"},

@@ -211,7 +211,7 @@ def test_a_background_run_survives_a_sigkill_and_a_second_server_finishes_it(tmp
 def test_a_client_that_drops_its_stream_and_reattaches_across_a_restart_sees_every_event_once(
     tmp_path, servers
 ):
-    group = servers(write_platform_config(tmp_path, f"file:{tmp_path}/store"), ORCHESTRA_TEST_DELAY="0.3")
+    group = servers(write_platform_config(tmp_path, f"file:{tmp_path}/store"), ORCHESTRA_TEST_DELAY="0.6")
     url = group.start()
     run_id = httpx.post(
         f"{url}/api/v1/agents/steps/runs",
