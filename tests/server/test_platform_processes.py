@@ -331,7 +331,8 @@ def two_s3_servers(tmp_path_factory, moto_url):
     config = write_platform_config(
         root,
         f"s3://{bucket}/server?endpoint_url={moto_url}",
-        extra="runs: {heartbeat_s: 0.2, server_gone_after_s: 3, poll_s: 0.05, sweep_s: 0.5, max_queue: 25}\n",
+        # Gone after 10 s: moto serves one request at a time, and under load a heartbeat can wait seconds.
+        extra="runs: {heartbeat_s: 0.2, server_gone_after_s: 10, poll_s: 0.05, sweep_s: 0.5, max_queue: 25}\n",
     )
     group = Servers(config, {"ORCHESTRA_TEST_DELAY": "0.25"})
     try:

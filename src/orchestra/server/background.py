@@ -151,14 +151,20 @@ def _log(runtime: Runtime, workspace: str, run_id: str) -> EventLog:
     return EventLog(runtime.unsynced(workspace), run_id, runtime.config.runs.max_events)
 
 
-async def _save_durably(runs: RunStore, record: RunRecord) -> None:
+async def _save_durably(runs: RunStore, record: RunRecord, version: str | None = None) -> bool:
     """Write a final record, trying again until it is written (a run is never left ``executing`` by a
-    storage that fails for a while)."""
+    storage that fails for a while). With ``version``, only over that version: False if another server
+    changed the record first (it took the run over, taking this server for gone)."""
     wait = 0.5
     while True:
         try:
-            await runs.save(record)
-            return
+            if version is None:
+                await runs.save(record)
+            else:
+                await runs.replace(record, version)
+            return True
+        except StorageConflictError:
+            return False
         except StorageError as exc:
             log.warning("run_record_not_written", run_id=record.run_id, error=str(exc))
             await anyio.sleep(wait)
@@ -172,7 +178,9 @@ async def drive(runtime: Runtime, workspace: str, run_id: str) -> None:
     if found is None:
         return
     record, version = found
-    if record.final:
+    if record.final:  # it ended meanwhile: hand its session on if this server holds it, and its webhook
+        if record.session_id is not None:
+            await runtime.release(workspace, record.agent_id, record.session_id, run_id)
         await _deliver(runtime, workspace, record, webhooks)
         return
     hosted = next((h for h in runtime.config.agents if h.id == record.agent_id), None)
@@ -186,7 +194,7 @@ async def drive(runtime: Runtime, workspace: str, run_id: str) -> None:
     record.status, record.server = "executing", me
     record.attempt += 1 if taken_over else 0
     try:
-        await runs.replace(record, version)
+        version = await runs.replace(record, version)
     except StorageConflictError:
         return  # another server started it first
     from orchestra.server.runtime import Invocation
@@ -199,7 +207,10 @@ async def drive(runtime: Runtime, workspace: str, run_id: str) -> None:
     final, _ = await runtime.execute(workspace, invocation, events, record)
     if final.webhook:
         final.webhook_delivery = "pending"
-    await _save_durably(runs, final)
+    if not await _save_durably(runs, final, version):
+        # Another server took the run over meanwhile (this one was taken for gone): the run is its now.
+        log.warning("run_taken_over_while_running", run_id=run_id)
+        return
     if final.session_id is not None:
         await runtime.release(workspace, final.agent_id, final.session_id, run_id)
     await runtime.stops.clear(runtime.storage(workspace), run_id)
@@ -241,7 +252,7 @@ async def _end(runtime: Runtime, workspace: str, record: RunRecord, version: str
     events = await EventLog.resume(runtime.unsynced(workspace), record.run_id, runtime.config.runs.max_events)
     await events.write_now([terminal_event(record, None)])
     if record.session_id is not None:
-        await runtime.release(workspace, record.agent_id, record.session_id, record.run_id)
+        await runtime.release(workspace, record.agent_id, record.session_id, record.run_id, for_gone=True)
     await _deliver(runtime, workspace, record, webhooks)
     return True
 

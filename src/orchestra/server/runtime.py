@@ -351,13 +351,15 @@ class Runtime:
                 if head is not None:
                     self.start(workspace, head.run_id)
 
-    async def release(self, workspace: str, agent_id: str, session_id: str, run_id: str) -> None:
+    async def release(
+        self, workspace: str, agent_id: str, session_id: str, run_id: str, *, for_gone: bool = False
+    ) -> None:
         """``run_id`` no longer runs: the next queued run of the session starts here. A release that
         fails is logged: the session's document then names a run this process does not run, which the
         next message (or a sweep) takes as ended."""
         with anyio.CancelScope(shield=True):
             try:
-                head = await self.slots(workspace).release(agent_id, session_id, run_id)
+                head = await self.slots(workspace).release(agent_id, session_id, run_id, for_gone=for_gone)
             except StorageError as exc:
                 log_release_failure(session_id, run_id, exc)
                 self._unreleased.add((workspace, agent_id, session_id, run_id))

@@ -267,14 +267,21 @@ class SessionSlots:
             plain.promoted = written is not None and written[1].active == running
         return queued
 
-    async def release(self, agent_id: str, session_id: str, run_id: str) -> Holder | None:
+    async def release(
+        self, agent_id: str, session_id: str, run_id: str, *, for_gone: bool = False
+    ) -> Holder | None:
         """``run_id`` has ended: hand the session to the first queued run, now this server's to start
-        (returned), or leave it idle (None)."""
+        (returned), or leave it idle (None). Only this server's hold is released, unless ``for_gone``
+        (a sweep ends the run of a server that is gone)."""
         self._drop(agent_id, session_id, run_id)
         me = self.liveness.server_id
 
         async def change(state: SlotState) -> tuple[SlotState | None, Holder | None]:
-            if state.active is None or state.active.run_id != run_id:
+            if (
+                state.active is None
+                or state.active.run_id != run_id
+                or not (for_gone or state.active.server == me)
+            ):
                 return None, None  # not ours any more (taken over, or released already)
             if not state.queue:
                 return SlotState(None, []), None
