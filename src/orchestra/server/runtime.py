@@ -21,6 +21,7 @@ for it, or runs it again if it stored nothing (``idempotency.py``). A run can be
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from orchestra._concurrency import unwrap_group
 from orchestra._logging import get_logger
 from orchestra.agent import Agent
 from orchestra.agent.agent import deferred_initialization
-from orchestra.errors import OrchestraError, SessionConflictError, StorageError
+from orchestra.errors import OrchestraError, SessionConflictError, SnapshotError, StorageError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.multiagent.events import BeforeMultiAgentInvocation
 from orchestra.server.config import ServerConfig
@@ -44,12 +45,14 @@ from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure, NothingToResume
 from orchestra.server.repeats import already_done, claim
 from orchestra.server.runs import RunRecord, RunStore
+from orchestra.server.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
 from orchestra.server.settle import settle_from_session
 from orchestra.server.signals import Stop, Stops
 from orchestra.server.slots import Busy, Holder, SessionSlots
 from orchestra.server.turns import (
     SERVER_COMPACTION,
     Stopped,
+    claiming,
     finish,
     recorded_failure,
     run_target,
@@ -66,6 +69,8 @@ __all__ = ["Invocation", "Runtime", "input_text"]  # Invocation and input_text: 
 log = get_logger("orchestra.server")
 
 _CONFLICT_RETRIES = 5  # times a background run runs again after losing its session to a plain writer
+# A session's agent kept between turns reads its last record back before saving when idle this long.
+CACHED_RECHECK_S = 1.0
 
 
 def _history_messages(history: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -90,6 +95,10 @@ class Runtime:
             gone_after_s=config.runs.server_gone_after_s,
         )
         self.stops = Stops(config.runs.poll_s)
+        self.fresh = FreshAgents()
+        self.sessions = SessionCache(
+            config.limits.cached_sessions, int(config.limits.cached_session_mb * 2**20)
+        )
         self._views: dict[str, tuple[Storage, Storage]] = {}
         self._slots: dict[str, SessionSlots] = {}
         self._runs: dict[str, RunStore] = {}
@@ -217,6 +226,18 @@ class Runtime:
         hosted = invocation.hosted
         loaded = self.config.spec_of(hosted.id)
         manager = None
+        kind, session_id = loaded.spec.kind, invocation.session_id
+        if self._uses_cache(invocation, kind):  # the agent kept since the session's last turn
+            cached = self.sessions.take(cache_key(hosted.workspace, hosted.id, session_id))
+            if cached is not None:
+                assert isinstance(cached.session_manager, SnapshotSessionManager)
+                cached.session_manager.run_id = invocation.run_id
+                return cached
+        fresh = self.fresh.take(hosted.id) if keeps_nothing(session_id, kind) else None
+        if fresh is not None:
+            if invocation.history is not None:
+                fresh.messages = _history_messages(invocation.history)
+            return fresh
         if invocation.session_id is not None:
             storage = self.agent_storage(hosted.workspace, hosted.id)
             manager = SnapshotSessionManager(
@@ -226,10 +247,13 @@ class Runtime:
                 keep_dropped_messages=True,  # the whole conversation stays readable (docs/server.md)
             )
             manager.run_id = invocation.run_id  # every journal record of the turn names its run
+            manager.recheck_after = CACHED_RECHECK_S
         with deferred_initialization():  # the session loads below, on this event loop, without blocking it
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):
             await built.initialize()
+            if keeps_nothing(session_id, kind):
+                self.fresh.built(built)
             if invocation.history is not None:
                 built.messages = _history_messages(invocation.history)
         elif invocation.responses is not None and manager is not None:
@@ -456,11 +480,24 @@ class Runtime:
                 if invocation.responses is not None:
                     earlier = await self._answered_earlier(workspace, invocation)
                     check_responses(target, invocation.responses, earlier)
-                outcome = await run_target(target, invocation, self._task(invocation, target), stop, log)
+                task = self._task(invocation, target)
+                if self._claims_beside(invocation, target):  # its record is written beside the turn
+                    assert isinstance(target, Agent)
+                    outcome = await claiming(
+                        record,
+                        runs,
+                        target,
+                        functools.partial(run_target, target, invocation, task, stop, log),
+                    )
+                else:
+                    outcome = await run_target(target, invocation, task, stop, log)
             except Exception as exc:
                 outcome = exc
-            # A background run that lost its session to a plain writer stored nothing: it runs again.
-            lost = isinstance(outcome, SessionConflictError) and invocation.background
+            # A run that held the busy document and lost its session to a plain writer stored nothing: it
+            # runs again (a plain one answers 409, as it always did).
+            lost = isinstance(outcome, SessionConflictError) and (
+                invocation.background or invocation.on_busy != "reject"  # it held the busy document
+            )
             if not lost or attempt == _CONFLICT_RETRIES or stop.request is not None:
                 break
             if log is not None:
@@ -477,7 +514,41 @@ class Runtime:
             await self.forget(runs, record)
         elif not invocation.background:
             runs.save_later(record)
+        self._keep(workspace, invocation, target, outcome)
         return record, failure
+
+    @staticmethod
+    def _uses_cache(invocation: Invocation, kind: str) -> bool:
+        """Plain turns keep their session's agent between turns; a run with a policy or in the background
+        loads its session (it may follow a run of another server: the busy document says so, a kept
+        agent would not)."""
+        if invocation.background or invocation.on_busy != "reject":
+            return False
+        return cacheable(invocation.session_id, invocation.history, kind)
+
+    def _claims_beside(self, invocation: Invocation, target: Agent | MultiAgentBase) -> bool:
+        """A plain session turn of an agent: its record is written beside the turn (its session may need
+        no load: a kept agent), not beside the load."""
+        return (
+            isinstance(target, Agent)
+            and invocation.session_id is not None
+            and not invocation.background
+            and not invocation.resume
+        )
+
+    def _keep(self, workspace: str, invocation: Invocation, target: Any, outcome: Any) -> None:
+        """After a turn, keep the session's agent for the next one, unless what it holds may no longer be
+        the session as stored: another writer won (409), a stored file was damaged, or a stop changed
+        the session under it (a rollback). An agent of a turn that keeps nothing is put back as built."""
+        hosted, kind = invocation.hosted, self.config.spec_of(invocation.hosted.id).spec.kind
+        if isinstance(target, Agent) and keeps_nothing(invocation.session_id, kind):
+            self.fresh.give_back(hosted.id, target)
+            return
+        if not isinstance(target, Agent) or not self._uses_cache(invocation, kind):
+            return
+        if isinstance(outcome, SessionConflictError | SnapshotError | Stopped):
+            return
+        self.sessions.give_back(cache_key(workspace, hosted.id, invocation.session_id), target)
 
     async def _answered_earlier(self, workspace: str, invocation: Invocation) -> dict[str, str]:
         """Interrupt ids the session's earlier runs answered, and by which run (for a clear 409)."""
@@ -510,8 +581,11 @@ class Runtime:
         meanwhile: a turn the session stores always has its record, even if this process dies right after
         the save (the record then stays "executing" until it is settled from the session). A background
         run's record is written before it starts."""
+        spec_kind = self.config.spec_of(invocation.hosted.id).spec.kind
         if invocation.session_id is None or invocation.background:
             return await self._build(invocation)
+        if spec_kind == "agent" and not invocation.resume:
+            return await self._build(invocation)  # its record is written beside its turn (_claims_beside)
         built: list[Agent | MultiAgentBase] = []
 
         async def build() -> None:

@@ -4,12 +4,15 @@ apply a stop the way its mode says (``signals.py``), and fill in the record and 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic import BaseModel
 
+from orchestra._concurrency import unwrap_group
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.result import ResultEvent
 from orchestra.errors import SessionConflictError, StorageError
@@ -22,7 +25,7 @@ from orchestra.server.discard import discard_run, stored_by
 from orchestra.server.events import EventLog, stream_event
 from orchestra.server.interrupts import open_interrupts, response_blocks
 from orchestra.server.outcomes import Failure, NothingToResume, failure_of
-from orchestra.server.runs import RunRecord
+from orchestra.server.runs import RunRecord, RunStore
 from orchestra.server.signals import Stop, StopRequest
 from orchestra.session import Compaction, SnapshotSessionManager
 
@@ -37,6 +40,7 @@ __all__ = [
     "INTERRUPTED_NOTE",
     "SERVER_COMPACTION",
     "Stopped",
+    "claiming",
     "close_partial_turn",
     "finish",
     "recorded_failure",
@@ -96,6 +100,44 @@ def _check_something_to_resume(target: Agent | MultiAgentBase) -> None:
             raise NothingToResume("the session has no open turn to resume: send a message instead")
     elif target.status.value not in ("executing", "failed", "interrupted"):
         raise NothingToResume("the session has no unfinished run to resume: send a task instead")
+
+
+async def claiming(
+    record: RunRecord, runs: RunStore, agent: Agent, turn: Callable[[], Awaitable[Any]]
+) -> Any:
+    """Run an agent's turn while its run record is written as "executing" beside it: the turn's save
+    waits for the record (``before_save``), so a turn the session stores always has its record, and with
+    a real model the write costs the turn nothing."""
+    manager = agent.session_manager
+    assert isinstance(manager, SnapshotSessionManager)
+    written = anyio.Event()
+    errors: list[Exception] = []
+
+    async def claim() -> None:
+        try:
+            await runs.save(record)
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            written.set()
+
+    async def before_save() -> None:
+        await written.wait()
+        if errors:
+            raise errors[0]
+
+    manager.before_save = before_save
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(claim)
+            result = await turn()
+    except BaseExceptionGroup as group_error:
+        raise unwrap_group(group_error) from None
+    finally:
+        manager.before_save = None
+    if errors and not isinstance(result, Stopped):
+        raise errors[0]  # no save came to wait for it (the turn stored nothing): say why anyway
+    return result
 
 
 def close_partial_turn(partial: list[MessageDict]) -> list[MessageDict]:
