@@ -78,7 +78,7 @@ import path to a function `fn(state)` (or `fn(state, invocation_state)`) returni
 **MCP servers** in an agent's `tools`: `{mcp: {command: npx, args: [...], env: {...}}}` starts a server
 over stdio, `{mcp: {url: "https://host/mcp", headers: {...}}}` connects over streamable HTTP; both take
 `include` / `exclude` (tool names), `prefix` (prepended to each tool's name) and `timeout` (seconds a
-call may take, default 30). Needs `pip install 'orchestra[mcp]'`.
+call may take, default 30). Needs `pip install -e '.[mcp]'`.
 
 **Structured output**: an agent with `output_type: package.module:Class` (a pydantic model) or an
 inline `output_schema` (a JSON Schema object: properties, required, nested objects, arrays, enums)

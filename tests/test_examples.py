@@ -1,3 +1,4 @@
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -144,3 +145,70 @@ def test_the_protocol_doors_example_speaks_mcp_a2a_and_ag_ui():
     assert lines[2] == "a2a: assistant answered: echo: hello over A2A"
     assert lines[3].startswith("ag-ui: RUN_STARTED STATE_SNAPSHOT STEP_STARTED")
     assert lines[3].endswith("STATE_SNAPSHOT RUN_FINISHED")
+
+
+def test_the_approval_example_waits_for_a_human_then_publishes(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["approval.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "approval.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("interrupted int-d1349b40e82f20a3 approval {'draft': 'Release notes:")
+    assert lines[1] == "completed ['draft', 'approve', 'approve', 'publish']"
+    assert lines[2].startswith("published: Release notes:")
+
+
+def test_the_approval_yaml_stops_with_the_id_its_header_names_and_resumes(tmp_path, monkeypatch):
+    import re
+
+    from typer.testing import CliRunner
+
+    from orchestra.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    spec = EXAMPLES / "graphs" / "approval.yaml"
+    named = re.search(r"--respond (int-[0-9a-f]+)=", spec.read_text()).group(1)
+    runner = CliRunner()
+    stopped = runner.invoke(app, ["run", str(spec), "--session-id", "rel-1"])
+    assert stopped.exit_code == 3, stopped.output
+    assert f"--respond {named}=<json>" in stopped.stderr
+    done = runner.invoke(app, ["resume", str(spec), "--session-id", "rel-1", "--respond", f'{named}="yes"'])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith("published: Release notes:")
+    refused = runner.invoke(app, ["run", str(spec), "--session-id", "rel-2"])
+    no = runner.invoke(app, ["resume", str(spec), "--session-id", "rel-2", "--respond", f'{named}="no"'])
+    assert (refused.exit_code, no.exit_code) == (3, 0)
+    assert no.stdout.strip() == "not published: the answer was 'no'"
+
+
+def test_python_and_yaml_approval_are_the_same_pipeline():
+    from orchestra import load
+
+    built = runpy.run_path(str(EXAMPLES / "python" / "approval.py"))["build"]()
+    loaded = load(EXAMPLES / "graphs" / "approval.yaml")
+    assert set(built.nodes) == set(loaded.nodes)
+    assert sorted((e.src, e.dst) for e in built.edges) == sorted((e.src, e.dst) for e in loaded.edges)
+
+
+def test_the_encryption_example_stores_no_plaintext_and_loads(capsys, monkeypatch):
+    monkeypatch.delenv("ORCHESTRA_ENCRYPTION_KEYS", raising=False)
+    monkeypatch.setattr(sys, "argv", ["encrypted_sessions.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "encrypted_sessions.py"), run_name="__main__")
+    assert capsys.readouterr().out.splitlines() == [
+        "secret on disk: False",
+        "messages restored: 2 - my passport number is X1234567",
+    ]
+
+
+def test_the_strands_example_makes_a_session_the_cli_imports(tmp_path, monkeypatch):
+    pytest.importorskip("strands", reason="pip install -e '.[interop]' (the real Strands Agents SDK)")
+    from typer.testing import CliRunner
+
+    from orchestra.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(EXAMPLES / "python" / "strands_session.py"))["main"]()
+    snapshot = "./strands/session/chat/scopes/agent/bot/snapshots/snapshot_latest.json"
+    imported = CliRunner().invoke(app, ["sessions", "import", snapshot, "--from", "strands"])
+    assert imported.exit_code == 0, imported.output
+    assert imported.stdout.strip() == "imported agent/bot into session chat"
+    shown = CliRunner().invoke(app, ["sessions", "show", "chat", "--json"])
+    assert json.loads(shown.stdout)[0]["id"] == "bot"

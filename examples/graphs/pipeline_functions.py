@@ -39,3 +39,18 @@ def fetch_prices(node_input: NodeInput) -> str:
     if node_input.attempt < 3:
         raise ConnectionError(f"the price service timed out (attempt {node_input.attempt})")
     return "spot: $0.031/h, on-demand: $0.096/h"
+
+
+def ask_approval(node_input: NodeInput) -> dict[str, Any]:
+    """Stop the run until a human answers (an interrupt named "approval"); the answer decides."""
+    draft = str(node_input.inputs["draft"])
+    answer = node_input.interrupt("approval", reason={"draft": draft})
+    return {"approved": answer == "yes", "answer": answer, "draft": draft}
+
+
+def publish(node_input: NodeInput) -> str:
+    """Publish what was approved (here: say so)."""
+    decision = node_input.inputs["approve"]
+    if not decision["approved"]:
+        return f"not published: the answer was {decision['answer']!r}"
+    return "published: " + decision["draft"]

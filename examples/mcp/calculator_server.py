@@ -1,7 +1,8 @@
-"""A real MCP server (the official SDK's MCPServer) for the MCP tests: stdio, or streamable HTTP on a port.
+"""A real MCP server (the official SDK's MCPServer), which examples/python/mcp_tools.py starts: stdio,
+or streamable HTTP on a port.
 
-python tests/tools/mcp_server.py                 # stdio
-python tests/tools/mcp_server.py http PORT       # http://127.0.0.1:PORT/mcp
+python examples/mcp/calculator_server.py                 # stdio
+python examples/mcp/calculator_server.py http PORT       # http://127.0.0.1:PORT/mcp
 """
 
 import base64

@@ -1,4 +1,4 @@
-"""MCP tools: an agent calls the tools of an MCP server it starts over stdio (needs orchestra[mcp]).
+"""MCP tools: an agent calls the tools of an MCP server it starts over stdio (needs the mcp extra: pip install -e '.[mcp]').
 Run: python examples/python/mcp_tools.py"""
 
 from __future__ import annotations

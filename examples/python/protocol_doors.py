@@ -1,4 +1,4 @@
-"""The protocol doors of `orchestra serve`: MCP, A2A and AG-UI (needs orchestra[protocols]).
+"""The protocol doors of `orchestra serve`: MCP, A2A and AG-UI (needs the protocols extra: pip install -e '.[protocols]').
 
 It serves examples/server/server.yaml in this process (storage in a temporary folder), then talks to it
 the way an MCP client, an A2A agent and an AG-UI front end would.

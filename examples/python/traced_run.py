@@ -1,4 +1,4 @@
-"""Tracing: run a pipeline with OpenTelemetry and print its spans as a tree (needs orchestra[otel]).
+"""Tracing: run a pipeline with OpenTelemetry and print its spans as a tree (needs the otel extra: pip install -e '.[otel]').
 To send them to a collector instead: orchestra run examples/graphs/fan_out.yaml --otlp-endpoint URL.
 Run: python examples/python/traced_run.py"""
 

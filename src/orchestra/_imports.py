@@ -22,7 +22,13 @@ def import_object(path: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"cannot import module {module_name!r} (from {path!r}): {exc}") from exc
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.partition(".")[0]:
+            # The usual cause: a spec copied without the module of functions that sat beside it.
+            hint = "; a pipeline's own module goes beside its spec file (that folder is searched first)"
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} (from {path!r}): {exc}{hint}"
+        ) from exc
     for part in attribute.split("."):
         try:
             obj = getattr(obj, part)

@@ -204,8 +204,10 @@ def configure_otlp(endpoint: str, service_name: str = "orchestra") -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
+        from orchestra._dist import install_hint
+
         raise RuntimeError(
-            "--otlp-endpoint needs the OpenTelemetry SDK and exporter: pip install 'orchestra[otel]'"
+            "--otlp-endpoint needs the OpenTelemetry SDK and exporter: " + install_hint("otel")
         ) from None
     url = endpoint.rstrip("/")
     if not url.endswith("/v1/traces"):

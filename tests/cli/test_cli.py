@@ -107,14 +107,6 @@ def test_a_failed_run_exits_1_and_resume_finishes_it(workdir, monkeypatch):
     assert data["output"] == "allowed"
 
 
-def test_resume_with_nothing_to_resume_exits_1(workdir):
-    path = spec(workdir, "chain.yaml", CHAIN)
-    assert invoke("run", path, "--session-id", "done").exit_code == 0
-    result = invoke("resume", path, "--session-id", "done")
-    assert result.exit_code == 1
-    assert "no run to resume" in result.stderr
-
-
 def test_an_interrupt_exits_3_and_respond_resumes(workdir):
     path = spec(workdir, "human.yaml", HUMAN)
     result = invoke("run", path, "--session-id", "h1")
@@ -306,7 +298,9 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(workdir, 
     path = spec(workdir, "agent.yaml", AGENT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    env["AWS_CONFIG_FILE"] = str(workdir / "no-config")
+    env["AWS_REGION"] = "us-east-1"
+    (workdir / "broken-config").write_text("[default\nregion = x\n")  # botocore cannot parse it
+    env["AWS_CONFIG_FILE"] = str(workdir / "broken-config")
     command = [
         sys.executable,
         "-c",
@@ -322,7 +316,7 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(workdir, 
     assert plain.returncode == 1
     lines = plain.stderr.strip().splitlines()
     assert len(lines) == 2, plain.stderr
-    assert lines[0].startswith("error: NoRegionError")
+    assert lines[0].startswith("error: ConfigParseError")
     assert "--debug" in lines[1]
     debug = subprocess.run(
         [*command, "--debug"], capture_output=True, text=True, env=env, cwd=workdir, timeout=120
@@ -334,6 +328,7 @@ def test_the_resume_table_shows_what_the_saved_run_completed(workdir, monkeypatc
     path = spec(workdir, "failing.yaml", FAILING)
     assert invoke("run", path, "--session-id", "t1").exit_code == 1
     monkeypatch.setenv("ORCHESTRA_TEST_ALLOW", "1")
+    monkeypatch.setattr("orchestra.cli._run.live_display", lambda: True)  # as on a terminal
     result = invoke("resume", path, "--session-id", "t1")
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip(): line for line in result.stderr.splitlines() if line.count("│") > 3}

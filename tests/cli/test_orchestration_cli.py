@@ -112,7 +112,7 @@ def test_a_budget_is_refused_on_temporal_rather_than_ignored(workdir):
         "--budget-tokens",
         "10",
         "--on",
-        "temporal://127.0.0.1:1/default",
+        "temporal://127.0.0.1:1/default?task_queue=q",
     )
     assert result.exit_code == 1
     assert "budgets are enforced by local runs only" in result.stderr

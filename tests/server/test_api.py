@@ -171,7 +171,7 @@ def test_workspaces_never_see_each_other(server):
         (b'{"input": "x"', 400, "invalid_json"),
         (b"[1, 2]", 422, "invalid_request"),
         (b'{"input": "x", "session_id": 5}', 422, "invalid_request"),
-        (b'{"input": "x", "session_id": "has space"}', 422, "invalid_request"),
+        (b'{"input": "x", "session_id": "has space"}', 422, "invalid_session_id"),
         (b'{"input": "x", "history": [{"role": "system", "content": "x"}]}', 422, "invalid_request"),
         (b'{"input": "x", "history": "not a list"}', 422, "invalid_request"),
         (b'{"input": "x", "colour": "red"}', 422, "invalid_request"),

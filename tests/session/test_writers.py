@@ -75,7 +75,8 @@ def test_two_creators_of_a_new_session_exactly_one_wins(storage):
 
 
 async def test_racing_creators_on_the_same_empty_scope_conflict(storage):
-    from orchestra.session._journal import Document, Journal
+    from orchestra.session._document import Document
+    from orchestra.session._journal import Journal
     from orchestra.session._layout import ScopeLayout
 
     layout = ScopeLayout("race", "agent", "default")
@@ -123,7 +124,8 @@ def test_a_writer_in_another_process_is_detected(kind, tmp_path, request):
 async def test_a_compaction_by_another_writer_does_not_fail_a_durable_save(storage):
     """Writer A compacts after its record; writer B, current, appends and compacts too: B's save stands."""
     from orchestra.session import Compaction
-    from orchestra.session._journal import Document, Journal
+    from orchestra.session._document import Document
+    from orchestra.session._journal import Journal
     from orchestra.session._layout import ScopeLayout
 
     layout = ScopeLayout("race", "agent", "default")

@@ -118,7 +118,7 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nagents:\n  - name: a\n    tools: ['no_such_module_xyz:tool']\nnodes:\n  - agent: a\n",
-        "pipeline.yaml:6:13: agents[0].tools[0]: cannot import module 'no_such_module_xyz' (from 'no_such_module_xyz:tool'): No module named 'no_such_module_xyz'",
+        "pipeline.yaml:6:13: agents[0].tools[0]: cannot import module 'no_such_module_xyz' (from 'no_such_module_xyz:tool'): No module named 'no_such_module_xyz'; a pipeline's own module goes beside its spec file (that folder is searched first)",
         id="tool_import_fails",
     ),
     pytest.param(
@@ -153,7 +153,7 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nnodes:\n  - id: f\n    function: 'nope_pkg.mod:fn'\n",
-        "pipeline.yaml:6:15: nodes[0].function: cannot import module 'nope_pkg.mod' (from 'nope_pkg.mod:fn'): No module named 'nope_pkg'",
+        "pipeline.yaml:6:15: nodes[0].function: cannot import module 'nope_pkg.mod' (from 'nope_pkg.mod:fn'): No module named 'nope_pkg'; a pipeline's own module goes beside its spec file (that folder is searched first)",
         id="function_import_fails",
     ),
     pytest.param(
@@ -193,7 +193,7 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nagents:\n  - name: writer\n    model: scripted\n  - name: reviewer\n    model: scripted\nnodes:\n  - agent: writer\n  - agent: reviewer\nedges:\n  - from: writer\n    to: reviewer\n    when: 'nope_cond.mod:fn'\n",
-        "pipeline.yaml:15:11: edges[0].when.call: cannot import module 'nope_cond.mod' (from 'nope_cond.mod:fn'): No module named 'nope_cond'",
+        "pipeline.yaml:15:11: edges[0].when.call: cannot import module 'nope_cond.mod' (from 'nope_cond.mod:fn'): No module named 'nope_cond'; a pipeline's own module goes beside its spec file (that folder is searched first)",
         id="condition_call_fails",
     ),
     pytest.param(

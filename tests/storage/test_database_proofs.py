@@ -184,7 +184,8 @@ def test_sessions_commands_work_on_a_database(database, tmp_path, monkeypatch):
         ).exit_code
         == 0
     )
-    assert invoke("sessions", "history", "one", "--storage", database).exit_code == 0
+    history = invoke("sessions", "history", "one", "--scope", "multiAgent/chain", "--storage", database)
+    assert history.exit_code == 0, history.output
     assert invoke("sessions", "compact", "one", "--storage", database).exit_code == 0
     assert invoke("sessions", "delete", "two", "--yes", "--force", "--storage", database).exit_code == 0
     after = {

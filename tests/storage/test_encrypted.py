@@ -82,7 +82,8 @@ async def test_a_tampered_or_moved_value_does_not_decrypt(tmp_path, monkeypatch)
         await storage.read("plain.json")
 
 
-@pytest.mark.parametrize("value", ["", "k1", "k1=c2hvcnQ=", f"={key()}"])
+# A fixed key (not key()): under pytest-xdist every worker must collect the same test ids.
+@pytest.mark.parametrize("value", ["", "k1", "k1=c2hvcnQ=", "=" + base64.b64encode(bytes(32)).decode()])
 def test_a_malformed_key_variable_is_named_without_showing_a_key(monkeypatch, value):
     monkeypatch.setenv("ORCHESTRA_ENCRYPTION_KEYS", value)
     with pytest.raises(ConfigurationError, match="ORCHESTRA_ENCRYPTION_KEYS") as refused:
@@ -114,3 +115,18 @@ def test_kms_envelope_encryption_on_s3(moto_url, s3_bucket):
     client.put_object(Bucket=s3_bucket, Key=latest, Body=bytes(blob))
     with pytest.raises(StorageError, match="KMS could not decrypt the value's data key"):
         chat(storage())
+
+
+def test_a_key_id_given_twice_is_refused(monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_ENCRYPTION_KEYS", f"k1={key()},k1={key()}")
+    with pytest.raises(ConfigurationError, match="key id 'k1' is given twice \\(entries 1 and 2\\)"):
+        EnvKeyProvider()
+
+
+async def test_a_wrong_key_under_the_same_id_is_named(tmp_path, monkeypatch):
+    inner = LocalFileStorage(tmp_path)
+    monkeypatch.setenv("ORCHESTRA_ENCRYPTION_KEYS", f"k1={key()}")
+    await EncryptedStorage(inner, EnvKeyProvider()).write("a.json", b"{}")
+    monkeypatch.setenv("ORCHESTRA_ENCRYPTION_KEYS", f"k1={key()}")  # another key, the same id
+    with pytest.raises(StorageError, match="a.json: the encrypted value does not decrypt with key 'k1'"):
+        await EncryptedStorage(inner, EnvKeyProvider()).read("a.json")

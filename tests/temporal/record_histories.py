@@ -28,7 +28,7 @@ EXAMPLES = ROOT / "examples" / "graphs"
 OUT = Path(__file__).parent / "histories"
 
 
-async def record(address: str, name: str, loaded, storage: str, task, **options) -> None:
+async def record(address: str, name: str, loaded, storage: str, task, answer=None, **options) -> None:
     target = temporal.TemporalTarget(address, "default", f"q-{name}")
     client = await temporal.connect(target)
     request = temporal.RunRequest(
@@ -41,6 +41,13 @@ async def record(address: str, name: str, loaded, storage: str, task, **options)
     )
     async with temporal.create_worker(client, target.task_queue, [loaded]):
         handle = await temporal.start_run(client, target, request)
+        if answer is not None:  # a run that stops for a human: answer its question once it is asked
+            from orchestra.temporal.workflow import PipelineWorkflow
+
+            # A remote workflow's state: there is no event to wait on, only its query to ask again.
+            while (progress := await handle.query(PipelineWorkflow.progress))["status"] != "interrupted":  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+            await handle.signal(PipelineWorkflow.respond, {i["id"]: answer for i in progress["interrupts"]})
         await handle.result()
         history = await handle.fetch_history()
     (OUT / f"{name}.json").write_text(history.to_json())
@@ -71,6 +78,9 @@ async def main(address: str) -> None:
                 continue
             loaded = parse_file(EXAMPLES / f"{example}.yaml")
             await record(address, example, loaded, storage, loaded.spec.input)
+        if not only or "approval" in only:
+            loaded = parse_file(EXAMPLES / "approval.yaml")
+            await record(address, "approval", loaded, storage, loaded.spec.input, answer="yes")
         if only and "failing_first" not in only:
             return
         failing = parse_text(FAILING, "failing.yaml")

@@ -247,7 +247,7 @@ async def test_a_nodes_activity_reads_only_what_was_committed_since_the_workers_
 
     from temporalio.testing import ActivityEnvironment
 
-    from orchestra.session._journal import Document
+    from orchestra.session._document import Document
     from orchestra.spec import build
     from orchestra.storage import LocalFileStorage
     from orchestra.temporal import CommitRequest, NodeRequest, PipelineActivities

@@ -106,10 +106,12 @@ async def test_an_interrupt_waits_for_a_signal(temporal_address, tmp_path):
     assert await t.stored_output(f"file:{tmp_path}/store", "s1", "human") == "human said yes"
 
 
-def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_path):
+def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from orchestra.cli import app
+
+    monkeypatch.setattr("orchestra.cli._temporal.live_display", lambda: True)  # the table, as on a terminal
 
     worker = worker_process(temporal_address, "q-cli", EXAMPLES / "review_loop.yaml")
     try:
@@ -143,7 +145,8 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         assert "status: completed" in shown.stdout  # Temporal runs are in the session like local ones
         again = on_temporal("resume", "c1")
         assert again.exit_code == 1
-        assert "no run to resume" in again.stderr
+        assert "the run of session c1 already completed: nothing to resume" in again.stderr
+        assert "orchestra result" in again.stderr
     finally:
         worker.terminate()
         worker.wait(30)

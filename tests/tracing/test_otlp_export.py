@@ -91,7 +91,7 @@ def test_without_the_sdk_the_option_says_how_to_install_it(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "pip install 'orchestra[otel]'" in done.stderr
+    assert "pip install 'orchestra-agents[otel]'" in done.stderr
 
 
 def test_without_a_tracer_provider_no_spans_are_made_and_one_set_later_gets_them():

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
 import shlex
 import signal
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,8 +24,11 @@ __all__ = [
     "EXIT_USAGE",
     "err",
     "fail",
+    "json_logs",
+    "live_display",
     "out",
     "resume_command",
+    "use_log_format",
 ]
 
 EXIT_OK = 0
@@ -30,14 +38,53 @@ EXIT_INTERRUPTED = 3
 EXIT_BUDGET = 4  # the run spent its budget: resume it with a larger one
 EXIT_SIGNAL: dict[int, int] = {int(signal.SIGINT): 130, int(signal.SIGTERM): 143}
 
+
+_log_format = ["console"]  # this command's --log-format: set by the root callback, put back when it ends
+
+
+def use_log_format(ctx: typer.Context, log_format: str) -> None:
+    """Make ``log_format`` this command's (until the command ends)."""
+    previous = _log_format[0]
+    _log_format[0] = log_format
+    ctx.call_on_close(lambda: _log_format.__setitem__(0, previous))
+
+
+def json_logs() -> bool:
+    """Whether this command's stderr is a JSON stream (``--log-format json``)."""
+    return _log_format[0] == "json"
+
+
+class _Stderr(Console):
+    """stderr for people; under ``--log-format json`` each line printed here goes out as one JSON record
+    (event, level, timestamp: the log lines' own shape), so the stream holds nothing but JSON."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        if not json_logs():
+            super().print(*objects, **options)
+            return
+        plain = Console(file=io.StringIO(), color_system=None, soft_wrap=True, width=10_000)
+        plain.print(*objects, **options)
+        for line in plain.file.getvalue().splitlines():  # type: ignore[attr-defined]
+            if line.strip():
+                level = "error" if line.startswith("error:") else "info"
+                record = {"event": line, "level": level, "timestamp": datetime.now(UTC).isoformat()}
+                sys.stderr.write(json.dumps(record) + "\n")
+
+
 out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+err = _Stderr(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     """Print ``error: message`` on stderr; raise the returned ``typer.Exit`` to end with ``code``."""
     err.print(Text.assemble(("error:", "red"), " ", message), highlight=False)
     return typer.Exit(code)
+
+
+def live_display() -> bool:
+    """Whether a live table may be drawn on stderr: only on a terminal, and not beside JSON log lines
+    (without a terminal the redraws would pile up, and a JSON stream must hold nothing but JSON)."""
+    return err.is_terminal and not json_logs()
 
 
 def resume_command(
@@ -48,10 +95,11 @@ def resume_command(
     model: str | None = None,
     on: str | None = None,
     extra: list[str] | None = None,
+    verb: str = "resume",
 ) -> str:
     """The command that resumes a run, repeating every option that changes how it runs (``extra``: more
-    words, such as the budget flags)."""
-    parts = ["orchestra", "resume", str(file), "--session-id", session_id]
+    words, such as the budget flags); with ``verb`` another command on the same run (result, run)."""
+    parts = ["orchestra", verb, str(file), "--session-id", session_id]
     for option, value in (("--storage", storage), ("--model", model), ("--on", on)):
         if value:
             parts += [option, value]

@@ -1,4 +1,5 @@
-"""``orchestra run/resume --on temporal://...`` and ``orchestra worker``: the CLI side of the Temporal backend."""
+"""``orchestra run/resume --on temporal://...``: start or continue a run on Temporal and follow it like a
+local run (``orchestra worker`` is in ``_worker.py``)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,51 @@ from typing import Any
 import typer
 from rich.live import Live
 
-from orchestra.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SIGNAL, err, fail, resume_command
+from orchestra.cli._outcome import report, respond_to, resume_problem, stored_result
+from orchestra.cli._output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SIGNAL,
+    err,
+    fail,
+    live_display,
+    resume_command,
+)
 from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage._uri import parse_storage_uri
 
-__all__ = ["run_on_temporal", "run_worker"]
+__all__ = ["core_logs_to_logging", "run_on_temporal", "temporal_failure"]
+
+CORE_LOGGER = "orchestra.temporal.core"
+
+
+def core_logs_to_logging() -> Any:
+    """Send the Temporal core's own log lines (connection retries, "retried N times") to the Python
+    logger ``orchestra.temporal.core``, which the CLI writes to stderr in its log format: by default the
+    core prints them to stdout, where they would mix with ``--json``. Returns the telemetry config; a
+    default runtime made earlier (by the caller's own code) is kept."""
+    import logging
+
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    telemetry = TelemetryConfig(
+        logging=LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+            forwarding=LogForwardingConfig(logger=logging.getLogger(CORE_LOGGER)),
+        )
+    )
+    with contextlib.suppress(RuntimeError):  # a default runtime already exists: it stays
+        Runtime.set_default(Runtime(telemetry=telemetry), error_if_already_set=True)
+    return telemetry
 
 
 def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
@@ -36,7 +74,7 @@ def _shared_storage(uri: str | None, loaded: LoadedSpec) -> str:
     return uri
 
 
-def _temporal_failure(exc: Exception, address: str, again: str) -> str:
+def temporal_failure(exc: Exception, address: str, again: str) -> str:
     """One line for what Temporal (or the way to it) answered, with what to do."""
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import ApplicationError
@@ -88,6 +126,7 @@ def run_on_temporal(
     resume: bool,
     responses: dict[str, Any],
     force: bool = False,
+    connection: Any = None,
 ) -> None:
     """Start (or continue) a run on Temporal and follow it like a local run."""
     from orchestra.temporal import (
@@ -104,6 +143,7 @@ def run_on_temporal(
         target = parse_target(on)
     except OrchestraError as exc:
         raise fail(str(exc)) from None
+    core_logs_to_logging()
     uri = _shared_storage(storage, loaded)
     spec_id = loaded.spec.id
     skeleton = build(loaded)
@@ -113,7 +153,7 @@ def run_on_temporal(
     again = resume_command(file, session_id, storage=storage, on=on)
 
     async def follow() -> tuple[str, Any]:
-        client = await connect(target)
+        client = await connect(target, connection)
         handle = await running_handle(client, spec_id, session_id)
         if handle is not None:
             if responses:
@@ -121,6 +161,13 @@ def run_on_temporal(
             elif not resume:
                 raise fail(f"a run of session {session_id} is already going on Temporal; follow it: {again}")
         else:
+            problem = (
+                await resume_problem(skeleton, file, uri, session_id, storage=storage, on=on)
+                if resume
+                else None
+            )
+            if problem is not None:
+                raise fail(problem)
             request = RunRequest(
                 spec_id=spec_id,
                 spec_hash=spec_hash(loaded),
@@ -145,11 +192,10 @@ def run_on_temporal(
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
-        with (
-            Live(table.render(), console=err, refresh_per_second=8)
-            if not as_json
-            else contextlib.nullcontext() as live
-        ):
+        show_table = not as_json and live_display()
+        live = Live(console=err, refresh_per_second=8, get_renderable=table.render) if show_table else None
+        drawn.append(live is not None)
+        with live if live is not None else contextlib.nullcontext():
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=0.25)
                 progress = await handle.query(PipelineWorkflow.progress)
@@ -159,8 +205,6 @@ def run_on_temporal(
                     shown.clear()
                     shown.update(finished)
                 table.set_progress(progress, outputs)
-                if live is not None:
-                    live.update(table.render())
                 if done:
                     return "finished", outcome.result()
                 if (progress["status"] == "interrupted" and responses == {}) or stop.is_set():
@@ -170,12 +214,19 @@ def run_on_temporal(
                     responses.clear()  # the answers went in; the next interrupt is a new question
 
     received: list[int] = []
+    drawn: list[bool] = []
     try:
-        kind, data = asyncio.run(follow())
+        try:
+            kind, data = asyncio.run(follow())
+        finally:
+            if any(drawn):
+                err.print()  # what follows starts on a line of its own, after the table
+    except typer.Exit:  # refused with its own line
+        raise
     except OrchestraError as exc:
         raise fail(str(exc)) from None
     except Exception as exc:
-        raise fail(_temporal_failure(exc, target.address, again)) from None
+        raise fail(temporal_failure(exc, target.address, again)) from None
     if kind == "signal":
         err.print("Stopped following. The run goes on on Temporal; follow it again with:")
         err.print(f"  {again}", markup=False, highlight=False)
@@ -188,55 +239,13 @@ def run_on_temporal(
                 markup=False,
                 highlight=False,
             )
-        err.print(f"Answer with: {again} --respond <id>=<json>", markup=False, highlight=False)
+        ids = [interrupt["id"] for interrupt in data.get("interrupts", [])]
+        err.print(f"Answer with: {again} --respond {respond_to(ids)}", markup=False, highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     # The outcome as a local run reports it (text, --json shape, exit code), read from the session.
-    from orchestra.cli._app import _report, _stored_result
-
     if data["status"] == "failed" and data.get("execution_count") is None:
         # The workflow refused before running anything (no run to resume, another graph): say why.
         raise fail(str(data.get("reason")))
     fresh = build(loaded)  # the followed skeleton only knows statuses; this one loads the results
     assert isinstance(fresh, MultiAgentBase)
-    _report(_stored_result(fresh, uri, session_id, again), session_id, again, as_json)
-
-
-def run_worker(
-    specs: list[LoadedSpec],
-    address: str,
-    namespace: str,
-    task_queue: str,
-    connection: Any = None,
-    graceful_shutdown: float | None = None,
-) -> None:
-    """Host ``specs`` on a Temporal task queue until SIGINT or SIGTERM; then let running nodes finish and
-    commit (up to ``graceful_shutdown`` seconds) before exiting."""
-    from datetime import timedelta
-
-    from orchestra.temporal import TemporalTarget, connect, create_worker
-
-    async def main() -> None:
-        client = await connect(TemporalTarget(address, namespace, task_queue), connection)
-        options = (
-            {}
-            if graceful_shutdown is None
-            else {"graceful_shutdown_timeout": timedelta(seconds=graceful_shutdown)}
-        )
-        worker = create_worker(client, task_queue, specs, **options)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        async with worker:
-            names = ", ".join(s.spec.id for s in specs)
-            err.print(
-                f"worker ready on {address}/{namespace}, task queue {task_queue}: {names}", highlight=False
-            )
-            await stop.wait()
-
-    try:
-        asyncio.run(main())
-    except OrchestraError as exc:
-        raise fail(str(exc)) from None
-    except Exception as exc:  # cannot connect, or the server refused
-        raise fail(_temporal_failure(exc, address, "orchestra worker ...")) from None
+    report(stored_result(fresh, uri, session_id, again), session_id, again, as_json)

@@ -9,6 +9,7 @@ event loop as they arrive. Throttling is retried by botocore's standard retry mo
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from orchestra.errors import (
+    ConfigurationError,
     ContextWindowOverflowError,
     ModelAuthenticationError,
     ModelError,
@@ -115,6 +117,14 @@ class BedrockModel:
         self.streaming = streaming
         if client is None:
             session = boto_session or boto3.Session()
+            # botocore reads AWS_DEFAULT_REGION (and the profile) only; AWS_REGION is what the AWS SDKs
+            # of other languages and Lambda set, so it is honoured too.
+            region_name = region_name or session.region_name or os.environ.get("AWS_REGION") or None
+            if region_name is None:
+                raise ConfigurationError(
+                    f"bedrock:{model_id} needs an AWS region: set AWS_REGION (or AWS_DEFAULT_REGION, or "
+                    "region in the AWS profile), or pass region_name"
+                )
             config = Config(
                 retries={"total_max_attempts": max_attempts, "mode": "standard"}, read_timeout=300
             )

@@ -1,13 +1,13 @@
 """The local run loop of a Graph: start ready nodes as anyio tasks, wait for one, decide, save, repeat.
 
-The decisions are ``Graph``'s own I/O-free methods (see graph.py); this module only drives them, the way
+The decisions are ``GraphSchedule``'s I/O-free methods (see _schedule.py); this module only drives them, the way
 the Temporal workflow drives them with activities.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -16,26 +16,24 @@ from orchestra.errors import BudgetExceededError
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent import map as maps
 from orchestra.multiagent._map_run import run_map
+from orchestra.multiagent._schedule import ConditionError, GraphSchedule
 from orchestra.multiagent.events import AfterNodeCall, BeforeNodeCall, NodeStartEvent, NodeStopEvent
 from orchestra.multiagent.nodes import Emit, NodeInput
 from orchestra.multiagent.results import GraphResult, NodeResult, Status
 from orchestra.multiagent.retry import DEFAULT_RETRY, run_with_retries
 
-if TYPE_CHECKING:
-    from orchestra.multiagent.graph import Graph
-
-__all__ = ["ConditionError", "GraphRun"]
-
-
-class ConditionError(Exception):
-    """An edge condition raised; the run fails with this message."""
+__all__ = ["GraphRun"]
 
 
 class GraphRun:
     """One invocation's loop: start ready nodes, wait for one to finish, decide, save, repeat."""
 
     def __init__(
-        self, graph: Graph, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
+        self,
+        graph: GraphSchedule,
+        invocation_state: dict[str, Any],
+        emit: Emit | None,
+        responses: dict[str, Any],
     ) -> None:
         self.graph = graph
         self.invocation_state = invocation_state

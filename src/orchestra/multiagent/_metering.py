@@ -8,15 +8,14 @@ tokens and cost to the run and to the agent node, and saves the run (so a kill l
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestra.agent import Agent
 from orchestra.errors import ModelNotConfiguredError
 from orchestra.hooks import AfterModelCall, BeforeModelCall, HookRegistry
+from orchestra.multiagent._orchestrator import Orchestrator
 from orchestra.multiagent.budget import Budget, Spent, exceeded
-
-if TYPE_CHECKING:
-    from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent.map import Map
 
 __all__ = ["Meter"]
 
@@ -24,7 +23,7 @@ __all__ = ["Meter"]
 class Meter:
     """Counts the model calls of one orchestrator's runs (its agents, nested runs' and map items')."""
 
-    def __init__(self, orchestrator: MultiAgentBase) -> None:
+    def __init__(self, orchestrator: Orchestrator) -> None:
         self.orchestrator = orchestrator
         self._attached: set[int] = set()  # the hook registries already counted (by id; they live as long)
         self._registries: list[HookRegistry] = []  # keeps them alive, so their ids stay theirs
@@ -34,8 +33,6 @@ class Meter:
     def attach(self, executor: Any, node_id: str) -> None:
         """Count the model calls of ``executor`` (an agent, or every agent of a nested orchestrator or a
         map's template) as calls of node ``node_id``."""
-        from orchestra.multiagent.base import MultiAgentBase
-        from orchestra.multiagent.map import Map
 
         if isinstance(executor, Agent):
             registry = executor.hooks
@@ -45,7 +42,7 @@ class Meter:
             self._registries.append(registry)
             registry.add_callback(BeforeModelCall, functools.partial(self._before, node_id))
             registry.add_callback(AfterModelCall, functools.partial(self._after, node_id))
-        elif isinstance(executor, MultiAgentBase):
+        elif isinstance(executor, Orchestrator):
             for node in executor.nodes.values():
                 self.attach(node.executor, node_id)
         elif isinstance(executor, Map) and executor.node is not None:
@@ -108,8 +105,6 @@ def _cost(budget: Budget | None, model: str, input_tokens: int, output_tokens: i
 
 def _agents(executor: Any) -> list[Agent]:
     """The agents an executor runs that are known before the run (a map's factory builds its own)."""
-    from orchestra.multiagent.base import MultiAgentBase
-    from orchestra.multiagent.map import Map
 
     if isinstance(executor, Agent):
         try:
@@ -117,7 +112,7 @@ def _agents(executor: Any) -> list[Agent]:
         except ModelNotConfiguredError:
             return []
         return [executor]
-    if isinstance(executor, MultiAgentBase):
+    if isinstance(executor, Orchestrator):
         return [agent for node in executor.nodes.values() for agent in _agents(node.executor)]
     if isinstance(executor, Map) and executor.node is not None:
         return _agents(executor.node)

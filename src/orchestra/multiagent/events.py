@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestra.hooks import HookEvent
 from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent._orchestrator import Orchestrator
 from orchestra.multiagent.results import MultiAgentResult, NodeResult
-
-if TYPE_CHECKING:
-    from orchestra.multiagent.base import MultiAgentBase
 
 __all__ = [
     "AfterMultiAgentInvocation",
@@ -93,14 +91,14 @@ MultiAgentStreamEvent = (
 class MultiAgentInitialized(HookEvent):
     """The Graph or Swarm was built."""
 
-    orchestrator: MultiAgentBase
+    orchestrator: Orchestrator
 
 
 @dataclass
 class BeforeMultiAgentInvocation(HookEvent):
     """A run starts (session managers restore the saved run here, before the first invocation)."""
 
-    orchestrator: MultiAgentBase
+    orchestrator: Orchestrator
     invocation_state: dict[str, Any]
 
 
@@ -108,7 +106,7 @@ class BeforeMultiAgentInvocation(HookEvent):
 class AfterMultiAgentInvocation(HookEvent):
     """A run ended (completed, failed or interrupted)."""
 
-    orchestrator: MultiAgentBase
+    orchestrator: Orchestrator
     invocation_state: dict[str, Any]
     result: MultiAgentResult | None = None
     reverse_order = True
@@ -119,7 +117,7 @@ class BeforeNodeCall(HookEvent):
     """A node is about to run. Set ``cancel_node`` (a message) to fail it without running it, or call
     ``interrupt(name, reason)`` to stop the run until a human answers."""
 
-    orchestrator: MultiAgentBase
+    orchestrator: Orchestrator
     node_id: str
     invocation_state: dict[str, Any]
     execution_count: int = 1
@@ -142,7 +140,7 @@ class AfterNodeCall(HookEvent):
     a failed attempt will be retried, a model call was charged to a budget); ``result`` is then the
     item's or attempt's, or an EXECUTING placeholder. Hooks that count nodes skip these."""
 
-    orchestrator: MultiAgentBase
+    orchestrator: Orchestrator
     node_id: str
     invocation_state: dict[str, Any]
     result: NodeResult

@@ -34,15 +34,13 @@ import inspect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from orchestra.agent import Agent
 from orchestra.errors import GraphError, ModelNotConfiguredError
-
-if TYPE_CHECKING:
-    from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent._orchestrator import Orchestrator
 
 __all__ = ["Map", "MapItem"]
 
@@ -80,11 +78,9 @@ class Map:
         join: Literal["all"] | int | Callable[[list[MapItem]], bool] = "all",
         max_concurrency: int | None = None,
     ) -> None:
-        from orchestra.multiagent.base import MultiAgentBase
-
         if (node is None) == (factory is None):
             raise GraphError("Map needs exactly one of node= (a function, an Agent, a Map) or factory=")
-        if isinstance(node, MultiAgentBase):
+        if isinstance(node, Orchestrator):
             raise GraphError(
                 f"Map: a {type(node).__name__} holds the state of one run, so it cannot run several items at "
                 "once; pass factory= (a function that builds it) and each item gets its own"
@@ -158,9 +154,7 @@ class Map:
         """What runs one item: the function, a fresh copy of the agent, the nested map, or a new build."""
         if self.factory is not None:
             built = self.factory()
-            from orchestra.multiagent.base import MultiAgentBase
-
-            if not isinstance(built, Agent | MultiAgentBase) and not callable(built):
+            if not isinstance(built, Agent | Orchestrator) and not callable(built):
                 raise GraphError(f"Map: the factory built {built!r}, which cannot run an item")
             return built
         if isinstance(self.node, Agent):
@@ -225,7 +219,7 @@ def item_prompt(task: Any, item: Any, index: int, count: int) -> Any:
 # -- where the list comes from ----------------------------------------------------------------------------
 
 
-def resolve_items(spec: Map, node_id: str, node_input: Any, orchestrator: MultiAgentBase) -> list[Any]:
+def resolve_items(spec: Map, node_id: str, node_input: Any, orchestrator: Orchestrator) -> list[Any]:
     """The list a map node fans out over (``over``), checked: a JSON list.
 
     Raises:
@@ -270,7 +264,7 @@ def resolve_items(spec: Map, node_id: str, node_input: Any, orchestrator: MultiA
     return value
 
 
-def _lookup(path: str, node_id: str, orchestrator: MultiAgentBase) -> Any:
+def _lookup(path: str, node_id: str, orchestrator: Orchestrator) -> Any:
     head, _, rest = path.partition(".")
     if head == "state" and head not in orchestrator.nodes:
         key, _, rest = rest.partition(".")
@@ -314,7 +308,7 @@ def item_name(key: str, index: int) -> str:
     return f"map/{key}/item/{index}"
 
 
-def begin(doc: MultiAgentBase, key: str, items: list[Any] | None, count: int | None = None) -> int:
+def begin(doc: Orchestrator, key: str, items: list[Any] | None, count: int | None = None) -> int:
     """Start (or, if it did not complete, continue) the map ``key``; returns the number of items.
 
     Local runs give ``items`` (saved with the map); a Temporal workflow gives only ``count`` (its
@@ -329,36 +323,36 @@ def begin(doc: MultiAgentBase, key: str, items: list[Any] | None, count: int | N
     return size
 
 
-def started(doc: MultiAgentBase, key: str) -> int | None:
+def started(doc: Orchestrator, key: str) -> int | None:
     """The number of items of a map that started and did not complete (None: none did)."""
     state = doc._fields.get(state_name(key))
     return None if state is None else int(state["count"])
 
 
-def item_record(doc: MultiAgentBase, key: str, index: int) -> dict[str, Any] | None:
+def item_record(doc: Orchestrator, key: str, index: int) -> dict[str, Any] | None:
     record: dict[str, Any] | None = doc._fields.get(item_name(key, index))
     return record
 
 
-def record_item(doc: MultiAgentBase, key: str, index: int, record: dict[str, Any]) -> None:
+def record_item(doc: Orchestrator, key: str, index: int, record: dict[str, Any]) -> None:
     doc._set(item_name(key, index), record)
 
 
-def completed(doc: MultiAgentBase, key: str, count: int) -> list[int]:
+def completed(doc: Orchestrator, key: str, count: int) -> list[int]:
     """The items that completed, in item order."""
     return [
         i for i in range(count) if (doc._fields.get(item_name(key, i)) or {}).get("status") == "completed"
     ]
 
 
-def pending(doc: MultiAgentBase, key: str, count: int) -> list[int]:
+def pending(doc: Orchestrator, key: str, count: int) -> list[int]:
     """The items still to run, in item order (those without a completed result)."""
     return [
         i for i in range(count) if (doc._fields.get(item_name(key, i)) or {}).get("status") != "completed"
     ]
 
 
-def clear(doc: MultiAgentBase, key: str) -> None:
+def clear(doc: Orchestrator, key: str) -> None:
     """Remove a completed map's progress (and its nested maps') from the run document."""
     prefix = state_name(key)
     for name in [n for n in doc._fields if n == prefix or n.startswith((f"{prefix}/", f"{prefix}:"))]:

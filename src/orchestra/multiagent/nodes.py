@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import anyio.to_thread
 import structlog
@@ -22,14 +22,12 @@ from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.errors import GraphError
 from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
 from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
 from orchestra.multiagent.retry import RetryPolicy
-
-if TYPE_CHECKING:
-    from orchestra.multiagent.base import MultiAgentBase, _Options
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
 
@@ -168,8 +166,6 @@ class Node:
         retry: RetryPolicy | None = None,
         budget: Budget | None = None,
     ) -> None:
-        from orchestra.multiagent.base import MultiAgentBase
-
         self.node_id = node_id
         self.executor = executor
         if join not in ("all", "any"):
@@ -189,7 +185,7 @@ class Node:
             self.check_agent(executor, node_id)
             self.kind = "agent"
             self.initial = _copy_agent_data(executor.agent_data())
-        elif isinstance(executor, MultiAgentBase):
+        elif isinstance(executor, Orchestrator):  # a Graph or Swarm
             if executor.session_manager is not None:
                 raise GraphError(
                     f"nested {type(executor).__name__} {executor.id!r} (node {node_id!r}) has its own session "
@@ -227,7 +223,7 @@ class Node:
     async def execute(
         self,
         node_input: NodeInput,
-        orchestrator: MultiAgentBase,
+        orchestrator: Orchestrator,
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
@@ -249,7 +245,7 @@ class Node:
     async def _execute_logged(
         self,
         node_input: NodeInput,
-        orchestrator: MultiAgentBase,
+        orchestrator: Orchestrator,
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
@@ -264,7 +260,7 @@ class Node:
     async def _execute(
         self,
         node_input: NodeInput,
-        orchestrator: MultiAgentBase,
+        orchestrator: Orchestrator,
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
@@ -326,9 +322,9 @@ class Node:
         )
 
     async def _run_orchestrator(
-        self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any], options: _Options
+        self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any], options: RunOptions
     ) -> NodeResult:
-        nested: MultiAgentBase = self.executor
+        nested: Orchestrator = self.executor
         mine = nested._open_interrupt_ids()
         answers = [
             {"interruptResponse": {"interruptId": i, "response": r}}

@@ -130,6 +130,9 @@ class MultiAgentResult(BaseModel):
         return output_text(self.output)
 
     def __str__(self) -> str:
+        """The output; for a run that stopped without one, its status and why (``failed: node ...``)."""
+        if self.output is None and self.status != Status.COMPLETED and self.reason:
+            return f"{self.status.value}: {self.reason}"
         return self.text
 
 

@@ -278,10 +278,24 @@ ID_PATH = Path(
 )
 
 
+_ID_FIELDS = {"session_id": "invalid_session_id", "run_id": "invalid_run_id"}
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return 400, "invalid_json", "the request body is not valid JSON; send a JSON object"
+    for error in errors:  # a bad id is named as such, with the rule in words rather than its regex
+        field = str(error.get("loc", ("",))[-1])
+        if field in _ID_FIELDS and error.get("type") in ("string_pattern_mismatch", "string_too_long"):
+            value = error.get("input")
+            shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "...")
+            return (
+                422,
+                _ID_FIELDS[field],
+                f"{field} {shown} is not a valid id: use 1-128 letters, digits, '.', '_' or '-', not "
+                "starting with '.'",
+            )
     parts = []
     for error in errors:
         loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"

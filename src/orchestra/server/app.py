@@ -211,6 +211,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         title="orchestra",
         version="1",
         description="Hosted agents and pipelines. Authenticate with `Authorization: Bearer <key>`.",
+        # Swagger UI and ReDoc load their script and CSS from a CDN, which the security headers (and a
+        # server without internet) refuse: /docs is a page that points at /openapi.json instead.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.runtime = runtime
     app.state.keys = keys
@@ -230,6 +234,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # FastAPI's answer to a body it cannot decode (not UTF-8): the same code as a body not JSON.
+            return _error(400, "invalid_json", "the request body is not UTF-8 JSON; send a JSON object")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             # Starlette names the methods of the first route on the path only; list every route's.
@@ -312,6 +319,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         if not isinstance(answer["output"], str | None) or "interrupts" in answer:  # made JSON-ready
             answer = _plain(answer)
         return JSONResponse(answer, background=write_record, headers=headers)
+
+    @app.get("/docs", include_in_schema=False)
+    async def api_docs() -> Response:
+        """Where the API is described: the OpenAPI document, for any viewer (no CDN script here)."""
+        return Response(
+            "<!doctype html><title>orchestra API</title><h1>orchestra API</h1><p>The OpenAPI document is "
+            "<a href='/openapi.json'>/openapi.json</a>: open it in any OpenAPI viewer, or generate a client "
+            "from it. The guide is docs/server.md.</p>",
+            media_type="text/html",
+        )
 
     @app.get("/api/v1/agents", response_model=AgentList, responses=_errors(401, 500))
     async def agents(ws: Workspace) -> dict[str, Any]:

@@ -227,8 +227,8 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
         ws = workspace(request)
         if ws is None:
             return RedirectResponse("/login", status_code=303)
-        try:
-            record = await runtime.run_record(ws, run_id)
+        try:  # an id the storage could not hold (too long, a slash) is no run, not a 500
+            record = await runtime.run_record(ws, validate_id(run_id, "run id"))
         except ValueError:
             record = None
         if record is None:

@@ -1,7 +1,7 @@
 """The journal of one scope: incremental, conditional saves of a document of fields and logs.
 
-A scope's state is a *document*: named JSON fields (an agent's state, a node's result) and named logs
-(append-mostly lists: a conversation, an execution order). A save writes one journal record holding only
+A scope's state is a *document* (``_document.py``): named JSON fields (an agent's state, a node's result)
+and named logs (append-mostly lists: a conversation, an execution order). A save writes one journal record holding only
 what changed since the previous save: the fields whose JSON differs and, per log, the items added (plus
 how many were dropped from the front or replaced at the end). Logs are compared by object identity,
 which costs a pointer comparison per item: the history is never re-serialized to find what changed.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -42,8 +42,8 @@ from orchestra.errors import (
     StorageError,
     StorageOutcomeUnknownError,
 )
-from orchestra.messages import Message
 from orchestra.session._commit import housekeeping, read_back
+from orchestra.session._document import Document, decode_messages, diff_log, is_message_log, op_json
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import (
     JournalInfo,
@@ -58,47 +58,7 @@ from orchestra.session.snapshot import (
 from orchestra.storage import ABSENT, Storage
 from orchestra.storage._base import delete_many, read_many
 
-__all__ = ["Compaction", "Document", "Journal", "is_message_log", "writers_delete_after"]
-
-
-@dataclass
-class Document:
-    """A scope's state: JSON fields and append-mostly logs."""
-
-    fields: dict[str, Any] = field(default_factory=dict)
-    logs: dict[str, list[Any]] = field(default_factory=dict)
-    origins: dict[str, str] = field(default_factory=dict, compare=False)
-    """Where each field and log first came from (a snapshot's or a record's key), for errors that name
-    the file (filled by loads)."""
-
-    def apply(self, record: Record, where: str | None = None) -> None:
-        """Replay ``record`` (read from the key ``where``).
-
-        Raises:
-            SnapshotError: a log does not have the length the record was written against: a record is
-                missing, or one was replayed twice (the snapshot and the journal disagree).
-        """
-        for name, op in record.logs.items():
-            old = self.logs.get(name, [])
-            if op.at is not None and op.at != len(old):
-                raise SnapshotError(
-                    f"{where or 'a journal record'}: log {name!r} had {op.at} items when this record was "
-                    f"written, but replaying the snapshot and the records before it gives {len(old)}: a "
-                    "record is missing or counted twice (a snapshot's journal.seq that disagrees with the "
-                    "journal, or a damaged journal). Nothing was loaded; restore the session from an "
-                    "export or an immutable snapshot"
-                )
-            keep = len(old) - op.drop if op.keep is None else op.keep
-            self.logs[name] = [*old[op.drop : op.drop + keep], *op.add]
-        self.fields.update(record.set)
-        for name in record.unset:
-            self.fields.pop(name, None)
-        if where is not None:
-            for name in (*record.set, *record.logs):
-                self.origins.setdefault(name, where)
-
-    def flat(self) -> dict[str, Any]:
-        return {**self.fields, **self.logs}
+__all__ = ["Compaction", "Journal", "writers_delete_after"]
 
 
 @dataclass(frozen=True)
@@ -121,68 +81,6 @@ class Compaction:
     Writers idle for half of it check the journal before their next save; machines writing one session
     must agree on the time to within half of it. ``timedelta(0)`` deletes at once and checks before every
     save (one small read: its own last record)."""
-
-
-def is_message_log(name: str) -> bool:
-    """Logs named ``messages`` or ``.../messages`` hold conversation messages (binary content inside)."""
-    return name == "messages" or name.endswith("/messages")
-
-
-def _has_binary(message: Any) -> bool:
-    for block in message.get("content", ()):
-        if "image" in block or "document" in block:
-            return True
-        result = block.get("toolResult")
-        if result and any("image" in c or "document" in c for c in result.get("content", ())):
-            return True
-    return False
-
-
-def _decode_messages(items: list[Any], key: str) -> list[Any]:
-    """Messages as stored (base64 strings for bytes) back to their plain form (bytes)."""
-    out = []
-    for item in items:
-        if isinstance(item, dict) and _has_binary(item):
-            try:
-                item = Message.model_validate_json(json.dumps(item)).model_dump(
-                    by_alias=True, exclude_none=True
-                )
-            except ValueError as exc:
-                raise SnapshotError(f"{key}: a stored message is not valid: {exc}") from None
-        out.append(item)
-    return out
-
-
-def _diff(old: Sequence[Any], new: Sequence[Any]) -> LogOp | None:
-    """The smallest LogOp that turns ``old`` into ``new``: an unchanged prefix by list equality (which
-    takes identical items as equal at once), a kept middle run by identity."""
-    # The common case, an appended tail: list equality compares the same objects in O(1) each, in C
-    # (six times faster than an identity loop; an item replaced by an equal one needs no rewrite either).
-    if len(old) <= len(new) and new[: len(old)] == old:
-        return LogOp(add=list(new[len(old) :]), at=len(old)) if len(new) > len(old) else None
-    drop = None
-    if new:
-        first = new[0]
-        drop = next((i for i, item in enumerate(old) if item is first), None)
-    if drop is None:
-        return LogOp(drop=len(old), keep=0, add=list(new), at=len(old))
-    keep = 0
-    while drop + keep < len(old) and keep < len(new) and old[drop + keep] is new[keep]:
-        keep += 1
-    return LogOp(drop=drop, keep=keep, add=list(new[keep:]), at=len(old))
-
-
-def _op_json(op: LogOp, add_text: str) -> str:
-    """``op`` as JSON without its default values (what ``model_dump(exclude_defaults=True)`` gives), its
-    added items given as the JSON text ``add_text``."""
-    out = [] if op.at is None else [f'"at":{op.at}']
-    if op.drop:
-        out.append(f'"drop":{op.drop}')
-    if op.keep is not None:
-        out.append(f'"keep":{op.keep}')
-    if op.add:
-        out.append(f'"add":{add_text}')
-    return "{" + ",".join(out) + "}"
 
 
 _FOLD_CHUNK = 256  # records a fold reads at a time
@@ -270,7 +168,7 @@ class Journal:
             if name in logs:
                 if not isinstance(value, list):
                     raise SnapshotError(f"{key}: log {name!r} is not a list")
-                doc.logs[name] = _decode_messages(value, key) if is_message_log(name) else value
+                doc.logs[name] = decode_messages(value, key) if is_message_log(name) else value
             else:
                 doc.fields[name] = value
         return doc
@@ -297,7 +195,7 @@ class Journal:
             record = decode_model(Record, found[0], key)
             for name, op in record.logs.items():
                 if is_message_log(name):
-                    op.add = _decode_messages(op.add, key)
+                    op.add = decode_messages(op.add, key)
             return _Read(self.layout.seq_of(key), record, len(found[0]), key)
 
         records = [
@@ -613,7 +511,7 @@ class Journal:
         removed = [name for name in unset if name in self._field_text]
         ops: dict[str, LogOp] = {}
         for name, items in logs.items():
-            op = _diff(self._log_refs.get(name, ()), items)
+            op = diff_log(self._log_refs.get(name, ()), items)
             if op is not None:
                 ops[name] = op
         if not (changed or removed or ops or creating):
@@ -630,7 +528,7 @@ class Journal:
         if ops:
             body.append(
                 '"logs":{'
-                + ",".join(f"{dumps(name)}:{_op_json(op, added[name])}" for name, op in ops.items())
+                + ",".join(f"{dumps(name)}:{op_json(op, added[name])}" for name, op in ops.items())
                 + "}"
             )
         data = ("{" + ",".join(body) + "}").encode()

@@ -4,24 +4,40 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 import anyio
 
 from orchestra._concurrency import held
 from orchestra.errors import SessionError
 from orchestra.hooks import HookRegistry, TurnCheckpoint
+from orchestra.multiagent._orchestrator import Orchestrator
 from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
 from orchestra.multiagent.results import Status
 from orchestra.session._commit import housekeeping
-from orchestra.session._journal import Document, Journal
+from orchestra.session._document import Document
+from orchestra.session._journal import Journal
 from orchestra.session._uuid7 import uuid7
 
-if TYPE_CHECKING:
-    from orchestra.multiagent.base import MultiAgentBase
-    from orchestra.session.snapshot_manager import SnapshotSessionManager
+__all__ = ["MultiAgentSaveLatestOn", "MultiAgentSnapshots", "OrchestratorPersistence", "SessionSettings"]
 
-__all__ = ["OrchestratorPersistence"]
+MultiAgentSaveLatestOn = Literal["node", "invocation"]
+MultiAgentSnapshots = Literal["interrupt", "node", "none"]
+
+
+class SessionSettings(Protocol):
+    """What the multi-agent side reads of the session manager it serves (``SnapshotSessionManager``):
+    the session, its journals, and how a Graph or Swarm is saved there."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    run_id: str | None
+    multi_agent_save_latest_on: MultiAgentSaveLatestOn
+    multi_agent_snapshots: MultiAgentSnapshots
+    keep_snapshots: int | None
+
+    def journal(self, kind: Literal["agent", "multiAgent"], scope_id: str) -> Journal: ...
 
 
 class OrchestratorPersistence:
@@ -32,13 +48,13 @@ class OrchestratorPersistence:
     costs the same at the 200th node as at the first.
     """
 
-    def __init__(self, manager: SnapshotSessionManager) -> None:
+    def __init__(self, manager: SessionSettings) -> None:
         self.manager = manager
-        self._journals: weakref.WeakKeyDictionary[MultiAgentBase, Journal] = weakref.WeakKeyDictionary()
-        self._locks: weakref.WeakKeyDictionary[MultiAgentBase, anyio.Lock] = weakref.WeakKeyDictionary()
+        self._journals: weakref.WeakKeyDictionary[Orchestrator, Journal] = weakref.WeakKeyDictionary()
+        self._locks: weakref.WeakKeyDictionary[Orchestrator, anyio.Lock] = weakref.WeakKeyDictionary()
         # The changes a failed save took from an orchestrator, for its next save to write.
         self._unsaved: weakref.WeakKeyDictionary[
-            MultiAgentBase, tuple[dict[str, Any], dict[str, list[Any]], list[str]]
+            Orchestrator, tuple[dict[str, Any], dict[str, list[Any]], list[str]]
         ] = weakref.WeakKeyDictionary()
 
     def register(self, registry: HookRegistry) -> None:
@@ -66,11 +82,11 @@ class OrchestratorPersistence:
                     TurnCheckpoint, functools.partial(self._node_turn, orchestrator, node_id)
                 )
 
-    async def _node_turn(self, orchestrator: MultiAgentBase, node_id: str, event: TurnCheckpoint) -> None:
+    async def _node_turn(self, orchestrator: Orchestrator, node_id: str, event: TurnCheckpoint) -> None:
         orchestrator._mark_agent(node_id)
         await self.save(orchestrator)
 
-    def journal_of(self, orchestrator: MultiAgentBase) -> Journal:
+    def journal_of(self, orchestrator: Orchestrator) -> Journal:
         journal = self._journals.get(orchestrator)
         if journal is None:
             raise SessionError(
@@ -79,12 +95,12 @@ class OrchestratorPersistence:
             )
         return journal
 
-    async def save(self, orchestrator: MultiAgentBase) -> None:
+    async def save(self, orchestrator: Orchestrator) -> None:
         # One save at a time: a node's tools may checkpoint its turn while the run saves another node.
         async with held(self._locks[orchestrator]):
             await self._save_locked(orchestrator)
 
-    async def _save_locked(self, orchestrator: MultiAgentBase) -> None:
+    async def _save_locked(self, orchestrator: Orchestrator) -> None:
         journal = self._journals[orchestrator]
         journal.run_id = self.manager.run_id
         fields, logs, unset = orchestrator.take_changes()
@@ -120,7 +136,7 @@ class OrchestratorPersistence:
             async with housekeeping(self.journal_of(orchestrator).layout, "snapshot the interrupted run"):
                 await self.snapshot(orchestrator, {"interrupted": interrupts})
 
-    async def snapshot(self, orchestrator: MultiAgentBase, app_data: dict[str, Any] | None = None) -> str:
+    async def snapshot(self, orchestrator: Orchestrator, app_data: dict[str, Any] | None = None) -> str:
         """Save, then take an immutable snapshot of the run and of its nested runs, under one new id."""
         snapshot_id = str(uuid7())
         for scope in _with_nested(orchestrator):
@@ -134,7 +150,7 @@ class OrchestratorPersistence:
         return snapshot_id
 
 
-def _with_nested(orchestrator: MultiAgentBase) -> list[MultiAgentBase]:
+def _with_nested(orchestrator: Orchestrator) -> list[Orchestrator]:
     found = [orchestrator]
     for node in orchestrator.nodes.values():
         if node.kind == "orchestrator":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -20,14 +20,13 @@ from orchestra.hooks import (
     MessageRedacted,
     TurnCheckpoint,
 )
-from orchestra.session._commit import housekeeping
-from orchestra.session._journal import Compaction, Document, Journal
-from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
-from orchestra.session._uuid7 import uuid7
-
-if TYPE_CHECKING:
-    from orchestra.session._multiagent import OrchestratorPersistence
 from orchestra.multiagent.base import MultiAgentBase
+from orchestra.session._commit import housekeeping
+from orchestra.session._document import Document
+from orchestra.session._journal import Compaction, Journal
+from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
+from orchestra.session._multiagent import MultiAgentSaveLatestOn, MultiAgentSnapshots, OrchestratorPersistence
+from orchestra.session._uuid7 import uuid7
 from orchestra.storage import LocalFileStorage, Storage
 
 __all__ = [
@@ -41,8 +40,6 @@ __all__ = [
 ]
 
 SaveLatestOn = Literal["message", "invocation", "trigger"]
-MultiAgentSaveLatestOn = Literal["node", "invocation"]
-MultiAgentSnapshots = Literal["interrupt", "node", "none"]
 SnapshotTrigger = Callable[..., bool]
 
 
@@ -246,8 +243,6 @@ class SnapshotSessionManager:
     def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
         """Persist a Graph or Swarm (called when the orchestrator gets this session manager)."""
         if self._orchestrators is None:
-            from orchestra.session._multiagent import OrchestratorPersistence
-
             self._orchestrators = OrchestratorPersistence(self)
         self._orchestrators.register(registry)
 

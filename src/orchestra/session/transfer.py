@@ -14,7 +14,8 @@ from typing import Any
 
 from orchestra._ids import validate_id
 from orchestra.errors import SessionError, SnapshotError
-from orchestra.session._journal import Document, Journal, is_message_log
+from orchestra.session._document import Document, is_message_log
+from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session._strands_files import message_from_file
 from orchestra.session.snapshot import Snapshot, decode_model, encode_snapshot

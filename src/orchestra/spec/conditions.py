@@ -20,7 +20,7 @@ __all__ = ["SpecCondition"]
 
 
 def _wants_invocation_state(fn: Callable[..., Any]) -> bool:
-    from orchestra.multiagent.graph import _wants_invocation_state as wants
+    from orchestra.multiagent._schedule import _wants_invocation_state as wants
 
     return wants(fn)
 

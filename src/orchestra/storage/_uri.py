@@ -1,6 +1,8 @@
 """Storage URIs, as the CLI, YAML specs and the server name storage.
 
-- ``file:./dir`` (or ``file:///abs/dir``, or a bare path): ``LocalFileStorage``
+- ``file:./dir`` (or ``file:///abs/dir``, or a bare path that looks like one: ``./dir``, ``/abs/dir``,
+  ``dir/sub``): ``LocalFileStorage``. A bare word (``memroy``) or an unknown scheme (``sqllite:x.db``) is
+  refused, with the nearest known form: a typo must not quietly become a folder.
 - ``s3://bucket/prefix`` with optional ``?region=...&endpoint_url=...``: ``S3Storage``
 - ``sqlite:PATH`` (``sqlite:./app.db``, ``sqlite:///abs/app.db``), with optional ``?synchronous=NORMAL``
   and ``?timeout=SECONDS``: ``SQLiteStorage``
@@ -13,6 +15,8 @@ caller: the more writers share it, the more share each commit).
 
 from __future__ import annotations
 
+import difflib
+import re
 import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -55,12 +59,24 @@ def parse_storage_uri(uri: str) -> tuple[str, dict[str, str]]:
     for scheme in ("file://", "file:"):
         if uri.startswith(scheme):
             return "file", {"root": uri[len(scheme) :] or "."}
-    if "://" in uri or not uri:
-        raise ConfigurationError(
-            f"unknown storage URI {uri!r}: use file:./dir, s3://bucket/prefix, sqlite:./file.db, "
-            "postgresql://host/db or memory"
-        )
+    if "://" in uri or not uri or _SCHEME.match(uri) or "/" not in uri:
+        raise ConfigurationError(f"unknown storage URI {uri!r}: {_nearest(uri)}use {_FORMS}")
     return "file", {"root": uri}
+
+
+_FORMS = "file:./dir, s3://bucket/prefix, sqlite:./file.db, postgresql://host/db or memory"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")  # two letters at least: "C:" is not a scheme
+_KNOWN = ("memory", "file", "s3", "sqlite", "postgresql")
+
+
+def _nearest(uri: str) -> str:
+    """ "did you mean ...?" for a typo'd scheme or word, and how to name a folder of that name."""
+    word = re.split(r"[:/]", uri, maxsplit=1)[0].lower()
+    close = difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    if uri and "/" not in uri and ":" not in uri:
+        hint += f"for a folder named {uri!r} write file:{uri}; "
+    return hint
 
 
 def _sqlite_parts(uri: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
+from orchestra._dist import install_hint
 from orchestra.errors import ConfigurationError, StorageError
 from orchestra.storage._base import Expect, ForwardingStorage, Storage
 
@@ -58,7 +59,7 @@ def _aesgcm(key: bytes) -> Any:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise ConfigurationError(
-            "EncryptedStorage needs the cryptography package: pip install 'orchestra[encryption]'"
+            "EncryptedStorage needs the cryptography package: " + install_hint("encryption")
         ) from None
     return AESGCM(key)
 
@@ -87,6 +88,11 @@ class EnvKeyProvider:
             if len(key) != 32:
                 raise ConfigurationError(
                     f"{variable}: entry {position + 1} is not 'id=<base64 of 32 bytes>' (AES-256 needs 32 bytes)"
+                )
+            if key_id in self._keys:  # the later one would silently replace the earlier (or the current)
+                raise ConfigurationError(
+                    f"{variable}: key id {key_id!r} is given twice (entries {list(self._keys).index(key_id) + 1} "
+                    f"and {position + 1}); each key needs an id of its own"
                 )
             self._keys[key_id] = key
         self._current = next(iter(self._keys))
@@ -156,6 +162,15 @@ class KMSKeyProvider:
         return self._decrypted[digest]
 
 
+def _key_name(ref: bytes) -> str:
+    """The key a stored key ref names, for messages (never the key itself)."""
+    if ref.startswith(b"env:"):
+        return f"key {ref[4:].decode(errors='replace')!r}"
+    if ref.startswith(b"kms:"):
+        return "its KMS data key"
+    return f"key ref {ref[:32]!r}"
+
+
 class EncryptedStorage(ForwardingStorage):
     """Wraps ``inner`` so that every value is encrypted before it is stored and checked when read.
 
@@ -187,8 +202,8 @@ class EncryptedStorage(ForwardingStorage):
             return aesgcm.decrypt(nonce, ciphertext, key.encode()), version
         except Exception:  # cryptography's InvalidTag: a wrong key, a tampered or moved value
             raise StorageError(
-                f"{key}: the encrypted value does not decrypt (tampered with, truncated, or copied from "
-                "another key); nothing was loaded"
+                f"{key}: the encrypted value does not decrypt with {_key_name(ref)} (a different key under "
+                "that id, or a value tampered with, truncated, or copied from another key); nothing was loaded"
             ) from None
 
     async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:

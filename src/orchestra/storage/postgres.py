@@ -1,5 +1,5 @@
 """``PostgresStorage`` (``postgresql://...``): every key a row of one table in PostgreSQL, for many
-servers or workers on one database. Needs ``pip install 'orchestra[postgres]'`` (psycopg 3 and its pool).
+servers or workers on one database. Needs ``pip install 'orchestra-agents[postgres]'`` (psycopg 3 and its pool).
 
 - **Conditional writes are done by the database** (``INSERT ... ON CONFLICT DO NOTHING``, ``UPDATE ...
   WHERE version = ...``): two servers racing for one key get exactly one winner, with no lock held
@@ -35,6 +35,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from orchestra._dist import install_hint
 from orchestra.errors import (
     ConfigurationError,
     StorageConfigurationError,
@@ -78,7 +79,7 @@ def _psycopg() -> Any:
         import psycopg_pool
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise ConfigurationError(
-            "PostgresStorage needs psycopg 3 and psycopg-pool: pip install 'orchestra[postgres]'"
+            "PostgresStorage needs psycopg 3 and psycopg-pool: " + install_hint("postgres")
         ) from None
     return psycopg, psycopg_pool
 

@@ -1,4 +1,4 @@
-"""Run pipelines on Temporal (``pip install 'orchestra[temporal]'``): the same Graph or Swarm, unchanged.
+"""Run pipelines on Temporal (``pip install 'orchestra-agents[temporal]'``): the same Graph or Swarm, unchanged.
 
 A run is a workflow whose scheduling decisions are orchestra's own; every node is an activity with
 retries; conversations and outputs travel through orchestra's storage, by reference. See docs/temporal.md.

@@ -34,10 +34,11 @@ from orchestra.errors import (
 from orchestra.hooks import TurnCheckpoint
 from orchestra.multiagent import DEFAULT_RETRY, Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
 from orchestra.multiagent import map as maps
-from orchestra.multiagent._graph_run import ConditionError
 from orchestra.multiagent._map_run import finish_result, item_record, run_item_attempt
+from orchestra.multiagent._schedule import ConditionError
 from orchestra.session import Compaction, SnapshotSessionManager
-from orchestra.session._journal import Document, Journal, _decode_messages
+from orchestra.session._document import Document, decode_messages
+from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, storage_from_uri
@@ -617,7 +618,7 @@ class PipelineActivities:
                 if "agent" in blob:
                     fields[f"agent/{node_id}"] = blob["agent"]
                     log = f"agent/{node_id}/messages"
-                    logs[log] = _extend(journal.log(log), _decode_messages(blob["messages"], blob_key))
+                    logs[log] = _extend(journal.log(log), decode_messages(blob["messages"], blob_key))
             elif same_run and _holds_execution(stored, fields.get(name)):
                 fields[name] = {**fields.get(name, {}), "result": (stored or {}).get("result")}
             else:

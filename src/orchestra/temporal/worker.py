@@ -59,9 +59,13 @@ def parse_target(uri: str) -> TemporalTarget:
             f"{uri!r} is not a Temporal target: write temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE"
         )
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    return TemporalTarget(
-        parts.netloc, parts.path.strip("/") or "default", query.get("task_queue", "orchestra")
-    )
+    if not query.get("task_queue"):
+        # A default queue that no worker polls would leave the run waiting there for ever.
+        raise ConfigurationError(
+            f"{uri!r} names no task queue: add ?task_queue=QUEUE, the --task-queue of the workers that "
+            "host this pipeline (orchestra worker --temporal HOST:PORT --task-queue QUEUE FILE)"
+        )
+    return TemporalTarget(parts.netloc, parts.path.strip("/") or "default", query["task_queue"])
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from orchestra import tracing
+from orchestra._dist import install_hint
 from orchestra.errors import ConfigurationError
 from orchestra.models import ToolSpec
 from orchestra.tools._tool import ToolContext, ToolResultDict, check_tool_name, tool_result
@@ -34,7 +35,7 @@ def _sdk() -> Any:
     try:
         import a2a.client
     except ImportError:
-        raise ConfigurationError("A2A tools need the official SDK: pip install 'orchestra[a2a]'") from None
+        raise ConfigurationError("A2A tools need the official SDK: " + install_hint("a2a")) from None
     return a2a.client
 
 

@@ -29,6 +29,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from orchestra._dist import install_hint
 from orchestra._logging import get_logger
 from orchestra.errors import ConfigurationError
 from orchestra.models import ToolSpec
@@ -48,7 +49,7 @@ def _sdk() -> Any:
     try:
         import mcp
     except ImportError:
-        raise ConfigurationError("MCP tools need the official SDK: pip install 'orchestra[mcp]'") from None
+        raise ConfigurationError("MCP tools need the official SDK: " + install_hint("mcp")) from None
     return mcp
 
 

@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
     try:
         a2a_tool("http://127.0.0.1:9")
     except ConfigurationError as exc:
-        assert "orchestra[a2a]" in str(exc), exc
+        assert "pip install 'orchestra-agents[a2a]'" in str(exc), exc
     else:
         raise AssertionError("a2a_tool without the SDK did not say what to install")
     print("ok")

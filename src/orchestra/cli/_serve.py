@@ -1,0 +1,102 @@
+"""``orchestra serve`` and ``hash-key``: host agents and pipelines over HTTP, and make its API keys."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestra.cli._options import OtlpOption, start_tracing
+from orchestra.cli._output import err, fail, out
+from orchestra.errors import OrchestraError
+
+__all__ = ["app"]
+
+app = typer.Typer()
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path,
+        typer.Argument(
+            help="The server config (YAML): hosted specs, storage, API keys.", exists=True, dir_okay=False
+        ),
+    ],
+    host: Annotated[str, typer.Option("--host", help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="The port to listen on.")] = 8000,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Server processes (they share the storage).")
+    ] = 1,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            metavar="IPS",
+            help="Behind a TLS proxy: the proxy addresses whose X-Forwarded-Proto/For are trusted (so the "
+            "dashboard cookie is Secure), comma-separated, or '*'.",
+        ),
+    ] = None,
+    otlp_endpoint: OtlpOption = None,
+) -> None:
+    """Host agents and pipelines over HTTP, with a dashboard at /.
+
+    Example: [bold]orchestra serve server.yaml --port 8000 --workers 2[/]
+    """
+    import uvicorn
+
+    from orchestra.server import CONFIG_ENV_VAR, load_config
+
+    try:
+        load_config(config)
+    except OrchestraError as exc:
+        raise fail(str(exc)) from None
+    start_tracing(otlp_endpoint, "orchestra-serve")  # the app factory configures each worker process
+    os.environ[CONFIG_ENV_VAR] = str(config.resolve())
+    _check_port(host, port)
+    err.print(f"serving {config} on http://{host}:{port} ({workers} worker(s))", highlight=False)
+    try:
+        uvicorn.run(
+            "orchestra.server.app:create_app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="warning",
+            proxy_headers=forwarded_allow_ips is not None,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            raise
+        # uvicorn exits 3 when it cannot start (3 is this command's "waiting for a human"): say so.
+        raise fail(f"the server on {host}:{port} did not start (see the line above)") from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port that is taken before saying "serving" (uvicorn would log and exit 3 after it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise fail(
+                f"cannot listen on {host}:{port}: {exc.strerror}. Stop what holds it, or pick another --port"
+            ) from None
+
+
+@app.command("hash-key")
+def hash_key_command(
+    key: Annotated[str, typer.Argument(help="An API key to put in a server config.")],
+) -> None:
+    """Print the SHA-256 of an API key, as a server config's api_keys stores it.
+
+    Example: [bold]orchestra hash-key "$(openssl rand -hex 24)"[/]
+    """
+    from orchestra.server import hash_key
+
+    out.print(hash_key(key), highlight=False)
