@@ -7,13 +7,20 @@ client = Client("http://127.0.0.1:8000", api_key="...")
 reply = client.invoke("support", {"message": "What's the weather in London?"}, session_id="user-123")
 follow_up = client.invoke("support", {"message": "What about Paris?"}, session_id="user-123")
 for event in client.stream("support", "Hello"):
-    print(event.event, event.data)
+    print(event.id, event.event, event.data)
+
+run = client.start_run("support", "A long task", session_id="user-123")   # 202: it runs in the background
+for event in client.stream(run_id=run.run_id):                           # reconnects on its own
+    print(event.id, event.event)
+record = client.wait(run.run_id)
 ```
 
-Every ``invoke`` sends an ``Idempotency-Key`` (a new one per call, or the one you pass) and retries what
-may have failed half way with it: a lost connection or timeout, 503 (the storage is unavailable, or lost
-an answer), 409 ``request_in_progress`` or ``session_conflict``, 500 ``internal``. The server answers a
-repeated key from the first run, so a retry never stores a turn twice.
+Every ``invoke``, ``respond`` and ``start_run`` sends an ``Idempotency-Key`` (a new one per call, or the
+one you pass) and retries what may have failed half way with it: a lost connection or timeout, 503 (the
+storage is unavailable, or lost an answer), 409 ``request_in_progress`` or ``session_conflict``, 500
+``internal``. The server answers a repeated key from the first run, so a retry never stores a turn twice.
+Following a run's stream reconnects after a lost connection with ``Last-Event-ID``: every event comes
+once, in order.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ __all__ = [
     "InvalidRequestError",
     "InvokeResult",
     "NotFoundError",
+    "RateLimitError",
+    "RunInfo",
     "ServerError",
     "ServiceUnavailableError",
     "StreamEvent",
@@ -89,12 +98,17 @@ class InsufficientStorageError(ServerError):
     """507: the server's storage is full; the turn was not stored."""
 
 
+class RateLimitError(ClientError):
+    """429: the session's queue is full (``queue_full``); send the message later."""
+
+
 _ERRORS: dict[int, type[ClientError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,
     404: NotFoundError,
     409: ConflictError,
     413: InvalidRequestError,
+    429: RateLimitError,
     422: InvalidRequestError,
     503: ServiceUnavailableError,
     507: InsufficientStorageError,
@@ -138,15 +152,35 @@ class InvokeResult(BaseModel):
     usage: dict[str, int] = {}
     status: str = "completed"
     resumed: bool = False
+    interrupts: list[dict[str, Any]] = []
+    stopped: dict[str, Any] | None = None
+
+
+class RunInfo(BaseModel):
+    """A run as a listing or a 202 answer shows it (``run`` gives the whole record)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    agent_id: str
+    status: str
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """One server-sent event: ``text``, ``tool_call``, ``tool_result``, ``node_start``, ``node_stop``,
-    ``handoff``, and last ``result`` (or ``error``)."""
+    """One server-sent event: ``status``, ``text``, ``tool_call``, ``tool_result``, ``node_start``,
+    ``node_stop``, ``handoff``, ``truncated``, and last ``result`` (or ``error``); ``id`` is its place in
+    the run's log (None for an event that is not kept, such as a repeat's answer)."""
 
     event: str
     data: Any
+    id: str | None = None
+
+    @property
+    def last(self) -> bool:
+        """Whether this is a run's last event."""
+        return self.event in ("result", "error")
 
 
 def _raise_for(response: httpx.Response) -> None:
@@ -181,15 +215,36 @@ def _filters(agent_id: str | None, session_id: str | None) -> dict[str, str | No
     return {"agent_id": agent_id, "session_id": session_id}
 
 
-def _body(input: Any, session_id: str | None, history: list[dict[str, str]] | None) -> dict[str, Any]:
+def _body(
+    input: Any,
+    session_id: str | None,
+    history: list[dict[str, str]] | None,
+    *,
+    responses: Any = None,
+    on_busy: str | None = None,
+    webhook: str | None = None,
+) -> dict[str, Any]:
     if session_id is not None:
         validate_id(session_id, "session_id")
-    body: dict[str, Any] = {"input": input}
-    if session_id is not None:
-        body["session_id"] = session_id
-    if history is not None:
-        body["history"] = history
+    body: dict[str, Any] = {} if responses is not None else {"input": input}
+    for name, value in (
+        ("session_id", session_id),
+        ("history", history),
+        ("responses", _responses(responses)),
+        ("on_busy", on_busy),
+        ("webhook", webhook),
+    ):
+        if value is not None:
+            body[name] = value
     return body
+
+
+def _responses(responses: Any) -> list[dict[str, Any]] | None:
+    """Answers as the server takes them: ``{interrupt id: response}`` or a list of
+    ``{"interrupt_id", "response"}``."""
+    if responses is None or isinstance(responses, list):
+        return responses
+    return [{"interrupt_id": key, "response": value} for key, value in dict(responses).items()]
 
 
 def _checked(event: StreamEvent) -> StreamEvent:
@@ -206,17 +261,32 @@ class _SSEParser:
 
     def __init__(self) -> None:
         self.name, self.data = "message", ""
+        self.id: str | None = None
 
     def feed(self, line: str) -> StreamEvent | None:
-        if line.startswith("event:"):
+        if line.startswith("id:"):
+            self.id = line[3:].strip()
+        elif line.startswith("event:"):
             self.name = line[6:].strip()
         elif line.startswith("data:"):
             self.data += line[5:].strip()
         elif not line and self.data:
-            event = StreamEvent(self.name, json.loads(self.data))
-            self.name, self.data = "message", ""
+            event = StreamEvent(self.name, json.loads(self.data), self.id)
+            self.name, self.data, self.id = "message", "", None
             return event
         return None
+
+
+def _agent_url(agent_id: str, what: str) -> str:
+    return f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/{what}"
+
+
+def _run_url(run_id: str, what: str = "") -> str:
+    return f"/api/v1/runs/{_segment(run_id, 'run_id')}" + (f"/{what}" if what else "")
+
+
+def _stream_headers(after: str | None) -> dict[str, str]:
+    return {"Last-Event-ID": after} if after is not None else {}
 
 
 class Client:
@@ -226,8 +296,9 @@ class Client:
         base_url: the server, e.g. ``http://127.0.0.1:8000``.
         api_key: the workspace's API key.
         timeout: seconds to wait for an answer (runs can be long).
-        retries: how many times ``invoke`` repeats a request that may have failed half way (with its
-            Idempotency-Key, so that it runs once).
+        retries: how many times ``invoke``, ``respond`` and ``start_run`` repeat a request that may have
+            failed half way (with its Idempotency-Key, so that it runs once), and how many times a run's
+            stream reconnects in a row without getting an event.
     """
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0, retries: int = 3) -> None:
@@ -250,21 +321,9 @@ class Client:
         _raise_for(response)
         return response.json()
 
-    def invoke(
-        self,
-        agent_id: str,
-        input: Any,
-        session_id: str | None = None,
-        history: list[dict[str, str]] | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> InvokeResult:
-        """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither.
-
-        The request carries ``idempotency_key`` (a new one if not given) and is repeated with it when it
-        may have failed half way (see the module docstring), so the turn runs once."""
-        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
-        body, headers = _body(input, session_id, history), _key_header(idempotency_key)
+    def _post_once(self, url: str, body: dict[str, Any] | None, idempotency_key: str | None) -> Any:
+        """POST with an Idempotency-Key, repeated while it may have failed half way (module docstring)."""
+        headers = _key_header(idempotency_key)
         for attempt in range(self.retries + 1):
             try:
                 response: httpx.Response | None = self._http.post(url, json=body, headers=headers)
@@ -273,7 +332,7 @@ class Client:
                     raise
                 response = None
             if response is not None and response.status_code < 400:
-                return InvokeResult.model_validate(response.json())
+                return response.json()
             delay = _retry_delay(response, attempt) if attempt < self.retries else None
             if delay is None:
                 assert response is not None
@@ -281,7 +340,7 @@ class Client:
             time.sleep(delay or 0)
         raise AssertionError("unreachable")
 
-    def stream(
+    def invoke(
         self,
         agent_id: str,
         input: Any,
@@ -289,15 +348,76 @@ class Client:
         history: list[dict[str, str]] | None = None,
         *,
         idempotency_key: str | None = None,
+        on_busy: str | None = None,
+    ) -> InvokeResult:
+        """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither.
+
+        ``on_busy`` says what to do if the session runs another run: ``reject`` (409), ``enqueue``,
+        ``interrupt`` or ``rollback``. The request carries ``idempotency_key`` (a new one if not given)
+        and is repeated with it when it may have failed half way, so the turn runs once."""
+        body = _body(input, session_id, history, on_busy=on_busy)
+        return InvokeResult.model_validate(
+            self._post_once(_agent_url(agent_id, "invoke"), body, idempotency_key)
+        )
+
+    def respond(
+        self,
+        agent_id: str,
+        responses: dict[str, Any] | list[dict[str, Any]],
+        *,
+        session_id: str,
+        idempotency_key: str | None = None,
+        on_busy: str | None = None,
+    ) -> InvokeResult:
+        """Answer a session's open interrupts (``{interrupt id: answer}``, all or some) and wait for the
+        run to go on; it answers ``interrupted`` again while questions stay open."""
+        body = _body(None, session_id, None, responses=responses, on_busy=on_busy)
+        return InvokeResult.model_validate(
+            self._post_once(_agent_url(agent_id, "invoke"), body, idempotency_key)
+        )
+
+    def start_run(
+        self,
+        agent_id: str,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+        responses: dict[str, Any] | list[dict[str, Any]] | None = None,
+        on_busy: str | None = None,
+        webhook: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunInfo:
+        """Start a run in the background (or answer interrupts in one); returns at once with its id."""
+        body = _body(input, session_id, history, responses=responses, on_busy=on_busy, webhook=webhook)
+        return RunInfo.model_validate(self._post_once(_agent_url(agent_id, "runs"), body, idempotency_key))
+
+    def stream(
+        self,
+        agent_id: str | None = None,
+        input: Any = None,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str | None = None,
+        run_id: str | None = None,
+        resume_from: str | None = None,
     ) -> Iterator[StreamEvent]:
-        """Invoke with ``?stream=true`` and yield the events as they come (with an Idempotency-Key: a
-        repeat with the same key yields only the first run's last event)."""
-        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
+        """Events as they come. With ``agent_id`` and ``input``: invoke with ``?stream=true`` (a repeat
+        with the same key yields only the first run's last event). With ``run_id``: follow that run, from
+        after event ``resume_from`` (its ``id``; all of it without), reconnecting after a lost connection
+        with the last id seen, until its last event."""
+        if run_id is not None:
+            yield from self._follow(run_id, resume_from)
+            return
+        if agent_id is None:
+            raise ValueError("stream() needs an agent_id and input, or a run_id")
         with self._http.stream(
             "POST",
-            url,
+            _agent_url(agent_id, "invoke"),
             params={"stream": "true"},
-            json=_body(input, session_id, history),
+            json=_body(input, session_id, history, on_busy=on_busy),
             headers=_key_header(idempotency_key),
         ) as response:
             if response.status_code >= 400:
@@ -309,11 +429,61 @@ class Client:
                 if event is not None:
                     yield _checked(event)
 
+    def _follow(self, run_id: str, after: str | None) -> Iterator[StreamEvent]:
+        url, failures = _run_url(run_id, "stream"), 0
+        while True:
+            try:
+                with self._http.stream("GET", url, headers=_stream_headers(after)) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        _raise_for(response)
+                    parser = _SSEParser()
+                    for line in response.iter_lines():
+                        got = parser.feed(line)
+                        if got is None:
+                            continue
+                        failures, after = 0, got.id or after
+                        yield got
+                        if got.last:
+                            return
+            except httpx.TransportError:
+                failures += 1
+                if failures > self.retries:
+                    raise
+                time.sleep(min(0.25 * 2.0**failures, 5.0))
+                continue
+            return  # the server ended the stream without a last event: nothing more to follow
+
+    def wait(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """The run's record once it has ended (read every 0.1 s at first, then less often, up to 2 s).
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.1
+        while True:
+            record = self.run(run_id)
+            if record["status"] not in ("queued", "executing"):
+                return record
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} did not end within {timeout} s")
+            time.sleep(pause)
+            pause = min(pause * 1.5, 2.0)
+
+    def cancel(self, run_id: str) -> RunInfo:
+        """Stop a run (it is saved ``interrupted`` and can be resumed); ``wait`` tells when it has."""
+        return RunInfo.model_validate(self._post_once(_run_url(run_id, "cancel"), None, None))
+
+    def resume_run(self, run_id: str) -> RunInfo:
+        """Start a cancelled, failed or stranded run again, as a new background run."""
+        return RunInfo.model_validate(self._post_once(_run_url(run_id, "resume"), None, None))
+
     def resume(self, agent_id: str, session_id: str) -> InvokeResult:
         """Finish what a session left open (a turn cut by a crash, an unfinished run); ``resumed`` is
         true in the answer. ``ConflictError`` (``nothing_to_resume``) if there is nothing."""
         response = self._http.post(
-            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}/resume"
+            f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
         )
         _raise_for(response)
         return InvokeResult.model_validate(response.json())
@@ -322,31 +492,38 @@ class Client:
         return list(self._get("/api/v1/agents")["agents"])
 
     def sessions(self, agent_id: str) -> list[dict[str, Any]]:
-        return list(self._get(f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions")["sessions"])
+        return list(self._get(_agent_url(agent_id, "sessions"))["sessions"])
 
     def session(self, agent_id: str, session_id: str) -> dict[str, Any]:
-        return dict(
-            self._get(
-                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
-            )
-        )
+        """A session: its whole conversation (``messages``; the model is given
+        ``messages[context_start:]``), or a pipeline's run and nodes."""
+        return dict(self._get(f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}"))
 
     def delete_session(self, agent_id: str, session_id: str) -> None:
         _raise_for(
-            self._http.delete(
-                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
-            )
+            self._http.delete(f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}")
         )
 
-    def runs(self, agent_id: str | None = None, session_id: str | None = None) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/runs", **_filters(agent_id, session_id))["runs"])
+    def runs(
+        self, agent_id: str | None = None, session_id: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return list(self._get("/api/v1/runs", **_filters(agent_id, session_id), limit=limit)["runs"])
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return dict(self._get(f"/api/v1/runs/{_segment(run_id, 'run_id')}"))
+        return dict(self._get(_run_url(run_id)))
 
 
 class AsyncClient:
-    """An async client (the same methods as :class:`Client`, awaited)."""
+    """An async client: the same methods as :class:`Client`, awaited (``stream`` is an async iterator).
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8000``.
+        api_key: the workspace's API key.
+        timeout: seconds to wait for an answer (runs can be long).
+        retries: how many times ``invoke``, ``respond`` and ``start_run`` repeat a request that may have
+            failed half way (with its Idempotency-Key, so that it runs once), and how many times a run's
+            stream reconnects in a row without getting an event.
+    """
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0, retries: int = 3) -> None:
         self._http = httpx.AsyncClient(
@@ -368,17 +545,9 @@ class AsyncClient:
         _raise_for(response)
         return response.json()
 
-    async def invoke(
-        self,
-        agent_id: str,
-        input: Any,
-        session_id: str | None = None,
-        history: list[dict[str, str]] | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> InvokeResult:
-        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
-        body, headers = _body(input, session_id, history), _key_header(idempotency_key)
+    async def _post_once(self, url: str, body: dict[str, Any] | None, idempotency_key: str | None) -> Any:
+        """POST with an Idempotency-Key, repeated while it may have failed half way (module docstring)."""
+        headers = _key_header(idempotency_key)
         for attempt in range(self.retries + 1):
             try:
                 response: httpx.Response | None = await self._http.post(url, json=body, headers=headers)
@@ -387,7 +556,7 @@ class AsyncClient:
                     raise
                 response = None
             if response is not None and response.status_code < 400:
-                return InvokeResult.model_validate(response.json())
+                return response.json()
             delay = _retry_delay(response, attempt) if attempt < self.retries else None
             if delay is None:
                 assert response is not None
@@ -395,7 +564,7 @@ class AsyncClient:
             await anyio.sleep(delay or 0)
         raise AssertionError("unreachable")
 
-    async def stream(
+    async def invoke(
         self,
         agent_id: str,
         input: Any,
@@ -403,11 +572,80 @@ class AsyncClient:
         history: list[dict[str, str]] | None = None,
         *,
         idempotency_key: str | None = None,
+        on_busy: str | None = None,
+    ) -> InvokeResult:
+        """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither.
+
+        ``on_busy`` says what to do if the session runs another run: ``reject`` (409), ``enqueue``,
+        ``interrupt`` or ``rollback``. The request carries ``idempotency_key`` (a new one if not given)
+        and is repeated with it when it may have failed half way, so the turn runs once."""
+        body = _body(input, session_id, history, on_busy=on_busy)
+        return InvokeResult.model_validate(
+            await self._post_once(_agent_url(agent_id, "invoke"), body, idempotency_key)
+        )
+
+    async def respond(
+        self,
+        agent_id: str,
+        responses: dict[str, Any] | list[dict[str, Any]],
+        *,
+        session_id: str,
+        idempotency_key: str | None = None,
+        on_busy: str | None = None,
+    ) -> InvokeResult:
+        """Answer a session's open interrupts (``{interrupt id: answer}``, all or some) and wait for the
+        run to go on; it answers ``interrupted`` again while questions stay open."""
+        body = _body(None, session_id, None, responses=responses, on_busy=on_busy)
+        return InvokeResult.model_validate(
+            await self._post_once(_agent_url(agent_id, "invoke"), body, idempotency_key)
+        )
+
+    async def start_run(
+        self,
+        agent_id: str,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+        responses: dict[str, Any] | list[dict[str, Any]] | None = None,
+        on_busy: str | None = None,
+        webhook: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunInfo:
+        """Start a run in the background (or answer interrupts in one); returns at once with its id."""
+        body = _body(input, session_id, history, responses=responses, on_busy=on_busy, webhook=webhook)
+        return RunInfo.model_validate(
+            await self._post_once(_agent_url(agent_id, "runs"), body, idempotency_key)
+        )
+
+    async def stream(
+        self,
+        agent_id: str | None = None,
+        input: Any = None,
+        session_id: str | None = None,
+        history: list[dict[str, str]] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str | None = None,
+        run_id: str | None = None,
+        resume_from: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        url = f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/invoke"
-        body, headers = _body(input, session_id, history), _key_header(idempotency_key)
+        """Events as they come. With ``agent_id`` and ``input``: invoke with ``?stream=true`` (a repeat
+        with the same key yields only the first run's last event). With ``run_id``: follow that run, from
+        after event ``resume_from`` (its ``id``; all of it without), reconnecting after a lost connection
+        with the last id seen, until its last event."""
+        if run_id is not None:
+            async for followed in self._follow(run_id, resume_from):
+                yield followed
+            return
+        if agent_id is None:
+            raise ValueError("stream() needs an agent_id and input, or a run_id")
         async with self._http.stream(
-            "POST", url, params={"stream": "true"}, json=body, headers=headers
+            "POST",
+            _agent_url(agent_id, "invoke"),
+            params={"stream": "true"},
+            json=_body(input, session_id, history, on_busy=on_busy),
+            headers=_key_header(idempotency_key),
         ) as response:
             if response.status_code >= 400:
                 await response.aread()
@@ -418,9 +656,55 @@ class AsyncClient:
                 if event is not None:
                     yield _checked(event)
 
+    async def _follow(self, run_id: str, after: str | None) -> AsyncIterator[StreamEvent]:
+        url, failures = _run_url(run_id, "stream"), 0
+        while True:
+            try:
+                async with self._http.stream("GET", url, headers=_stream_headers(after)) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        _raise_for(response)
+                    parser = _SSEParser()
+                    async for line in response.aiter_lines():
+                        got = parser.feed(line)
+                        if got is None:
+                            continue
+                        failures, after = 0, got.id or after
+                        yield got
+                        if got.last:
+                            return
+            except httpx.TransportError:
+                failures += 1
+                if failures > self.retries:
+                    raise
+                await anyio.sleep(min(0.25 * 2.0**failures, 5.0))
+                continue
+            return  # the server ended the stream without a last event: nothing more to follow
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109 - Client.wait's signature
+        """The run's record once it has ended (see ``Client.wait``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.1
+        while True:
+            record = await self.run(run_id)
+            if record["status"] not in ("queued", "executing"):
+                return record
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} did not end within {timeout} s")
+            await anyio.sleep(pause)
+            pause = min(pause * 1.5, 2.0)
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        """Stop a run (it is saved ``interrupted`` and can be resumed); ``wait`` tells when it has."""
+        return RunInfo.model_validate(await self._post_once(_run_url(run_id, "cancel"), None, None))
+
+    async def resume_run(self, run_id: str) -> RunInfo:
+        """Start a cancelled, failed or stranded run again, as a new background run."""
+        return RunInfo.model_validate(await self._post_once(_run_url(run_id, "resume"), None, None))
+
     async def resume(self, agent_id: str, session_id: str) -> InvokeResult:
         response = await self._http.post(
-            f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}/resume"
+            f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
         )
         _raise_for(response)
         return InvokeResult.model_validate(response.json())
@@ -429,26 +713,26 @@ class AsyncClient:
         return list((await self._get("/api/v1/agents"))["agents"])
 
     async def sessions(self, agent_id: str) -> list[dict[str, Any]]:
-        return list(
-            (await self._get(f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions"))["sessions"]
-        )
+        return list((await self._get(_agent_url(agent_id, "sessions")))["sessions"])
 
     async def session(self, agent_id: str, session_id: str) -> dict[str, Any]:
+        """A session: its whole conversation (``messages``; the model is given
+        ``messages[context_start:]``), or a pipeline's run and nodes."""
         return dict(
-            await self._get(
-                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
-            )
+            await self._get(f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}")
         )
 
     async def delete_session(self, agent_id: str, session_id: str) -> None:
         _raise_for(
             await self._http.delete(
-                f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/sessions/{_segment(session_id, 'session_id')}"
+                f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}"
             )
         )
 
-    async def runs(self, agent_id: str | None = None, session_id: str | None = None) -> list[dict[str, Any]]:
-        return list((await self._get("/api/v1/runs", **_filters(agent_id, session_id)))["runs"])
+    async def runs(
+        self, agent_id: str | None = None, session_id: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return list((await self._get("/api/v1/runs", **_filters(agent_id, session_id), limit=limit))["runs"])
 
     async def run(self, run_id: str) -> dict[str, Any]:
-        return dict(await self._get(f"/api/v1/runs/{_segment(run_id, 'run_id')}"))
+        return dict(await self._get(_run_url(run_id)))

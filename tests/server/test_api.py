@@ -268,14 +268,22 @@ def test_text_that_cannot_be_stored_is_422_before_the_model_is_called(server):
     assert runs.json()["runs"] == []  # nothing ran, nothing was recorded
 
 
-def test_the_session_lock_table_keeps_only_sessions_being_served(server):
-    import gc
+def test_the_server_keeps_in_memory_only_the_runs_being_served(server):
+    from orchestra.server.slots import _CACHED
 
     for index in range(20):
         assert invoke(server, "chat", {"input": "hi", "session_id": f"s-{index}"}).status_code == 200
-    invoke(server, "chat", {"input": "hi", "session_id": ".."})  # refused before any lock is taken
-    gc.collect()
-    assert len(server.app.state.runtime._locks) == 0
+    invoke(server, "chat", {"input": "hi", "session_id": ".."})  # refused before any work
+    runtime = server.app.state.runtime
+    slots = runtime.slots("acme")
+    assert slots.local == set()  # no session is held after its turn
+    assert runtime._running == {}
+    assert runtime.stops.running == {}
+    assert runtime.logs == {}
+    assert slots.here == {}
+    assert slots.plain == {}
+    assert slots._versions == {}  # plain turns (the default policy) touch no busy document
+    assert _CACHED == 4096  # what it may hold: the versions of the documents seen last
 
 
 def test_every_answer_has_a_request_id_and_refusals_are_logged_with_it(server, caplog):

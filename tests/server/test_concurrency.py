@@ -174,8 +174,12 @@ async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, strea
     runtime = Runtime(config)  # a server that starts now loads the session (the first kept it in memory)
     turn = Invocation(hosted, "second", "s1", None)
     if stream:
-        events = [name async for name, _ in runtime.stream("acme", turn)]
-        assert events == ["error"]
+        from orchestra.server.events import EventLog
+
+        log = EventLog(runtime.unsynced("acme"), turn.run_id, 100)
+        await runtime.invoke("acme", turn, log)
+        assert [name for _, name, _ in log.events] == ["error"]
+        assert log.events[0][2]["error"]["code"] == "session_damaged"
     else:
         record, failure = await runtime.invoke("acme", turn)
         assert (failure.status, failure.code, failure.stored) == (500, "session_damaged", False)

@@ -115,3 +115,102 @@ def test_another_workspace_cannot_open_the_run(server, browser):
     page.goto(f"{server.url}/runs/{run['run_id']}")
     assert "No run" in page.content()
     assert "mine" not in page.content()
+
+
+def login(page, server) -> None:
+    page.goto(f"{server.url}/login")
+    page.fill("#key", KEYS["acme"])
+    page.click("#login")
+    page.wait_for_selector("#runs")
+
+
+def status_after_reloads(page, wanted: set[str]) -> str:
+    """The run page's status, reloading (the pages have no script) until it is one of ``wanted``."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        status = page.inner_text(".badge.status")
+        if status in wanted or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
+        page.reload()
+
+
+def test_open_interrupts_are_shown_and_answered_in_the_browser(platform, browser):
+    run = httpx.post(
+        f"{platform.url}/api/v1/agents/payer/invoke",
+        json={"input": "pay the bill", "session_id": "browser-pay"},
+        headers=auth(),
+        timeout=30,
+    ).json()
+    page = browser.new_page()
+    login(page, platform)
+    page.goto(f"{platform.url}/runs/{run['run_id']}")
+    questions = page.locator("#interrupts li.interrupt")
+    assert questions.count() == 1
+    assert "approval" in questions.inner_text()
+    assert "approve_payment" in questions.inner_text()  # the tool that asked
+    assert '"amount": 5' in questions.inner_text()
+    page.fill("#answer-0", "yes")
+    page.click("#answer-button-0")
+    page.wait_for_url(lambda url: "/runs/" in url and run["run_id"] not in url)
+    assert status_after_reloads(page, {"completed", "failed"}) == "completed"
+    page.click("#tab-conversation")
+    assert "Payment handled." in page.inner_text("#conversation")
+    assert "paid 5" in page.inner_text("#conversation")
+
+
+def test_a_run_is_cancelled_and_resumed_in_the_browser(platform, browser, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")  # five nodes: time to open the page and cancel
+    run = httpx.post(
+        f"{platform.url}/api/v1/agents/steps/runs",
+        json={"input": "long job", "session_id": "browser-cancel"},
+        headers=auth(),
+        timeout=30,
+    ).json()
+    page = browser.new_page()
+    login(page, platform)
+    page.goto(f"{platform.url}/runs/{run['run_id']}")
+    assert status_after_reloads(page, {"executing"}) == "executing"
+    page.click("#cancel")
+    assert status_after_reloads(page, {"interrupted"}) == "interrupted"
+    assert "Stopped (cancel)" in page.inner_text("#controls")
+    page.click("#resume")
+    page.wait_for_url(lambda url: run["run_id"] not in url)
+    assert status_after_reloads(page, {"completed", "failed"}) == "completed"
+
+
+def test_a_session_page_shows_every_turn_and_where_the_model_window_starts(platform, browser):
+    for turn in range(4):
+        httpx.post(
+            f"{platform.url}/api/v1/agents/window/invoke",
+            json={"input": f"question {turn}", "session_id": "browser-long"},
+            headers=auth(),
+            timeout=30,
+        )
+    page = browser.new_page()
+    login(page, platform)
+    page.goto(f"{platform.url}/sessions/window/browser-long")
+    text = page.inner_text("#conversation")
+    assert all(f"question {turn}" in text for turn in range(4))  # the first turns too
+    assert "from here on (4 of 8)" in page.inner_text("#window-start")
+    before = page.locator("#conversation .message").nth(3)
+    assert "question 1" in before.inner_text()  # dropped from the model's window, still shown
+
+
+def test_a_form_from_another_site_cannot_cancel_a_run(platform, browser):
+    run = httpx.post(
+        f"{platform.url}/api/v1/agents/chat/invoke", json={"input": "x"}, headers=auth(), timeout=30
+    ).json()
+    page = browser.new_page()
+    login(page, platform)
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    forged = httpx.post(
+        f"{platform.url}/runs/{run['run_id']}/cancel",
+        data={"csrf": "guessed"},
+        cookies=cookies,
+        headers={"Origin": platform.url},
+        timeout=30,
+    )
+    assert forged.status_code == 403

@@ -31,3 +31,71 @@ def test_the_sample_config_answers_the_documented_request(
     assert reply.status_code == 200, reply.text
     assert reply.json()["session_id"] == "user-123"
     assert "What is the weather?" in reply.json()["output"]
+
+
+def test_the_approval_example_survives_a_restart_and_is_answered_with_the_client(tmp_path: Path) -> None:
+    """examples/server/approval.yaml as docs/server.md walks through it: start the release over HTTP,
+    restart the server, answer the approval with the client, see the run complete."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from orchestra.client import Client
+    from tests.server.test_concurrency import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+
+    def serve() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from orchestra.cli import main; main()",
+                "serve",
+                str(SAMPLE),
+                "--port",
+                str(port),
+            ],
+            cwd=tmp_path,  # the sample's storage, file:./.orchestra-server, is relative to where it runs
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{url}/openapi.json", timeout=1)
+                return process
+            except httpx.TransportError:
+                time.sleep(0.1)
+        process.kill()
+        raise RuntimeError("the sample server did not start")
+
+    server = serve()
+    try:
+        with Client(url, "my-secret-key") as client:
+            run = client.start_run("release", "Release 2.4", session_id="rel-2.4")
+            waiting = client.wait(run.run_id, timeout=60)
+        assert waiting["status"] == "interrupted"
+        [question] = waiting["interrupts"]
+        assert (question["name"], question["node"]) == ("approval", "approve")
+        assert question["reason"]["question"] == "Publish these notes?"
+    finally:
+        server.terminate()
+        server.wait(30)
+    server = serve()  # a restart: only the storage remains
+    try:
+        with Client(url, "my-secret-key") as client:
+            done = client.respond("release", {question["id"]: "approved"}, session_id="rel-2.4")
+            assert done.status == "completed"
+            assert (
+                done.output
+                == "published: Release notes: saves are faster, and the dashboard answers approvals."
+            )
+            assert client.run(done.run_id)["nodes"]["publish"]["status"] == "completed"
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -31,7 +31,7 @@ def api(tmp_path_factory: pytest.TempPathFactory):
 def test_every_operation_answers_as_documented(api: Server) -> None:
     schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= 7
+    assert len(operations) >= 11
 
     for operation in operations:
 
@@ -56,6 +56,23 @@ def test_the_document_declares_bearer_auth_and_error_bodies(api: Server) -> None
     assert "text/event-stream" in invoke["responses"]["200"]["content"]
     error = invoke["responses"]["409"]["content"]["application/json"]["schema"]["$ref"]
     assert error.endswith("/ErrorBody")
+
+
+def test_the_document_has_the_run_routes(api: Server) -> None:
+    paths = httpx.get(f"{api.url}/openapi.json", timeout=30).json()["paths"]
+    assert "202" in paths["/api/v1/agents/{agent_id}/runs"]["post"]["responses"]
+    assert "429" in paths["/api/v1/agents/{agent_id}/runs"]["post"]["responses"]
+    stream = paths["/api/v1/runs/{run_id}/stream"]["get"]
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    assert {p["name"] for p in stream["parameters"]} >= {"run_id", "Last-Event-ID", "after"}
+    assert "202" in paths["/api/v1/runs/{run_id}/cancel"]["post"]["responses"]
+    assert "202" in paths["/api/v1/runs/{run_id}/resume"]["post"]["responses"]
+    invoke = paths["/api/v1/agents/{agent_id}/invoke"]["post"]
+    body = invoke["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    fields = httpx.get(f"{api.url}/openapi.json", timeout=30).json()["components"]["schemas"][body][
+        "properties"
+    ]
+    assert {"responses", "on_busy"} <= set(fields)
 
 
 def test_a_method_a_path_does_not_have_is_405_with_every_allowed_method(api: Server) -> None:

@@ -29,6 +29,7 @@ class RunOptions:
 
     force_resume: bool = False
     resume_unfinished: bool = False
+    fresh: bool = False  # start the task anew even if the last run did not finish (it is left as saved)
 
 
 @runtime_checkable

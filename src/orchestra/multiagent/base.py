@@ -401,6 +401,7 @@ class MultiAgentBase(RunDocument):
         invocation_state: dict[str, Any] | None = None,
         force_resume: bool = False,
         resume_unfinished: bool = False,
+        fresh: bool = False,
     ) -> MultiAgentResult:
         """Run (or resume) and return the result.
 
@@ -411,9 +412,11 @@ class MultiAgentBase(RunDocument):
             force_resume: resume a saved run even though the graph's nodes or edges changed since.
             resume_unfinished: when the last run did not finish, resume it even if ``task`` differs (the
                 new task is ignored) instead of raising ``RunError``.
+            fresh: start a new run of ``task`` even if the last one did not finish (it is not resumed;
+                its saved records stay in the session's journal).
         """
         with self._exclusive():
-            options = RunOptions(force_resume, resume_unfinished)
+            options = RunOptions(force_resume, resume_unfinished, fresh)
             return await self._invoke(
                 task, {} if invocation_state is None else invocation_state, None, options
             )
@@ -425,6 +428,7 @@ class MultiAgentBase(RunDocument):
         invocation_state: dict[str, Any] | None = None,
         force_resume: bool = False,
         resume_unfinished: bool = False,
+        fresh: bool = False,
     ) -> AsyncGenerator[MultiAgentStreamEvent, None]:
         """Run (or resume), yielding node start/stream/stop events, handoffs, and the result last.
 
@@ -433,7 +437,7 @@ class MultiAgentBase(RunDocument):
         leave early; one merely dropped after a ``break`` runs on until it is garbage collected.
         """
         state = {} if invocation_state is None else invocation_state
-        options = RunOptions(force_resume, resume_unfinished)
+        options = RunOptions(force_resume, resume_unfinished, fresh)
         with self._exclusive():
             send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
             failure: list[Exception] = []
@@ -477,6 +481,8 @@ class MultiAgentBase(RunDocument):
         self._run_options = options  # nested orchestrators run with the same options (force_resume)
         responses: dict[str, Any] = {}
         resumed = self.status in _UNFINISHED
+        if options.fresh and task is not None and not is_interrupt_responses(task):
+            resumed = False  # asked for: the unfinished run is left as it was saved
         if resumed and self.session_manager is None and task is not None and not is_interrupt_responses(task):
             # Nothing is persisted, so nothing needs protecting: a new task starts a fresh run. Resuming
             # in memory is an explicit call without a task.

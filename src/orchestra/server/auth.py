@@ -79,6 +79,10 @@ class SessionTokens:
         """The CSRF token of the logout form: bound to the session, unreadable to other sites."""
         return self._sign(f"logout:{session_token}")
 
+    def form_token(self, session_token: str) -> str:
+        """The CSRF token of the dashboard's run forms (answer, cancel, resume): bound to the session."""
+        return self._sign(f"form:{session_token}")
+
     def workspace_of(self, token: str | None) -> str | None:
         if not token or token.count(":") != 3:
             return None

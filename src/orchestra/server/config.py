@@ -17,6 +17,14 @@ runs:
   idempotency_ttl_s: 86400                  # a repeated Idempotency-Key is answered from its first run
   heartbeat_s: 2                            # servers on one storage say they are alive this often
   server_gone_after_s: 30                   # and are gone (their executing runs settled) after this
+  on_busy: reject                           # a second message to a running session (per agent too)
+  max_queue: 20                             # runs waiting on one session (429 past it)
+  max_events: 10000                         # events kept per run (past it only lifecycle events)
+  poll_s: 0.5                               # how often a run looks for a stop asked on another server
+  sweep_s: 5                                # how often a server looks for runs of servers that are gone
+  max_attempts: 3                           # a background run is taken over at most this many times
+webhooks:
+  secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
 ```
 
 Keys are stored as SHA-256 hashes, never in clear.
@@ -26,7 +34,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -36,7 +44,19 @@ from orchestra.spec import LoadedSpec, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage._uri import check_storage_uri
 
-__all__ = ["ApiKey", "HostedSpec", "Limits", "RunSettings", "ServerConfig", "load_config"]
+__all__ = [
+    "ApiKey",
+    "HostedSpec",
+    "Limits",
+    "OnBusy",
+    "RunSettings",
+    "ServerConfig",
+    "WebhookSettings",
+    "load_config",
+]
+
+OnBusy = Literal["reject", "enqueue", "interrupt", "rollback"]
+"""What a message to a session that is already running does (see ``orchestra.server.slots``)."""
 
 
 class _Model(BaseModel):
@@ -50,6 +70,9 @@ class HostedSpec(_Model):
     spec: str = Field(description="A spec file (agent, graph or swarm), relative to the config file.")
     workspace: str = Field(pattern=ID_PATTERN)
     description: str | None = None
+    on_busy: OnBusy | None = Field(
+        default=None, description="This agent's policy for a second message (default: runs.on_busy)."
+    )
 
 
 class ApiKey(_Model):
@@ -89,6 +112,39 @@ class RunSettings(_Model):
         gt=0,
         description="A server silent this long is gone: its executing runs are settled from their sessions.",
     )
+    on_busy: OnBusy = Field(
+        default="reject", description="What a message to a session that is already running does."
+    )
+    max_queue: int = Field(default=20, ge=0, description="Runs that may wait on one session (429 past it).")
+    max_events: int = Field(
+        default=10_000, ge=10, description="Events kept with a run; past it, only its lifecycle events."
+    )
+    poll_s: float = Field(
+        default=0.5, gt=0, description="How often a run looks for a stop asked for on another server."
+    )
+    sweep_s: float = Field(
+        default=5.0, gt=0, description="How often a server looks for the background runs of gone servers."
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, description="A background run is started at most this many times (takeovers)."
+    )
+
+
+class WebhookSettings(_Model):
+    """Where the webhook signing secret comes from (Standard Webhooks: ``whsec_`` and base64)."""
+
+    secret_env: str = Field(
+        default="ORCHESTRA_WEBHOOK_SECRET", description="The environment variable holding the secret."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, description="How long one delivery may take.")
+    attempts: int = Field(default=6, ge=1, description="Deliveries tried before giving up.")
+    backoff_s: float = Field(
+        default=1.0, gt=0, description="The first wait between tries (doubled each time)."
+    )
+    allowed_hosts: list[str] | None = Field(
+        default=None,
+        description="The hosts a webhook may call (None: any; the server calls what a key holder gives).",
+    )
 
 
 class ServerConfig(_Model):
@@ -100,12 +156,17 @@ class ServerConfig(_Model):
     api_keys: list[ApiKey] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     runs: RunSettings = Field(default_factory=RunSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     def spec_of(self, agent_id: str) -> LoadedSpec:
         spec: LoadedSpec = self.loaded[agent_id]
         return spec
+
+    def on_busy(self, hosted: HostedSpec) -> OnBusy:
+        """The agent's policy for a second message, else the server's."""
+        return hosted.on_busy or self.runs.on_busy
 
 
 def load_config(path: str | os.PathLike[str]) -> ServerConfig:

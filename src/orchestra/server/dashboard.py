@@ -1,16 +1,17 @@
 """The dashboard: server-rendered HTML pages behind a login form that takes an API key.
 
 ``/login`` (a form with a CSRF token, checked against the request's ``Origin``) sets an HttpOnly,
-SameSite=Strict cookie holding a signed, expiring session token (never the key); ``/logout`` is a POST; ``/`` lists the workspace's agents and runs (filter by agent and session); ``/runs/<id>`` shows a
+SameSite=Strict cookie holding a signed, expiring session token (never the key); ``/logout`` is a POST;
+``/`` lists the workspace's agents and runs (filter by agent and session); ``/runs/<id>`` shows a
 run with a Conversation tab (every message, tool calls and results included) and, for pipelines, a
-Nodes tab with the node graph coloured by status.
+Nodes tab with the node graph coloured by status, and its controls (answer its open interrupts, cancel,
+resume: ``controls.py``, which also serves a session's whole conversation).
 """
 
 from __future__ import annotations
 
 import hmac
 import html
-import json
 import secrets
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -22,6 +23,8 @@ from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra.server.auth import KeyRing, SessionTokens
 from orchestra.server.config import ServerConfig
+from orchestra.server.controls import controls_html, mount_controls
+from orchestra.server.pages import STATUS_COLOURS, badge, conversation, page
 from orchestra.server.runs import RunRecord
 from orchestra.server.runtime import Runtime
 
@@ -30,74 +33,6 @@ __all__ = ["mount_dashboard"]
 SESSION_COOKIE = "orchestra_session"
 CSRF_COOKIE = "orchestra_csrf"
 log = get_logger("orchestra.server")
-STATUS_COLOURS = {
-    "completed": "#2e7d32",
-    "failed": "#c62828",
-    "interrupted": "#6a1b9a",
-    "executing": "#ef6c00",
-    "pending": "#757575",
-}
-STYLE = """
-form.inline { display: inline; } form.inline button { font: inherit; padding: 0 .3rem; }
-body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 1100px; }
-a { color: #1565c0; } table { border-collapse: collapse; width: 100%; margin: 1rem 0; }
-th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #ddd; vertical-align: top; }
-.badge { color: white; border-radius: .3rem; padding: .1rem .45rem; font-size: .85em; }
-.tabs a { margin-right: 1rem; } .tabs a.active { font-weight: bold; text-decoration: none; color: #222; }
-.message { border: 1px solid #ddd; border-radius: .4rem; padding: .6rem; margin: .6rem 0; }
-.message .role { font-weight: bold; text-transform: capitalize; } pre { white-space: pre-wrap; margin: .3rem 0; }
-.tool { background: #f5f5f5; border-left: 3px solid #1565c0; padding: .3rem .6rem; margin: .3rem 0; }
-.error { color: #c62828; } form.inline { display: inline; }
-"""
-
-
-def _page(title: str, body: str, status_code: int = 200) -> HTMLResponse:
-    return HTMLResponse(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · orchestra</title>"
-        f"<style>{STYLE}</style></head><body>{body}</body></html>",
-        status_code=status_code,
-    )
-
-
-def _badge(status: str) -> str:
-    colour = STATUS_COLOURS.get(status, "#455a64")
-    return f"<span class='badge status' style='background:{colour}'>{html.escape(status)}</span>"
-
-
-def _block(block: dict[str, Any]) -> str:
-    if "text" in block:
-        return f"<pre class='text'>{html.escape(block['text'])}</pre>"
-    if "toolUse" in block:
-        use = block["toolUse"]
-        arguments = html.escape(json.dumps(use.get("input"), indent=1))
-        return f"<div class='tool tool-call'>Tool call <b>{html.escape(use['name'])}</b><pre>{arguments}</pre></div>"
-    if "toolResult" in block:
-        result = block["toolResult"]
-        parts = []
-        for item in result.get("content", []):
-            if "text" in item:
-                parts.append(html.escape(item["text"]))
-            elif "json" in item:
-                parts.append(html.escape(json.dumps(item["json"])))
-            else:
-                parts.append("[binary content]")
-        status = html.escape(result.get("status", ""))
-        return f"<div class='tool tool-result'>Tool result ({status})<pre>{'<br>'.join(parts)}</pre></div>"
-    for kind in ("image", "document"):
-        if kind in block:
-            return f"<div class='tool'>[{kind} {html.escape(str(block[kind].get('format', '')))}]</div>"
-    return ""
-
-
-def _conversation(messages: list[dict[str, Any]]) -> str:
-    if not messages:
-        return "<p>No messages.</p>"
-    return "".join(
-        f"<div class='message {html.escape(m['role'])}'><div class='role'>{html.escape(m['role'])}</div>"
-        + "".join(_block(b) for b in m.get("content", []))
-        + "</div>"
-        for m in messages
-    )
 
 
 def _graph_svg(nodes: dict[str, dict[str, Any]], edges: list[list[str]]) -> str:
@@ -165,7 +100,7 @@ def same_origin(request: Request) -> bool:
 
 def cross_site() -> Response:
     log.warning("dashboard.cross_site_post_refused")
-    return _page("Refused", "<p class='error'>A form from another site cannot log you in or out.</p>", 403)
+    return page("Refused", "<p class='error'>A form from another site cannot log you in or out.</p>", 403)
 
 
 def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
@@ -181,7 +116,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
         # a form on another site cannot make the browser send.
         csrf = secrets.token_urlsafe(18)
         message = f"<p class='error'>{html.escape(error)}</p>" if error else ""
-        page = _page(
+        form = page(
             "Log in",
             "<h1>orchestra</h1>" + message + "<form method='post' action='/login'>"
             f"<input type='hidden' name='csrf' value='{csrf}'>"
@@ -189,8 +124,8 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
             "<button type='submit' id='login'>Log in</button></form>",
             401 if error else 200,
         )
-        page.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/login")
-        return page
+        form.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/login")
+        return form
 
     @app.get("/login", include_in_schema=False)
     async def login_page() -> HTMLResponse:
@@ -249,7 +184,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
             try:
                 validate_id(session_id, "session id")
             except ValueError as exc:
-                return _page("Bad filter", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
+                return page("Bad filter", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
         hosted = [h for h in config.agents if h.workspace == ws]
         ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
         records = await runtime.list_runs(ws, ids, session_id or None, 200)
@@ -262,7 +197,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
         run_rows = "".join(
             f"<tr class='run'><td><a class='run-link' href='/runs/{html.escape(r.run_id)}'>{html.escape(r.run_id[:13])}…</a></td>"
             f"<td>{html.escape(r.agent_id)}</td><td>{html.escape(r.session_id or '-')}</td><td>{r.mode}</td>"
-            f"<td>{_badge(r.status)}</td><td>{html.escape(r.started_at[:19])}</td>"
+            f"<td>{badge(r.status)}</td><td>{html.escape(r.started_at[:19])}</td>"
             f"<td>{r.duration_ms or 0:.0f} ms</td></tr>"
             for r in records
         )
@@ -285,7 +220,7 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
             + (run_rows or "<tr><td colspan='7'>No runs yet.</td></tr>")
             + "</table>"
         )
-        return _page("Runs", body)
+        return page("Runs", body)
 
     @app.get("/runs/{run_id}", include_in_schema=False)
     async def run_page(request: Request, run_id: str, tab: str = "conversation") -> Response:
@@ -297,21 +232,30 @@ def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: Serve
         except ValueError:
             record = None
         if record is None:
-            return _page("Not found", f"<h1>No run {html.escape(run_id)}</h1><p><a href='/'>All runs</a></p>")
-        return _page(f"Run {run_id}", _run_body(record, tab))
+            return page("Not found", f"<h1>No run {html.escape(run_id)}</h1><p><a href='/'>All runs</a></p>")
+        return page(f"Run {run_id}", _run_body(record, tab, controls_html(record, form_token(request))))
+
+    def form_token(request: Request) -> str:
+        return tokens.form_token(request.cookies.get(SESSION_COOKIE, ""))
+
+    mount_controls(app, runtime, workspace, form_token, same_origin)
 
 
-def _run_body(record: RunRecord, tab: str) -> str:
+def _run_body(record: RunRecord, tab: str, controls: str) -> str:
     tabs = ["conversation", "overview"] + (["nodes"] if record.nodes else [])
     tab = tab if tab in tabs else "conversation"
     links = "".join(
         f"<a id='tab-{t}' class='{'active' if t == tab else ''}' href='?tab={t}'>{t.capitalize()}</a>"
         for t in tabs
     )
+    session = html.escape(record.session_id or "-")
+    if record.session_id is not None:  # the session's whole conversation, every turn
+        href = f"/sessions/{html.escape(record.agent_id)}/{session}"
+        session = f"<a id='session-link' href='{href}'>{session}</a>"
     header = (
         f"<p><a href='/'>All runs</a></p><h1>Run {html.escape(record.run_id)}</h1>"
-        f"<p>{html.escape(record.agent_id)} · {html.escape(record.kind)} · {_badge(record.status)} · "
-        f"session {html.escape(record.session_id or '-')} ({record.mode})</p><div class='tabs'>{links}</div>"
+        f"<p>{html.escape(record.agent_id)} · {html.escape(record.kind)} · {badge(record.status)} · "
+        f"session {session} ({record.mode})</p>{controls}<div class='tabs'>{links}</div>"
     )
     if tab == "overview":
         usage = ", ".join(f"{k}: {v}" for k, v in record.usage.items())
@@ -326,7 +270,7 @@ def _run_body(record: RunRecord, tab: str) -> str:
         )
     elif tab == "nodes":
         rows = "".join(
-            f"<tr><td>{html.escape(n)}</td><td>{html.escape(str(d.get('kind')))}</td><td>{_badge(str(d.get('status')))}</td>"
+            f"<tr><td>{html.escape(n)}</td><td>{html.escape(str(d.get('kind')))}</td><td>{badge(str(d.get('status')))}</td>"
             f"<td>{d.get('executions', 0)}</td><td><pre>{html.escape(str(d.get('output') or ''))}</pre></td></tr>"
             for n, d in record.nodes.items()
         )
@@ -338,7 +282,7 @@ def _run_body(record: RunRecord, tab: str) -> str:
     else:
         if record.nodes:
             sections = [
-                f"<h3>{html.escape(n)}</h3>" + _conversation(d.get("messages") or [])
+                f"<h3>{html.escape(n)}</h3>" + conversation(d.get("messages") or [])
                 for n, d in record.nodes.items()
                 if d.get("messages")
             ]
@@ -350,5 +294,5 @@ def _run_body(record: RunRecord, tab: str) -> str:
                 if record.caller_history
                 else ""
             )
-            content = "<div id='conversation'>" + note + _conversation(record.messages) + "</div>"
+            content = "<div id='conversation'>" + note + conversation(record.messages) + "</div>"
     return header + content

@@ -81,8 +81,9 @@ class IdempotencyKeys:
     async def read(self, agent_id: str, key: str) -> KeyEntry | None:
         """The key's entry, or None if it was never used or is older than the TTL."""
         found = await self.storage.read(self._path(agent_id, key))
-        if found is None:
-            return None
+        return None if found is None else self._fresh(found)
+
+    def _fresh(self, found: tuple[bytes, str]) -> KeyEntry | None:
         raw = json.loads(found[0])
         entry = KeyEntry(str(raw["run_id"]), str(raw["fingerprint"]), float(raw["created_at"]), found[1])
         return entry if time.time() - entry.created_at < self.ttl_s else None
@@ -92,7 +93,9 @@ class IdempotencyKeys:
         entry it already has (checked to be for the same request)."""
         path = self._path(agent_id, key)
         while True:
-            entry = await self.read(agent_id, key)
+            # One read decides: the entry (fresh: answered from it; expired: replaced on its version).
+            found = await self.storage.read(path)
+            entry = None if found is None else self._fresh(found)
             if entry is not None:
                 if entry.fingerprint != print_:
                     raise KeyRefused(
@@ -102,7 +105,6 @@ class IdempotencyKeys:
                         "key for each request",
                     )
                 return entry
-            found = await self.storage.read(path)  # an expired entry is replaced, not created
             try:
                 await self.storage.write(
                     path, self._data(run_id, print_), expect=found[1] if found is not None else ABSENT
@@ -110,6 +112,10 @@ class IdempotencyKeys:
             except StorageConflictError:
                 continue  # another request with this key claimed it meanwhile: answer from its run
             return None
+
+    async def forget(self, agent_id: str, key: str) -> None:
+        """Drop a key whose request started nothing (it was refused), so that a repeat is run."""
+        await self.storage.delete(self._path(agent_id, key))
 
     async def take_over(self, agent_id: str, key: str, entry: KeyEntry, run_id: str) -> bool:
         """Point the key at ``run_id`` instead of ``entry``'s run (which stored nothing); False if another

@@ -11,6 +11,8 @@
 | a stored session is damaged | 500 | ``session_damaged`` | no |
 | ``POST .../resume`` with nothing to resume | 409 | ``nothing_to_resume`` | no |
 | the model or a tool failed | 502 | ``run_failed`` | no (an agent's turn is rolled back) |
+| answers to interrupts that are not open | 404 / 409 | ``unknown_interrupt``, ``interrupt_already_answered`` | no (nothing ran) |
+| stopped by a newer message, turn discarded | 409 | ``run_rolled_back`` | no |
 
 ``stored`` is whether the turn is in the session. A request repeated with its ``Idempotency-Key`` gets
 the first answer again when the turn was stored, and runs it again when it was not.
@@ -30,6 +32,7 @@ from orchestra.errors import (
     StorageOutcomeUnknownError,
     StorageUnavailableError,
 )
+from orchestra.server.interrupts import ResponsesRefused
 
 __all__ = ["Failure", "NothingToResume", "failure_of"]
 
@@ -53,6 +56,8 @@ class Failure:
 def failure_of(exc: BaseException, run_id: str) -> Failure:
     """The answer for a run that ended with ``exc`` (see the module docstring)."""
     stored = getattr(exc, "stored", False)
+    if isinstance(exc, ResponsesRefused):
+        return Failure(exc.status, exc.code, exc.message)
     if isinstance(exc, SessionConflictError):
         return Failure(409, "session_conflict", str(exc), retry_after=1)
     if isinstance(exc, NothingToResume):

@@ -12,7 +12,7 @@ from orchestra._logging import get_logger
 from orchestra.storage import Storage
 from orchestra.storage._base import read_many, write_many
 
-__all__ = ["RunRecord", "RunStore", "RunSummary"]
+__all__ = ["FINAL", "RunRecord", "RunStore", "RunSummary"]
 
 Mode = Literal["session", "stateless", "none"]
 
@@ -38,10 +38,6 @@ class RunSummary(BaseModel):
     error: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
     resumed: bool = False
-    interrupts: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="What an interrupted run asks: each open interrupt's id, name, reason.",
-    )
     server: str | None = Field(default=None, description="The server that ran it (its liveness id).")
     stored: bool | None = Field(
         default=None,
@@ -59,6 +55,37 @@ class RunSummary(BaseModel):
         description="Stateless mode: how many messages the caller sent as history (never stored; "
         "messages holds only what this invocation added).",
     )
+    background: bool = Field(default=False, description="Started with POST .../runs (or queued).")
+    responses: list[dict[str, Any]] = Field(
+        default_factory=list, description="The interrupt answers this run was started with."
+    )
+    interrupts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The open questions of an interrupted run: id, name, reason, node, tool, tool_use_id.",
+    )
+    stopped: dict[str, Any] | None = Field(
+        default=None,
+        description="Set when the run was stopped: by (cancel, interrupt, rollback), run_id (the run that "
+        "asked), and a note when it was stopped too late or could not be rolled back.",
+    )
+    on_busy: str | None = Field(default=None, description="The policy it came with for a busy session.")
+    supersedes: str | None = Field(
+        default=None, description="The run it asked to stop (interrupt and rollback policies)."
+    )
+    attempt: int = Field(default=1, description="How many times it was started (a takeover starts it again).")
+    needs_resume: bool = Field(
+        default=False, description="Set when no server could go on with it: POST /runs/{id}/resume."
+    )
+    resumed_by: str | None = Field(default=None, description="The run that resumed this one.")
+    resume: bool = Field(
+        default=False, description="It finishes what its session left open instead of sending input."
+    )
+    webhook: str | None = Field(default=None, description="The URL called once when it ends.")
+    webhook_delivery: str | None = Field(default=None, description="pending, delivered or failed.")
+
+
+FINAL = frozenset({"completed", "failed", "interrupted", "rolled_back"})
+"""The statuses of a run that has ended (``queued`` and ``executing`` have not)."""
 
 
 class RunRecord(RunSummary):
@@ -67,9 +94,34 @@ class RunRecord(RunSummary):
     messages: list[dict[str, Any]] = Field(default_factory=list, description="An agent's conversation.")
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict, description="A pipeline's nodes.")
     edges: list[list[str]] = Field(default_factory=list, description="A pipeline's edges: [src, dst, label].")
+    caller_messages: list[dict[str, str]] | None = Field(
+        default=None,
+        description="Stateless background runs: the caller's history, kept only until the run ends (so "
+        "that another server can run it).",
+    )
 
     def summary(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"messages", "nodes", "edges"})
+        return self.model_dump(mode="json", exclude={"messages", "nodes", "edges", "caller_messages"})
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+    def answer(self) -> dict[str, Any]:
+        """The 200 answer of a run (what invoke answers, a ``result`` event carries and a webhook sends)."""
+        answer = {
+            "output": self.output,
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "usage": self.usage,
+            "status": self.status,
+            "resumed": self.resumed,
+        }
+        if self.interrupts:
+            answer["interrupts"] = self.interrupts
+        if self.stopped is not None:
+            answer["stopped"] = self.stopped
+        return answer
 
 
 class RunStore:
@@ -140,6 +192,35 @@ class RunStore:
                         del self._pending[record.run_id]
         finally:
             self._flushing = False
+
+    async def read_versioned(self, run_id: str) -> tuple[RunRecord, str] | None:
+        """A record as stored, with its version (for ``replace``)."""
+        found = await self.storage.read(f"run-index/{run_id}")
+        if found is None:
+            return None
+        record = await self.storage.read(found[0].decode())
+        return None if record is None else (RunRecord.model_validate_json(record[0]), record[1])
+
+    async def replace(self, record: RunRecord, version: str) -> str:
+        """Write the record durably if it still has ``version`` (the run's server changes only this way).
+
+        Raises:
+            StorageConflictError: another server changed it first.
+        """
+        self._pending.pop(record.run_id, None)
+        data = dumps(record.model_dump(mode="python"), lenient=True).encode()
+        return await self.storage.write(self._key(record), data, expect=version)
+
+    # Background runs that have not ended (or whose webhook is not delivered yet): what sweeps look at.
+
+    async def mark_active(self, run_id: str) -> None:
+        await self._unsynced.write(f"active-runs/{run_id}", b"")
+
+    async def unmark_active(self, run_id: str) -> None:
+        await self._unsynced.delete(f"active-runs/{run_id}")
+
+    async def active_ids(self) -> list[str]:
+        return [key.rsplit("/", 1)[-1] for key in await self.storage.list("active-runs/")]
 
     async def delete(self, record: RunRecord) -> None:
         self._pending.pop(record.run_id, None)

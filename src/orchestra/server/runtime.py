@@ -1,4 +1,4 @@
-"""Invoking hosted agents and pipelines in the three memory modes, one writer per session.
+"""Invoking hosted agents and pipelines in the three memory modes, one run per session at a time.
 
 - **session** (``session_id``): the agent (or pipeline) is built fresh for the request and attached to a
   ``SnapshotSessionManager`` over the workspace's storage, which restores the whole conversation and
@@ -7,136 +7,74 @@
   put before the task as context); nothing is persisted.
 - **none**: a fresh agent or pipeline, nothing persisted.
 
-Within a process, invocations of one session run one after another in arrival order (a FIFO lock per
-session). Across processes the storage's conditional writes decide: the writer that lost gets
-``SessionConflictError``, which the API answers with 409 and ``Retry-After``.
+A session runs one run at a time, across every server on the storage (``slots.py``): a message to a
+running session is refused, queued, or stops the running one, by its ``on_busy`` policy. The session's
+conditional writes stay the last word: a writer that lost gets ``SessionConflictError`` (409).
 
-Every run has a record (``runs.py``): written ``executing`` (durably) while the session loads, and final
-after the answer. Each journal record the run writes carries its run id, so a record left ``executing``
-by a server that died is settled from the session when it is next read (``settle.py``). A request with an
-``Idempotency-Key`` is run once: a repeat is answered from the first run's record, waits for it, or runs
-it again if it stored nothing (``idempotency.py``). How each outcome is answered is ``outcomes.py``.
+Every run has a record (``runs.py``): in session mode written ``executing`` (durably) while the session
+loads, and final after the answer. Each journal record the run writes carries its run id, so a record left
+``executing`` by a server that died is settled from the session when it is next read (``settle.py``). A
+request with an ``Idempotency-Key`` is run once: a repeat is answered from the first run's record, waits
+for it, or runs it again if it stored nothing (``idempotency.py``). A run can be stopped from any server
+(``signals.py``); how it ends is ``turns.py``, how each outcome is answered ``outcomes.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import functools
 import time
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
-from orchestra import tracing
 from orchestra._concurrency import unwrap_group
 from orchestra._logging import get_logger
-from orchestra.agent import Agent, AgentResult
+from orchestra.agent import Agent
 from orchestra.agent.agent import deferred_initialization
-from orchestra.agent.result import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
-from orchestra.errors import OrchestraError, SessionConflictError, SnapshotError
-from orchestra.multiagent import Graph, MultiAgentBase, Swarm
-from orchestra.multiagent.events import (
-    HandoffEvent,
-    MultiAgentResultEvent,
-    NodeStartEvent,
-    NodeStopEvent,
-    NodeStreamEvent,
-)
-from orchestra.multiagent.results import MultiAgentResult, output_text
-from orchestra.server.config import HostedSpec, ServerConfig
-from orchestra.server.idempotency import IdempotencyKeys, KeyEntry, KeyRefused
+from orchestra.errors import OrchestraError, SessionConflictError, SnapshotError, StorageError
+from orchestra.multiagent import MultiAgentBase
+from orchestra.multiagent.events import BeforeMultiAgentInvocation
+from orchestra.server.config import ServerConfig
+from orchestra.server.events import EventLog
+from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
+from orchestra.server.interrupts import ResponsesRefused, check_responses
+from orchestra.server.invocation import Invocation, input_text
 from orchestra.server.liveness import Liveness
-from orchestra.server.outcomes import Failure, NothingToResume, failure_of
-from orchestra.server.runs import Mode, RunRecord, RunStore
-from orchestra.server.session_cache import FreshAgents, SessionCache
+from orchestra.server.outcomes import Failure, NothingToResume
+from orchestra.server.repeats import already_done, claim
+from orchestra.server.runs import RunRecord, RunStore
+from orchestra.server.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
 from orchestra.server.settle import settle_from_session
-from orchestra.session import Compaction, SnapshotSessionManager
-from orchestra.session._uuid7 import uuid7
+from orchestra.server.signals import Stop, Stops
+from orchestra.server.slots import Busy, Holder, SessionSlots
+from orchestra.server.turns import (
+    SERVER_COMPACTION,
+    Stopped,
+    claiming,
+    finish,
+    recorded_failure,
+    run_target,
+    settle_stop,
+    terminal_event,
+)
+from orchestra.server.webhooks import Webhooks
+from orchestra.session import SnapshotSessionManager
 from orchestra.spec import build
 from orchestra.storage import LocalFileStorage, PrefixedStorage, Storage, storage_from_uri
 
-__all__ = ["Invocation", "Runtime", "input_text"]
+__all__ = ["Invocation", "Runtime", "input_text"]  # Invocation and input_text: from invocation.py
 
 log = get_logger("orchestra.server")
 
-_INPUT_KEYS = ("message", "prompt", "query", "input", "text", "task")
-# Every request loads its session, so the server folds the journal often: a load reads at most 16 records.
-SERVER_COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
+_CONFLICT_RETRIES = 5  # times a background run runs again after losing its session to a plain writer
 # A session's agent kept between turns reads its last record back before saving when idle this long.
 CACHED_RECHECK_S = 1.0
 
 
-def input_text(value: Any) -> str:
-    """The task a request's ``input`` stands for: a string, the text under a usual key, or its JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for key in _INPUT_KEYS:
-            if isinstance(value.get(key), str):
-                return str(value[key])
-        strings = [v for v in value.values() if isinstance(v, str)]
-        if len(value) == 1 and strings:
-            return strings[0]
-    return json.dumps(value, sort_keys=True)
-
-
-class Invocation:
-    """One request to invoke a hosted agent."""
-
-    def __init__(
-        self,
-        hosted: HostedSpec,
-        task: str,
-        session_id: str | None,
-        history: list[dict[str, str]] | None,
-    ) -> None:
-        self.hosted = hosted
-        self.task = task
-        self.session_id = session_id
-        self.history = history
-        self.mode: Mode = "session" if session_id else "stateless" if history is not None else "none"
-        self.run_id = str(uuid7())
-        self.trace_headers: dict[str, str] = {}  # the request's traceparent/tracestate, if any
-        self.idempotency_key: str | None = None
-        self.fingerprint = ""  # of the request's body, which a repeat with the same key must match
-        # Set when this request runs again what an earlier one with its key left undone.
-        self.prior: RunRecord | None = None
-        self.resume = False  # POST .../resume: finish what the session left open, with no new input
-        # Answers to the session's open interrupts ({interrupt id: answer}); the protocol front doors
-        # (A2A's input-required, an MCP tool call) set them instead of a new task.
-        self.answers: dict[str, Any] | None = None
-
-    def prompt(self) -> Any:
-        """What the agent or pipeline is invoked with: the interrupt answers, or the task."""
-        if self.answers:
-            return [{"interruptResponse": {"interruptId": k, "response": v}} for k, v in self.answers.items()]
-        return self.task
-
-    def traced(self) -> Any:
-        """The span of this invocation, continuing the caller's trace (``traceparent``) if it sent one."""
-        attributes = {
-            "orchestra.hosted.id": self.hosted.id,
-            "orchestra.run.id": self.run_id,
-            "orchestra.session.id": self.session_id,
-            "orchestra.memory_mode": self.mode,
-        }
-        stack = contextlib.ExitStack()
-        stack.enter_context(tracing.continued(self.trace_headers))
-        stack.enter_context(
-            tracing.span(f"invoke {self.hosted.id}", {k: v for k, v in attributes.items() if v})
-        )
-        return stack
-
-
 def _history_messages(history: list[dict[str, str]]) -> list[dict[str, Any]]:
     return [{"role": turn["role"], "content": [{"text": turn["content"]}]} for turn in history]
-
-
-def _usage(usage: Any) -> dict[str, int]:
-    return dict(usage.model_dump(by_alias=False))
 
 
 class Runtime:
@@ -156,21 +94,33 @@ class Runtime:
             every_s=config.runs.heartbeat_s,
             gone_after_s=config.runs.server_gone_after_s,
         )
-        # Weak values: a session's lock lives while a turn holds it or waits on it, then goes away, so
-        # the table holds the sessions being served now, not every session ever seen.
-        self._locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
-        self._runs: dict[str, RunStore] = {}
-        self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
+        self.stops = Stops(config.runs.poll_s)
         self.fresh = FreshAgents()
         self.sessions = SessionCache(
             config.limits.cached_sessions, int(config.limits.cached_session_mb * 2**20)
         )
+        self._views: dict[str, tuple[Storage, Storage]] = {}
+        self._slots: dict[str, SessionSlots] = {}
+        self._runs: dict[str, RunStore] = {}
+        self._running: dict[str, anyio.Event] = {}  # run id -> set when its final record is readable
+        self._inflight: dict[str, anyio.Event] = {}  # request's run id -> set when the request is answered
+        self._changed: dict[str, anyio.Event] = {}  # run id -> set when it starts or ends here
+        self.webhooks = Webhooks(config.webhooks)
+        self.logs: dict[str, EventLog] = {}  # the event logs of runs running here
+        self._unreleased: set[tuple[str, str, str, str]] = set()  # releases to try again
+        # Starts a queued run on this server (set by the background runner while the app runs).
+        self.launch: Any = None
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""
-        return PrefixedStorage(self.root, f"ws/{workspace}")
+        cached = self._views.get(workspace)
+        if cached is None or cached[0] is not self.root:  # (tests put a wrapper in place of root)
+            cached = self._views[workspace] = (self.root, PrefixedStorage(self.root, f"ws/{workspace}"))
+        return cached[1]
+
+    def unsynced(self, workspace: str) -> Storage:
+        """The workspace's storage, written without fsync on local files (what a killed process keeps)."""
+        return PrefixedStorage(self._unsynced_root, f"ws/{workspace}")
 
     def agent_storage(self, workspace: str, agent_id: str) -> Storage:
         """Where one hosted agent's sessions live: sessions are per agent, so one session id used with
@@ -181,9 +131,17 @@ class Runtime:
         """The workspace's run records (one store per workspace: it holds the records not yet written)."""
         store = self._runs.get(workspace)
         if store is None:
-            unsynced = PrefixedStorage(self._unsynced_root, f"ws/{workspace}")
-            store = self._runs[workspace] = RunStore(self.storage(workspace), unsynced)
+            store = self._runs[workspace] = RunStore(self.storage(workspace), self.unsynced(workspace))
         return store
+
+    def slots(self, workspace: str) -> SessionSlots:
+        """Which run each of the workspace's sessions runs, and which wait (``slots.py``)."""
+        slots = self._slots.get(workspace)
+        if slots is None:
+            slots = self._slots[workspace] = SessionSlots(
+                self.unsynced(workspace), self.liveness, self.config.runs.max_queue
+            )
+        return slots
 
     def keys(self, workspace: str) -> IdempotencyKeys:
         """The workspace's idempotency keys."""
@@ -192,6 +150,22 @@ class Runtime:
     async def flush_records(self, workspace: str) -> None:
         """Write the run records queued by finished invocations (after their answers were sent)."""
         await self.runs(workspace).flush()
+
+    def changed(self, run_id: str) -> anyio.Event:
+        """An event set when ``run_id`` starts or ends on this server (``notify``)."""
+        return self._changed.setdefault(run_id, anyio.Event())
+
+    def runs_here(self, run_id: str) -> bool:
+        """Whether ``run_id`` is running on this server now."""
+        return run_id in self._running
+
+    def notify(self, run_id: str) -> None:
+        """Wake whoever waits here for ``run_id`` to start or end."""
+        if not self._changed:
+            return
+        changed = self._changed.pop(run_id, None)
+        if changed is not None:
+            changed.set()
 
     # -- reading runs ---------------------------------------------------------------------------------
 
@@ -218,8 +192,8 @@ class Runtime:
         return settled
 
     async def _why_unsettled(self, record: RunRecord) -> str | None:
-        if record.settled is not None or record.agent_id not in self.config.loaded:
-            return None
+        if record.settled is not None or record.agent_id not in self.config.loaded or record.background:
+            return None  # a background run of a server that is gone is taken over by a sweep instead
         if record.status == "executing":
             if record.run_id in self._running:
                 return None
@@ -232,33 +206,45 @@ class Runtime:
             return "the storage could not tell whether its turn was stored"
         return None
 
-    # -- running --------------------------------------------------------------------------------------
+    async def wait_final(self, workspace: str, run_id: str) -> RunRecord:
+        """``run_id``'s record once it has ended, wherever it runs (woken here, else read every poll)."""
+        while True:
+            running = self._running.get(run_id)
+            if running is not None:
+                await running.wait()
+            record = await self.run_record(workspace, run_id)
+            if record is None:
+                raise KeyRefused(404, "unknown_run", f"run {run_id} is gone (its session was deleted?)")
+            if record.final:
+                return record
+            with anyio.move_on_after(self.config.runs.poll_s):
+                await self.changed(run_id).wait()
 
-    def _lock(self, workspace: str, agent_id: str, session_id: str) -> anyio.Lock:
-        key = (workspace, agent_id, session_id)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = anyio.Lock()
-        return lock
+    # -- running --------------------------------------------------------------------------------------
 
     async def _build(self, invocation: Invocation) -> Agent | MultiAgentBase:
         hosted = invocation.hosted
         loaded = self.config.spec_of(hosted.id)
-        cached = self.sessions.take(_cache_key(invocation)) if _cacheable(invocation, loaded) else None
-        if cached is not None:
-            assert isinstance(cached.session_manager, SnapshotSessionManager)
-            cached.session_manager.run_id = invocation.run_id
-            return cached
-        fresh = self.fresh.take(hosted.id) if _keeps_nothing(invocation, loaded) else None
+        manager = None
+        kind, session_id = loaded.spec.kind, invocation.session_id
+        if self._uses_cache(invocation, kind):  # the agent kept since the session's last turn
+            cached = self.sessions.take(cache_key(hosted.workspace, hosted.id, session_id))
+            if cached is not None:
+                assert isinstance(cached.session_manager, SnapshotSessionManager)
+                cached.session_manager.run_id = invocation.run_id
+                return cached
+        fresh = self.fresh.take(hosted.id) if keeps_nothing(session_id, kind) else None
         if fresh is not None:
             if invocation.history is not None:
                 fresh.messages = _history_messages(invocation.history)
             return fresh
-        manager = None
         if invocation.session_id is not None:
             storage = self.agent_storage(hosted.workspace, hosted.id)
             manager = SnapshotSessionManager(
-                invocation.session_id, storage=storage, compaction=SERVER_COMPACTION
+                invocation.session_id,
+                storage=storage,
+                compaction=SERVER_COMPACTION,
+                keep_dropped_messages=True,  # the whole conversation stays readable (docs/server.md)
             )
             manager.run_id = invocation.run_id  # every journal record of the turn names its run
             manager.recheck_after = CACHED_RECHECK_S
@@ -266,324 +252,340 @@ class Runtime:
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):
             await built.initialize()
-            if _keeps_nothing(invocation, loaded):
+            if keeps_nothing(session_id, kind):
                 self.fresh.built(built)
             if invocation.history is not None:
                 built.messages = _history_messages(invocation.history)
+        elif invocation.responses is not None and manager is not None:
+            # Load the saved run now (the invocation will not load it again), to check the answers.
+            await built.hooks.invoke(BeforeMultiAgentInvocation(built, {}))
         return built
 
-    def _task(self, invocation: Invocation, target: Agent | MultiAgentBase) -> Any:
-        if invocation.answers:
-            return invocation.prompt()
+    def _task(self, invocation: Invocation, target: Agent | MultiAgentBase) -> str | None:
         if isinstance(target, MultiAgentBase) and invocation.history:
             context = "\n".join(f"{turn['role']}: {turn['content']}" for turn in invocation.history)
             return f"Conversation so far:\n{context}\n\n{invocation.task}"
         return invocation.task
 
-    def _record(self, invocation: Invocation, kind: str) -> RunRecord:
+    def record_of(self, invocation: Invocation) -> RunRecord:
+        """A new run record for ``invocation`` (``executing`` on this server)."""
+        extra: dict[str, Any] = {}  # only what is set: a plain turn builds the record it always did
+        if invocation.responses:
+            extra["responses"] = [{"interrupt_id": i, "response": r} for i, r in invocation.responses.items()]
+        if invocation.on_busy != "reject":
+            extra["on_busy"] = invocation.on_busy
+        if invocation.background:
+            extra["background"] = True
+        if invocation.webhook:
+            extra["webhook"] = invocation.webhook
+        if invocation.resume:
+            extra["resume"] = True
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,
-            kind=kind,
+            kind=self.config.spec_of(invocation.hosted.id).spec.kind,
             mode=invocation.mode,
             session_id=invocation.session_id,
             started_at=datetime.now(UTC).isoformat(),
             input=invocation.task,
             caller_history=len(invocation.history or []) if invocation.mode == "stateless" else 0,
             server=self.liveness.server_id,
+            **extra,
         )
 
-    def _finish(
-        self, record: RunRecord, target: Agent | MultiAgentBase | None, outcome: Any, started: float
-    ) -> Failure | None:
-        """Fill in the final record; returns how a failure is answered (None: 200)."""
-        record.finished_at = datetime.now(UTC).isoformat()
-        record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        failure = None
-        if isinstance(outcome, BaseException):
-            failure = failure_of(outcome, record.run_id)
-            record.status = "failed"
-            record.error = f"{type(outcome).__name__}: {outcome}"
-            record.error_code, record.http_status, record.stored = (
-                failure.code,
-                failure.status,
-                failure.stored,
-            )
-        elif isinstance(outcome, AgentResult):
-            record.status = "interrupted" if outcome.stop_reason == "interrupt" else "completed"
-            # A structured output is answered as JSON (an object), else the text.
-            record.output = outcome.output if outcome.output is not None else str(outcome)
-            record.usage = _usage(outcome.metrics.usage)
-            record.resumed = outcome.resumed
-            record.interrupts = [i.model_dump(mode="json") for i in outcome.interrupts]
-        else:
-            assert isinstance(outcome, MultiAgentResult)
-            record.status = outcome.status.value
-            record.output = outcome.output
-            record.error = outcome.reason if outcome.status.value == "failed" else None
-            record.usage = _usage(outcome.usage)
-            record.resumed = outcome.resumed
-            record.interrupts = [i.model_dump(mode="json") for i in outcome.interrupts]
-            if record.status == "failed":
-                failure = Failure(502, "run_failed", f"{outcome.reason} (run {record.run_id})")
-                record.error_code, record.http_status, record.stored = "run_failed", 502, False
-        if failure is None:
-            record.http_status = 200
-            record.stored = record.mode == "session"
-        if isinstance(target, Agent):
-            # Stateless mode persists nothing of the caller's history: only what this turn added.
-            record.messages = list(target.messages[record.caller_history :])
-        elif target is not None:
-            record.nodes = _nodes_of(target, outcome if isinstance(outcome, MultiAgentResult) else None)
-            record.edges = _edges_of(target)
-        return failure
-
-    async def invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None]:
+    async def invoke(
+        self, workspace: str, invocation: Invocation, log: EventLog | None = None
+    ) -> tuple[RunRecord, Failure | None]:
         """Run an invocation to the end (or answer a repeated request from its first run); returns the
-        final run record and how to answer a failure (None: 200, with the record's output).
+        final run record and how to answer a failure (None: 200, with the record's output). With ``log``,
+        the run's events are written to it, its terminal event last.
 
-        The final run record is queued: the caller answers, then calls ``flush_records``.
+        A session-mode record is final in memory: the caller answers, then calls ``flush_records``.
 
         Raises:
             KeyRefused: a repeated Idempotency-Key that cannot be answered now (409) or was used for
                 another request (422).
+            Busy: the session runs another run and ``on_busy`` does not let this one wait (409), or its
+                queue is full (429).
         """
-        async with self._session_turn(workspace, invocation):
+        # Registered at once: a repeat of this request's key that arrives meanwhile waits for it.
+        registered = None
+        if invocation.idempotency_key is not None:
+            registered = self._inflight[invocation.run_id] = anyio.Event()
+        try:
             with invocation.traced():
                 if invocation.idempotency_key is not None:
-                    replay = await self._claim(workspace, invocation)
+                    replay = await claim(self, workspace, invocation)
                     if replay is not None:
                         return replay
-                return await self._invoke(workspace, invocation)
-
-    async def _claim(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None] | None:
-        """Make the request's key name this run (None: run it), or the first run's answer to replay."""
-        assert invocation.idempotency_key is not None
-        keys, agent_id = self.keys(workspace), invocation.hosted.id
-        while True:
-            entry = await keys.claim(
-                agent_id, invocation.idempotency_key, invocation.fingerprint, invocation.run_id
-            )
-            if entry is None:
-                return None
-            prior = await self.run_record(workspace, entry.run_id)
-            if prior is not None and prior.status == "executing":
-                running = self._running.get(prior.run_id)
-                if running is not None:
-                    await running.wait()  # the first request runs here: answer as it does
-                    continue
-                raise KeyRefused(
-                    409,
-                    "request_in_progress",
-                    f"the first request with this Idempotency-Key (run {prior.run_id}) is still running on "
-                    "another server; repeat it after Retry-After seconds to get its answer",
-                    retry_after=1,
-                )
-            if prior is None and time.time() - entry.created_at < self.config.runs.server_gone_after_s:
-                raise KeyRefused(
-                    409,
-                    "request_in_progress",
-                    "the first request with this Idempotency-Key has just started; repeat it after "
-                    "Retry-After seconds to get its answer",
-                    retry_after=1,
-                )
-            if prior is not None and prior.stored is not False:
-                return prior, _replayed_failure(prior)
-            # The first request stored nothing (it failed, or died before its record): run it again.
-            if await keys.take_over(agent_id, invocation.idempotency_key, entry, invocation.run_id):
-                invocation.prior = prior or _lost_run(invocation, entry)
-                return None
-
-    async def _invoke(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, Failure | None]:
-        record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
-        runs = self.runs(workspace)
-        running = self._running[record.run_id] = anyio.Event()
-        try:
-            started = time.perf_counter()
-            target: Agent | MultiAgentBase | None = None
-            outcome: Any
-            try:
-                target = await self._build_and_claim(invocation, record, runs)
-                replay = await self._already_done(workspace, invocation, record)
-                if replay is not None:
-                    return replay
-                if invocation.resume:
-                    outcome = await _resume(target)
-                elif isinstance(target, MultiAgentBase):
-                    task = self._task(invocation, target)
-                    outcome = await target.invoke_async(task, resume_unfinished=True)
-                else:
-                    agent = target
-                    outcome = await self._claiming(
-                        invocation, record, runs, agent, lambda: agent.invoke_async(invocation.prompt())
-                    )
-            except Exception as exc:
-                outcome = exc
-            failure = self._finish(record, target, outcome, started)
-            if _leaves_no_record(invocation, target, outcome):
-                await self._forget(runs, record)
-            else:
-                runs.save_later(record)
-            self._keep(invocation, target, outcome)
-            return record, failure
+                if invocation.session_id is None:
+                    return await self.execute(workspace, invocation, log)
+                if invocation.on_busy == "reject":  # the default: no storage operation (slots.py)
+                    return await self._plain(workspace, invocation, log)
+                slots, holder = self.slots(workspace), Holder(invocation.run_id, self.liveness.server_id)
+                try:
+                    await slots.acquire(invocation.hosted.id, invocation.session_id, holder, "reject")
+                except Busy:
+                    return await self._queue_and_wait(workspace, invocation)
+                return await self._holding(workspace, invocation, log)
         finally:
+            if registered is not None:
+                del self._inflight[invocation.run_id]
+                registered.set()
+
+    def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
+        """Run an invocation, yielding ``(event name, data)`` as its events are kept; the last is
+        ``("result", record)`` or ``("error", (record, failure))`` (what the protocol front doors read).
+
+        Raises:
+            KeyRefused, Busy: as ``invoke``.
+        """
+        from orchestra.server.streams import runtime_events  # streams.py builds on this module
+
+        return runtime_events(self, workspace, invocation)
+
+    async def _holding(
+        self, workspace: str, invocation: Invocation, log: EventLog | None, record: RunRecord | None = None
+    ) -> tuple[RunRecord, Failure | None]:
+        """Run an invocation that has its session, and hand the session on when it ends."""
+        assert invocation.session_id is not None
+        try:
+            return await self.execute(workspace, invocation, log, record)
+        finally:
+            await self.release(workspace, invocation.hosted.id, invocation.session_id, invocation.run_id)
+
+    async def _plain(
+        self, workspace: str, invocation: Invocation, log: EventLog | None
+    ) -> tuple[RunRecord, Failure | None]:
+        """Run an invocation with the default policy: its session is taken on this server only."""
+        assert invocation.session_id is not None
+        agent_id, session_id = invocation.hosted.id, invocation.session_id
+        slots = self.slots(workspace)
+        plain = slots.hold_plain(agent_id, session_id, invocation.run_id)
+        try:
+            return await self.execute(workspace, invocation, log)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    head = await slots.end_plain(agent_id, session_id, plain)
+                except StorageError as exc:  # it had been promoted: hand the session on later
+                    log_release_failure(session_id, invocation.run_id, exc)
+                    self._unreleased.add((workspace, agent_id, session_id, invocation.run_id))
+                    head = None
+                if head is not None:
+                    self.start(workspace, head.run_id)
+
+    async def release(
+        self, workspace: str, agent_id: str, session_id: str, run_id: str, *, for_gone: bool = False
+    ) -> None:
+        """``run_id`` no longer runs: the next queued run of the session starts here. A release that
+        fails is logged: the session's document then names a run this process does not run, which the
+        next message (or a sweep) takes as ended."""
+        with anyio.CancelScope(shield=True):
+            try:
+                head = await self.slots(workspace).release(agent_id, session_id, run_id, for_gone=for_gone)
+            except StorageError as exc:
+                log_release_failure(session_id, run_id, exc)
+                self._unreleased.add((workspace, agent_id, session_id, run_id))
+                return
+            self._unreleased.discard((workspace, agent_id, session_id, run_id))
+            if head is not None:
+                self.start(workspace, head.run_id)
+
+    async def retry_releases(self) -> None:
+        """Try again the releases whose storage failed (a sweep calls it)."""
+        for workspace, agent_id, session_id, run_id in sorted(self._unreleased):
+            await self.release(workspace, agent_id, session_id, run_id)
+
+    def start(self, workspace: str, run_id: str) -> None:
+        """Start a queued run on this server: in the background while the app runs; without it (an app
+        driven without its lifespan) the next sweep-less request cannot, so it is logged."""
+        if self.launch is not None:
+            self.launch(workspace, run_id)
+        else:
+            log.warning(
+                "queued_run_not_started", run_id=run_id, reason="the background runner is not running"
+            )
+
+    async def _queue_and_wait(
+        self, workspace: str, invocation: Invocation
+    ) -> tuple[RunRecord, Failure | None]:
+        """A plain request whose session is busy and whose policy lets it wait: its run is queued like a
+        background one (any server may start it), and the request answers when it ends."""
+        from orchestra.server.background import drive, queue_run  # built on this module
+
+        invocation.background = True
+        record = await queue_run(self, workspace, invocation)
+        if record.status == "executing":  # the session was free after all: it starts here, now
+            if self.launch is not None:
+                self.launch(workspace, record.run_id)
+            else:
+                await drive(self, workspace, record.run_id)
+        final = await self.wait_final(workspace, record.run_id)
+        return final, recorded_failure(final)
+
+    async def execute(
+        self,
+        workspace: str,
+        invocation: Invocation,
+        log: EventLog | None = None,
+        record: RunRecord | None = None,
+    ) -> tuple[RunRecord, Failure | None]:
+        """Run an invocation that holds its session (if it has one) to its final record. A background
+        run's record is the caller's to write; a plain one's is queued for ``flush_records``."""
+        record = record or self.record_of(invocation)
+        running = self._running[record.run_id] = anyio.Event()
+        stoppable = invocation.session_id is not None or invocation.background
+        stop = self.stops.register(record.run_id, self.storage(workspace), stoppable=stoppable)
+        self.notify(record.run_id)
+        if log is not None:
+            self.logs[record.run_id] = log
+        try:
+            if log is None:  # a plain invoke keeps no events: no writer, no task group
+                result = await self._turn(workspace, invocation, record, stop, log)
+            else:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(log.run_writer)
+                    result = await self._turn(workspace, invocation, record, stop, log)
+                    log.append(*terminal_event(*result))
+                    await log.close()  # the writer ends once every event is written
+        except BaseExceptionGroup as group_error:
+            raise unwrap_group(group_error) from None
+        finally:
+            self.stops.unregister(stop)
+            if stop.request is not None:  # answered: the request goes (a sweep clears late ones)
+                with anyio.CancelScope(shield=True):
+                    await self.stops.clear(self.storage(workspace), record.run_id)
+            if log is not None and self.logs.get(record.run_id) is log:
+                del self.logs[record.run_id]
             running.set()
             del self._running[record.run_id]
+            self.notify(record.run_id)
+        return result
 
-    async def _already_done(
-        self, workspace: str, invocation: Invocation, record: RunRecord
-    ) -> tuple[RunRecord, Failure | None] | None:
-        """For a request that runs again what an earlier one left undone: with the session loaded (every
-        later save is conditional on it), check that the earlier one did not store its turn after all."""
-        prior = invocation.prior
-        if prior is None or invocation.mode != "session":
-            return None
-        settled = await settle_from_session(
-            self.config,
-            self.agent_storage(workspace, prior.agent_id),
-            prior,
-            "a repeated request found it unfinished",
-        )
-        if settled.stored is not True:
-            return None
-        assert invocation.idempotency_key is not None
-        keys = self.keys(workspace)
-        entry = await keys.read(invocation.hosted.id, invocation.idempotency_key)
-        if entry is not None:  # the key names the run that stored the turn again
-            await keys.take_over(invocation.hosted.id, invocation.idempotency_key, entry, prior.run_id)
-        await self.runs(workspace).save(settled)
-        await self._forget(self.runs(workspace), record)
-        return settled, _replayed_failure(settled)
-
-    async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
-        """Run an invocation, yielding ``(event name, data)`` as it goes. The last is ``("result",
-        record)`` or ``("error", (record, failure))``; a repeated request yields only that."""
-        async with self._session_turn(workspace, invocation), contextlib.AsyncExitStack() as stack:
-            stack.enter_context(invocation.traced())
-            if invocation.idempotency_key is not None:
-                replay = await self._claim(workspace, invocation)
-                if replay is not None:
-                    yield _last_event(*replay)
-                    return
-            record = self._record(invocation, self.config.spec_of(invocation.hosted.id).spec.kind)
-            started = time.perf_counter()
-            outcome: Any = None
-            target: Agent | MultiAgentBase | None = None
-            runs = self.runs(workspace)
-            running = self._running[record.run_id] = anyio.Event()
+    async def _turn(
+        self, workspace: str, invocation: Invocation, record: RunRecord, stop: Stop, log: EventLog | None
+    ) -> tuple[RunRecord, Failure | None]:
+        """Build, check, run and record the invocation (``execute`` without its bookkeeping)."""
+        runs = self.runs(workspace)
+        started = time.perf_counter()
+        target: Agent | MultiAgentBase | None = None
+        outcome: Any
+        for attempt in range(_CONFLICT_RETRIES + 1):
             try:
-                try:
-                    target = await self._build_and_claim(invocation, record, runs, streamed=True)
-                    replay = await self._already_done(workspace, invocation, record)
-                    if replay is not None:
-                        yield _last_event(*replay)
-                        return
-                    if isinstance(target, MultiAgentBase):
-                        events: AsyncIterator[Any] = target.stream_async(
-                            self._task(invocation, target), resume_unfinished=True
-                        )
-                    else:
-                        events = target.stream_async(invocation.prompt())
-                    async for event in events:
-                        if isinstance(event, ResultEvent | MultiAgentResultEvent):
-                            outcome = event.result
-                            continue
-                        converted = _event(event)
-                        if converted is not None:
-                            yield converted
-                except Exception as exc:
-                    outcome = exc
-                failure = self._finish(record, target, outcome, started)
-                if _leaves_no_record(invocation, target, outcome):
-                    await self._forget(runs, record)
+                target = await self._build_and_claim(invocation, record, runs)
+                replay = await already_done(self, workspace, invocation, record)
+                if replay is not None:
+                    return replay
+                if invocation.responses is not None:
+                    earlier = await self._answered_earlier(workspace, invocation)
+                    check_responses(target, invocation.responses, earlier)
+                task = self._task(invocation, target)
+                if self._claims_beside(invocation, target):  # its record is written beside the turn
+                    assert isinstance(target, Agent)
+                    outcome = await claiming(
+                        record,
+                        runs,
+                        target,
+                        functools.partial(run_target, target, invocation, task, stop, log),
+                    )
                 else:
-                    runs.save_later(record)
-                self._keep(invocation, target, outcome)
-            finally:
-                running.set()
-                del self._running[record.run_id]
-            yield _last_event(record, failure)
+                    outcome = await run_target(target, invocation, task, stop, log)
+            except Exception as exc:
+                outcome = exc
+            # A run that held the busy document and lost its session to a plain writer stored nothing: it
+            # runs again (a plain one answers 409, as it always did).
+            lost = isinstance(outcome, SessionConflictError) and (
+                invocation.background or invocation.on_busy != "reject"  # it held the busy document
+            )
+            if not lost or attempt == _CONFLICT_RETRIES or stop.request is not None:
+                break
+            if log is not None:
+                log.append(
+                    "status", {"status": "executing", "again": "another writer saved the session first"}
+                )
+            await anyio.sleep(0.2 * 2**attempt)
+        self.stops.unregister(stop)  # from here on, the outcome is decided: a stop request is too late
+        if isinstance(outcome, Stopped):
+            storage = self.agent_storage(workspace, invocation.hosted.id)
+            outcome = await settle_stop(outcome, target, invocation, record, storage)
+        failure = finish(record, target, outcome, started)
+        if _leaves_no_record(invocation, target, outcome):
+            await self.forget(runs, record)
+        elif not invocation.background:
+            runs.save_later(record)
+        self._keep(workspace, invocation, target, outcome)
+        return record, failure
 
-    def _keep(self, invocation: Invocation, target: Any, outcome: Any) -> None:
+    @staticmethod
+    def _uses_cache(invocation: Invocation, kind: str) -> bool:
+        """Plain turns keep their session's agent between turns; a run with a policy or in the background
+        loads its session (it may follow a run of another server: the busy document says so, a kept
+        agent would not)."""
+        if invocation.background or invocation.on_busy != "reject":
+            return False
+        return cacheable(invocation.session_id, invocation.history, kind)
+
+    def _claims_beside(self, invocation: Invocation, target: Agent | MultiAgentBase) -> bool:
+        """A plain session turn of an agent: its record is written beside the turn (its session may need
+        no load: a kept agent), not beside the load."""
+        return (
+            isinstance(target, Agent)
+            and invocation.session_id is not None
+            and not invocation.background
+            and not invocation.resume
+        )
+
+    def _keep(self, workspace: str, invocation: Invocation, target: Any, outcome: Any) -> None:
         """After a turn, keep the session's agent for the next one, unless what it holds may no longer be
-        the session as stored: another writer won (409), or a stored file was damaged. An agent of a turn
-        that keeps nothing is put back as it was built, for the next such turn."""
-        loaded = self.config.spec_of(invocation.hosted.id)
-        if isinstance(target, Agent) and _keeps_nothing(invocation, loaded):
-            self.fresh.give_back(invocation.hosted.id, target)
+        the session as stored: another writer won (409), a stored file was damaged, or a stop changed
+        the session under it (a rollback). An agent of a turn that keeps nothing is put back as built."""
+        hosted, kind = invocation.hosted, self.config.spec_of(invocation.hosted.id).spec.kind
+        if isinstance(target, Agent) and keeps_nothing(invocation.session_id, kind):
+            self.fresh.give_back(hosted.id, target)
             return
-        if not isinstance(target, Agent) or not _cacheable(invocation, loaded):
+        if not isinstance(target, Agent) or not self._uses_cache(invocation, kind):
             return
-        if isinstance(outcome, SessionConflictError | SnapshotError):
+        if isinstance(outcome, SessionConflictError | SnapshotError | Stopped):
             return
-        self.sessions.give_back(_cache_key(invocation), target)
+        self.sessions.give_back(cache_key(workspace, hosted.id, invocation.session_id), target)
 
-    async def _forget(self, runs: RunStore, record: RunRecord) -> None:
+    async def _answered_earlier(self, workspace: str, invocation: Invocation) -> dict[str, str]:
+        """Interrupt ids the session's earlier runs answered, and by which run (for a clear 409)."""
+        records = await self.runs(workspace).list([invocation.hosted.id], invocation.session_id, 50)
+        return {
+            answer["interrupt_id"]: record.run_id
+            for record in records
+            if record.run_id != invocation.run_id and record.status != "failed"
+            for answer in record.responses
+        }
+
+    def waiting_on(self, run_id: str) -> anyio.Event | None:
+        """An event set when the request or run ``run_id`` ends on this server (None: not here)."""
+        return self._inflight.get(run_id) or self._running.get(run_id)
+
+    async def forget(self, runs: RunStore, record: RunRecord) -> None:
         """Delete the ``executing`` record of a turn that stored nothing (logged if that fails: the record
         is then settled as failed when read)."""
-        if record.mode != "session":
+        if record.mode != "session" or record.background:
             return
         try:
             await runs.delete(record)
         except OrchestraError as exc:
             log.warning("run_record_not_deleted", run_id=record.run_id, error=str(exc))
 
-    async def _claiming(
-        self,
-        invocation: Invocation,
-        record: RunRecord,
-        runs: RunStore,
-        agent: Agent,
-        turn: Callable[[], Awaitable[Any]],
-    ) -> Any:
-        """Run an agent's turn while its run record is written as "executing" beside it: the turn's save
-        waits for the record (``before_save``), so a turn the session stores always has its record, and
-        with a real model the write costs the turn nothing."""
-        manager = agent.session_manager
-        if invocation.session_id is None or not isinstance(manager, SnapshotSessionManager):
-            return await turn()
-        written = anyio.Event()
-        errors: list[Exception] = []
-
-        async def claim() -> None:
-            try:
-                await runs.save(record)
-            except Exception as exc:
-                errors.append(exc)
-            finally:
-                written.set()
-
-        async def before_save() -> None:
-            await written.wait()
-            if errors:
-                raise errors[0]
-
-        manager.before_save = before_save
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(claim)
-                result = await turn()
-        except BaseExceptionGroup as group_error:
-            raise unwrap_group(group_error) from None
-        finally:
-            manager.before_save = None
-        if errors:
-            raise errors[0]  # no save came to wait for it (the turn stored nothing): say why anyway
-        return result
-
     async def _build_and_claim(
-        self, invocation: Invocation, record: RunRecord, runs: RunStore, *, streamed: bool = False
+        self, invocation: Invocation, record: RunRecord, runs: RunStore
     ) -> Agent | MultiAgentBase:
         """Build the target (loading its session) and, in session mode, write the run record as "executing"
         meanwhile: a turn the session stores always has its record, even if this process dies right after
-        the save (the record then stays "executing" until it is settled from the session). An agent's
-        record is written beside its turn instead (``_claiming``: its session may need no load), unless
-        the turn is streamed (the stream's events leave no task group open around the turn)."""
-        if invocation.session_id is None:
-            return await self._build(invocation)
+        the save (the record then stays "executing" until it is settled from the session). A background
+        run's record is written before it starts."""
         spec_kind = self.config.spec_of(invocation.hosted.id).spec.kind
-        if spec_kind == "agent" and not invocation.resume and not streamed:
+        if invocation.session_id is None or invocation.background:
             return await self._build(invocation)
+        if spec_kind == "agent" and not invocation.resume:
+            return await self._build(invocation)  # its record is written beside its turn (_claims_beside)
         built: list[Agent | MultiAgentBase] = []
 
         async def build() -> None:
@@ -597,122 +599,15 @@ class Runtime:
             raise unwrap_group(group_error) from None
         return built[0]
 
-    def _session_turn(self, workspace: str, invocation: Invocation) -> Any:
-        if invocation.session_id is None:
-            return contextlib.nullcontext()
-        return self._lock(workspace, invocation.hosted.id, invocation.session_id)
 
-
-async def _resume(target: Agent | MultiAgentBase) -> Any:
-    """Finish what a session left open: an agent's open turn, or a pipeline's unfinished run."""
-    if isinstance(target, Agent):
-        if target.open_turn() is None:
-            raise NothingToResume("the session has no open turn to resume: send a message instead")
-        return await target.invoke_async(None)
-    if target.status.value not in ("executing", "failed", "interrupted"):
-        raise NothingToResume("the session has no unfinished run to resume: send a task instead")
-    return await target.invoke_async(None)
-
-
-def _cacheable(invocation: Invocation, loaded: Any) -> bool:
-    """A session-mode turn of a hosted agent (not a pipeline): its agent may be kept between turns."""
-    return invocation.session_id is not None and invocation.history is None and loaded.spec.kind == "agent"
-
-
-def _keeps_nothing(invocation: Invocation, loaded: Any) -> bool:
-    """A stateless or no-memory turn of a hosted agent: its agent may be put back as built and reused."""
-    return invocation.session_id is None and loaded.spec.kind == "agent"
-
-
-def _cache_key(invocation: Invocation) -> tuple[str, str, str]:
-    assert invocation.session_id is not None
-    return (invocation.hosted.workspace, invocation.hosted.id, invocation.session_id)
+def log_release_failure(session_id: str, run_id: str, exc: Exception) -> None:
+    log.warning("session_not_released", session_id=session_id, run_id=run_id, error=str(exc))
 
 
 def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool:
     """A turn that never ran (its session did not load) or lost to another writer stored nothing: unless
     a repeat with its Idempotency-Key may ask for it, it leaves no run record."""
-    never_ran = target is None or isinstance(outcome, SessionConflictError | NothingToResume)
-    return never_ran and isinstance(outcome, Exception) and invocation.idempotency_key is None
-
-
-def _replayed_failure(record: RunRecord) -> Failure | None:
-    """How a recorded run was answered, to answer a repeat the same way."""
-    if record.http_status in (None, 200):
-        return None
-    return Failure(record.http_status, record.error_code or "run_failed", record.error or "the run failed")
-
-
-def _lost_run(invocation: Invocation, entry: KeyEntry) -> RunRecord:
-    """A stand-in for a run whose record was never written (its request died first)."""
-    return RunRecord(
-        run_id=entry.run_id,
-        agent_id=invocation.hosted.id,
-        kind="agent",
-        mode=invocation.mode,
-        session_id=invocation.session_id,
-        started_at=datetime.fromtimestamp(entry.created_at, UTC).isoformat(),
-        status="executing",
+    never_ran = target is None or isinstance(
+        outcome, SessionConflictError | ResponsesRefused | NothingToResume
     )
-
-
-def _last_event(record: RunRecord, failure: Failure | None) -> tuple[str, Any]:
-    return ("result", record) if failure is None else ("error", (record, failure))
-
-
-def _kind(target: Agent | MultiAgentBase) -> str:
-    return "agent" if isinstance(target, Agent) else target.kind
-
-
-def _nodes_of(target: MultiAgentBase, result: MultiAgentResult | None) -> dict[str, dict[str, Any]]:
-    nodes: dict[str, dict[str, Any]] = {}
-    for node_id, node in target.nodes.items():
-        record = target._fields.get(f"node/{node_id}") or {}
-        node_result = result.results.get(node_id) if result else None
-        nodes[node_id] = {
-            "kind": node.kind,
-            "status": record.get("status", "pending"),
-            "executions": record.get("executions", 0),
-            "output": output_text(node_result.output) if node_result else None,
-            "execution_time_ms": node_result.execution_time_ms if node_result else None,
-            "messages": list(node.agent.messages) if node.kind == "agent" else [],
-        }
-    return nodes
-
-
-def _edges_of(target: MultiAgentBase) -> list[list[str]]:
-    if isinstance(target, Graph):
-        return [[e.src, e.dst, "condition" if e.condition else ""] for e in target.edges]
-    if isinstance(target, Swarm):
-        names = list(target.nodes)
-        return [[a, b, "handoff"] for a in names for b in names if a != b]
-    return []
-
-
-def _event(event: Any) -> tuple[str, Any] | None:
-    """A stream event as an SSE event name and JSON data (None for events not worth sending)."""
-    if isinstance(event, TextChunkEvent):
-        return "text", {"text": event.text}
-    if isinstance(event, ToolCallEvent):
-        return "tool_call", event.tool_use
-    if isinstance(event, ToolResultEvent):
-        return "tool_result", event.result
-    if isinstance(event, MessageEvent):
-        return None
-    if isinstance(event, NodeStartEvent):
-        return "node_start", {"node_id": event.node_id, "execution_count": event.execution_count}
-    if isinstance(event, NodeStopEvent):
-        return "node_stop", {
-            "node_id": event.node_id,
-            "status": event.result.status.value,
-            "output": event.result.text,
-        }
-    if isinstance(event, HandoffEvent):
-        return "handoff", {"from": event.from_node, "to": event.to_node, "message": event.message}
-    if isinstance(event, NodeStreamEvent):
-        inner = _event(event.event)
-        if inner is None:
-            return None
-        name, data = inner
-        return name, {**data, "node_id": event.node_id} if isinstance(data, dict) else data
-    return None
+    return never_ran and isinstance(outcome, Exception) and invocation.idempotency_key is None

@@ -18,7 +18,7 @@ from orchestra.agent import Agent
 from orchestra.agent.agent import AgentData
 from orchestra.session import SnapshotSessionManager
 
-__all__ = ["FreshAgents", "SessionCache"]
+__all__ = ["FreshAgents", "SessionCache", "cache_key", "cacheable", "keeps_nothing"]
 
 SessionKey = tuple[str, str, str]  # workspace, hosted agent id, session id
 
@@ -94,3 +94,18 @@ class FreshAgents:
             reset()
         agent.load_agent_data(copy.deepcopy(data))
         idle.append((agent, data))
+
+
+def cacheable(session_id: str | None, history: object, kind: str) -> bool:
+    """A session-mode turn of a hosted agent (not a pipeline): its agent may be kept between turns."""
+    return session_id is not None and history is None and kind == "agent"
+
+
+def keeps_nothing(session_id: str | None, kind: str) -> bool:
+    """A stateless or no-memory turn of a hosted agent: its agent may be put back as built and reused."""
+    return session_id is None and kind == "agent"
+
+
+def cache_key(workspace: str, hosted_id: str, session_id: str | None) -> SessionKey:
+    assert session_id is not None
+    return (workspace, hosted_id, session_id)

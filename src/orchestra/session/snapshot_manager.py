@@ -30,11 +30,13 @@ from orchestra.session._uuid7 import uuid7
 from orchestra.storage import LocalFileStorage, Storage
 
 __all__ = [
+    "DROPPED_MESSAGES",
     "MultiAgentSaveLatestOn",
     "MultiAgentSnapshots",
     "SaveLatestOn",
     "SnapshotSessionManager",
     "export_scope",
+    "whole_conversation",
 ]
 
 SaveLatestOn = Literal["message", "invocation", "trigger"]
@@ -54,15 +56,20 @@ def agent_document(data: AgentData) -> Document:
     )
 
 
+DROPPED_MESSAGES = "dropped/messages"
+"""The log of the messages a conversation manager took out of an agent's history, kept with
+``keep_dropped_messages=True``: stored and readable, never given to the model."""
+
 _AGENT_FIELDS = {"state", "conversation_manager_state", "system_prompt", "interrupt_state"}
-_AGENT_NAMES = frozenset({*_AGENT_FIELDS, "messages"})
+_AGENT_LOGS = {"messages", DROPPED_MESSAGES}
+_AGENT_NAMES = frozenset({*_AGENT_FIELDS, *_AGENT_LOGS})
 _INTERRUPT_KEYS = {"tool_uses", "completed", "interrupts"}
 
 
 def _check_agent_document(doc: Document, where: str) -> None:
     """Refuse what is not an orchestra agent document, naming the field and the file it came from,
     instead of loading it half."""
-    unknown = sorted(set(doc.fields) - _AGENT_FIELDS) + sorted(set(doc.logs) - {"messages"})
+    unknown = sorted(set(doc.fields) - _AGENT_FIELDS) + sorted(set(doc.logs) - _AGENT_LOGS)
     interrupt_state = doc.fields.get("interrupt_state")
     if interrupt_state is not None and (
         not isinstance(interrupt_state, dict) or not set(interrupt_state) >= _INTERRUPT_KEYS
@@ -85,6 +92,13 @@ def _check_agent_document(doc: Document, where: str) -> None:
     )
 
 
+def whole_conversation(doc: Document) -> tuple[list[Any], int]:
+    """An agent document's whole conversation (the dropped messages, then the history) and where the
+    history, what the model is given, starts in it."""
+    dropped = list(doc.logs.get(DROPPED_MESSAGES, []))
+    return [*dropped, *doc.logs.get("messages", [])], len(dropped)
+
+
 def agent_data_of(doc: Document, default_system_prompt: str | None = None) -> AgentData:
     fields = doc.fields
     return AgentData(
@@ -101,6 +115,32 @@ class _AgentBinding:
         self.journal = journal
         self.state_version = -1
         self.lock = anyio.Lock()  # one save at a time: a turn's tools may checkpoint it concurrently
+        self.dropped: list[Any] = []  # DROPPED_MESSAGES as last saved or loaded
+        self.restored = False  # the history was put back to a snapshot: nothing left it by management
+
+
+def _position(items: list[Any], item: Any) -> int | None:
+    """Where ``item`` is in ``items``: the same object, else an equal one (the rare case of a history
+    replaced by copies), else None."""
+    found = next((i for i, x in enumerate(items) if x is item), None)
+    return found if found is not None else next((i for i, x in enumerate(items) if x == item), None)
+
+
+def dropped_since(saved: list[Any], dropped: list[Any], now: list[Any]) -> list[Any]:
+    """``dropped`` after the history went from ``saved`` (as last saved) to ``now``: a conversation manager
+    takes messages from the front (a summary may take their place), so what left the front is appended;
+    a turn rolled back after a save may put some back, and those leave ``dropped`` again."""
+    if now and dropped:
+        back = _position(dropped, now[0])
+        if back is not None:
+            return dropped[:back]
+    if not saved or (now and now[0] is saved[0]):
+        return dropped
+    for item in now:
+        kept = _position(saved, item)
+        if kept is not None:
+            return [*dropped, *saved[:kept]]
+    return [*dropped, *saved]  # the whole history was replaced: every saved message left the front
 
 
 class SnapshotSessionManager:
@@ -118,6 +158,9 @@ class SnapshotSessionManager:
         multi_agent_save_latest_on: for a Graph or Swarm: ``"node"`` (after every node and at the end of
             the invocation) or ``"invocation"`` (only at the end).
         compaction: when the journal is folded into ``snapshot_latest.json``.
+        keep_dropped_messages: keep the messages an agent's conversation manager takes out of its
+            history (a sliding window's oldest turns) in the session's ``dropped/messages`` log: stored,
+            readable (``whole_conversation``), never given to the model. ``orchestra serve`` turns it on.
         keep_snapshots: keep only the newest N immutable snapshots of each scope (older ones are deleted
             whenever a new one is taken); None keeps them all.
         multi_agent_snapshots: when a Graph or Swarm run gets an immutable snapshot on its own:
@@ -138,6 +181,7 @@ class SnapshotSessionManager:
         compaction: Compaction | None = None,
         multi_agent_snapshots: MultiAgentSnapshots = "interrupt",
         keep_snapshots: int | None = None,
+        keep_dropped_messages: bool = False,
     ) -> None:
         self._session_id = validate_id(session_id, "session_id")
         if save_latest_on not in ("message", "invocation", "trigger"):
@@ -161,6 +205,7 @@ class SnapshotSessionManager:
         if keep_snapshots is not None and keep_snapshots < 0:
             raise ValueError(f"keep_snapshots must be 0 or more, not {keep_snapshots}")
         self.keep_snapshots = keep_snapshots
+        self.keep_dropped_messages = keep_dropped_messages
         self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
         self._orchestrators: OrchestratorPersistence | None = None
         self.run_id: str | None = None
@@ -217,6 +262,7 @@ class SnapshotSessionManager:
                 agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
             except SnapshotError as exc:
                 raise SnapshotError(f"{journal.layout.describe()}: {exc}") from None
+            binding.dropped = list(doc.logs.get(DROPPED_MESSAGES, []))
         binding.state_version = agent.state.version
         self._agents[agent] = binding
 
@@ -250,9 +296,15 @@ class SnapshotSessionManager:
         }
         if agent.state.version != binding.state_version:
             fields["state"] = data.state
+        logs: dict[str, list[Any]] = {"messages": data.messages}
+        dropped = binding.dropped
+        if self.keep_dropped_messages and not binding.restored:
+            dropped = dropped_since(binding.journal.log("messages"), binding.dropped, data.messages)
+            logs[DROPPED_MESSAGES] = dropped
         binding.journal.run_id = self.run_id
-        saved = await binding.journal.save(fields, {"messages": data.messages})
+        saved = await binding.journal.save(fields, logs)
         binding.state_version = agent.state.version
+        binding.dropped, binding.restored = dropped, False
         return saved
 
     async def _on_turn_checkpoint(self, event: TurnCheckpoint) -> None:
@@ -333,6 +385,8 @@ class SnapshotSessionManager:
             validate_id(snapshot_id, "snapshot_id")
             doc, _ = await journal.read_checkpoint(snapshot_id)
         agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
+        binding = self._binding(agent)
+        binding.dropped, binding.restored = list(doc.logs.get(DROPPED_MESSAGES, [])), True
 
     # -- orchestrator time travel ---------------------------------------------------------------------
 

@@ -1,0 +1,178 @@
+"""``orchestra runs ...``: the runs of an ``orchestra serve`` server, over its API (list, show, cancel,
+stream). The server is ``--url`` (or ``ORCHESTRA_URL``), the key ``--api-key`` (or ``ORCHESTRA_API_KEY``).
+
+Exit codes: 0 done; 1 the server refused or failed (one line: status, code, message); 3 ``show``/``cancel
+--wait`` found the run waiting for a human (interrupted with open questions).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from orchestra.cli._output import EXIT_INTERRUPTED, fail, out
+
+if TYPE_CHECKING:
+    from orchestra.client import Client
+
+__all__ = ["runs_app"]
+
+runs_app = typer.Typer(help="Follow and stop the runs of an orchestra serve server.", no_args_is_help=True)
+
+UrlOption = Annotated[
+    str, typer.Option("--url", envvar="ORCHESTRA_URL", help="The server, e.g. http://127.0.0.1:8000.")
+]
+KeyOption = Annotated[
+    str,
+    typer.Option("--api-key", envvar="ORCHESTRA_API_KEY", help="A workspace's API key.", show_default=False),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _call(url: str, api_key: str, what: Any) -> Any:
+    """Run ``what(client)``; a refusal or an unreachable server is one line and exit 1."""
+    import httpx  # the client is imported by these commands only: the others start without it
+
+    from orchestra.client import Client, ClientError
+
+    try:
+        with Client(url, api_key, timeout=60.0) as client:
+            return what(client)
+    except ClientError as exc:
+        raise fail(f"{exc.status} {exc.code}: {exc.message}") from None
+    except httpx.TransportError as exc:
+        raise fail(f"cannot reach {url}: {exc}") from None
+    except ValueError as exc:  # an id the server would refuse, refused before any request
+        raise fail(str(exc)) from None
+
+
+def _questions(record: dict[str, Any]) -> None:
+    for question in record.get("interrupts") or []:
+        where = ", ".join(f"{k} {question[k]}" for k in ("node", "tool") if question.get(k))
+        out.print(
+            f"  waiting: {question['id']} {question['name']}"
+            + (f" ({where})" if where else "")
+            + f": {json.dumps(question.get('reason'))}",
+            highlight=False,
+            markup=False,
+        )
+
+
+@runs_app.command("list")
+def runs_list(
+    url: UrlOption,
+    api_key: KeyOption,
+    agent_id: Annotated[str | None, typer.Option("--agent", help="Only this agent's runs.")] = None,
+    session_id: Annotated[str | None, typer.Option("--session", help="Only this session's runs.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """List runs, newest first.
+
+    Example: [bold]orchestra runs list --url http://127.0.0.1:8000 --agent support[/]
+    """
+    runs = _call(url, api_key, lambda c: c.runs(agent_id, session_id, limit=limit))
+    if as_json:
+        out.print_json(json.dumps(runs))
+        return
+    table = Table("run", "agent", "session", "status", "started", "took")
+    for run in runs:
+        took = f"{run['duration_ms']:.0f} ms" if run.get("duration_ms") is not None else "-"
+        table.add_row(
+            run["run_id"],
+            run["agent_id"],
+            run.get("session_id") or "-",
+            run["status"],
+            run["started_at"][:19],
+            took,
+        )
+    out.print(table)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    url: UrlOption,
+    api_key: KeyOption,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a run: status, input, output, error, and the questions it waits on.
+
+    Example: [bold]orchestra runs show 01a2... --url http://127.0.0.1:8000[/]
+    """
+    record = _call(url, api_key, lambda c: c.run(run_id))
+    if as_json:
+        out.print_json(json.dumps(record))
+    else:
+        for key in (
+            "run_id",
+            "agent_id",
+            "session_id",
+            "status",
+            "attempt",
+            "input",
+            "output",
+            "error",
+            "stopped",
+        ):
+            if record.get(key) is not None:
+                out.print(f"{key}: {record[key]}", highlight=False, markup=False)
+        _questions(record)
+    if record.get("interrupts"):
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    url: UrlOption,
+    api_key: KeyOption,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until it has stopped.")] = False,
+) -> None:
+    """Stop a run, on whichever server runs it: it is saved interrupted and can be resumed.
+
+    Example: [bold]orchestra runs cancel 01a2... --url http://127.0.0.1:8000 --wait[/]
+    """
+
+    def cancel(client: Client) -> dict[str, Any]:
+        client.cancel(run_id)
+        return client.wait(run_id, timeout=300) if wait else client.run(run_id)
+
+    record = _call(url, api_key, cancel)
+    out.print(f"{run_id}: {record['status']}", highlight=False)
+
+
+@runs_app.command("stream")
+def runs_stream(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    url: UrlOption,
+    api_key: KeyOption,
+    after: Annotated[
+        str | None, typer.Option("--from", help="Only the events after this event id (as Last-Event-ID).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per event.")] = False,
+) -> None:
+    """Print a run's events (the ones already kept, then live) until its last one; a lost connection
+    is resumed from the last event id.
+
+    Example: [bold]orchestra runs stream 01a2... --url http://127.0.0.1:8000 --from 41[/]
+    """
+
+    def follow(client: Client) -> None:
+        for event in client.stream(run_id=run_id, resume_from=after):
+            if as_json:
+                out.print(
+                    json.dumps({"id": event.id, "event": event.event, "data": event.data}),
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+            elif event.event == "text":
+                out.print(f"{event.id} text {event.data.get('text', '')!r}", highlight=False, markup=False)
+            else:
+                out.print(f"{event.id} {event.event} {json.dumps(event.data)}", highlight=False, markup=False)
+
+    _call(url, api_key, follow)

@@ -1,0 +1,127 @@
+"""Interrupts over HTTP: a run's open questions (id, name, reason, and the node or tool that asked), and
+the checks on a request that answers them.
+
+A turn or run that stops for a human answers ``"status": "interrupted"`` with ``interrupts``. A later
+request on the same session answers them by id (``"responses": [{"interrupt_id", "response"}]``), all at
+once or some at a time, on any server, after any restart: the questions live in the session. Answers are
+checked with the session loaded, before anything runs: an id the session never asked is 404
+``unknown_interrupt``; one already answered (earlier in this wait, or by an earlier run) is 409
+``interrupt_already_answered``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestra.agent import Agent
+from orchestra.agent._loop import PendingTools
+from orchestra.interrupts import Interrupt
+from orchestra.multiagent import MultiAgentBase, Status
+
+__all__ = ["ResponsesRefused", "answered_ids", "check_responses", "open_interrupts", "response_blocks"]
+
+
+class ResponsesRefused(Exception):
+    """Answers that cannot be given: ``status`` and ``code`` say why (nothing ran, nothing was stored)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _tools(pending: PendingTools | None) -> dict[str, dict[str, Any]]:
+    """Which tool call asked each of ``pending``'s interrupts (an id is made from the call's id)."""
+    if pending is None:
+        return {}
+    found = {}
+    for interrupt in pending.interrupts.values():
+        for use in pending.tool_uses:
+            if Interrupt.make_id(use["toolUseId"], interrupt.name) == interrupt.id:
+                found[interrupt.id] = {"tool": use["name"], "tool_use_id": use["toolUseId"]}
+    return found
+
+
+def _described(interrupt: Interrupt, node: str | None, tool: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "id": interrupt.id,
+        "name": interrupt.name,
+        "reason": interrupt.reason,
+        "node": node,
+        "tool": (tool or {}).get("tool"),
+        "tool_use_id": (tool or {}).get("tool_use_id"),
+    }
+
+
+def open_interrupts(target: Agent | MultiAgentBase) -> list[dict[str, Any]]:
+    """The questions ``target`` waits on, each with the node (pipelines) and the tool that asked."""
+    if isinstance(target, Agent):
+        pending = target._pending_tools
+        if pending is None:
+            return []
+        tools = _tools(pending)
+        return [
+            _described(i, None, tools.get(i.id)) for i in pending.interrupts.values() if i.response is None
+        ]
+    if target.status != Status.INTERRUPTED:
+        return []
+    nodes: dict[str, tuple[str | None, dict[str, Any] | None]] = {}
+    for node_id, node in target.nodes.items():
+        result = target.node_result(node_id)
+        tools = _tools(node.agent._pending_tools) if node.kind == "agent" else {}
+        for interrupt in result.interrupts if result is not None else []:
+            nodes[interrupt.id] = (node_id, tools.get(interrupt.id))
+    described = []
+    for raw in target.run.get("interrupts", []):
+        interrupt = Interrupt.model_validate(raw)
+        asked_by, tool = nodes.get(interrupt.id, (None, None))
+        described.append(_described(interrupt, asked_by, tool))
+    return described
+
+
+def answered_ids(target: Agent | MultiAgentBase) -> set[str]:
+    """The questions of the current wait that already have their answer."""
+    if isinstance(target, Agent):
+        pending = target._pending_tools
+        return (
+            set()
+            if pending is None
+            else {i.id for i in pending.interrupts.values() if i.response is not None}
+        )
+    if target.status != Status.INTERRUPTED:
+        return set()
+    return set(target.run.get("answers") or {})
+
+
+def check_responses(
+    target: Agent | MultiAgentBase, responses: dict[str, Any], earlier: dict[str, str]
+) -> None:
+    """Refuse answers that cannot be given now (see the module docstring). ``earlier`` maps interrupt ids
+    answered by the session's earlier runs to those runs."""
+    open_ids = {i["id"] for i in open_interrupts(target)}
+    answered = answered_ids(target)
+    for interrupt_id in responses:
+        if interrupt_id in open_ids:
+            continue
+        if interrupt_id in answered or interrupt_id in earlier:
+            by = f" by run {earlier[interrupt_id]}" if interrupt_id in earlier else ""
+            raise ResponsesRefused(
+                409,
+                "interrupt_already_answered",
+                f"interrupt {interrupt_id!r} was already answered{by}; "
+                + (
+                    f"the session still waits for {', '.join(sorted(open_ids))}"
+                    if open_ids
+                    else "nothing is open now"
+                ),
+            )
+        waiting = f"it waits for {', '.join(sorted(open_ids))}" if open_ids else "it waits for no answer"
+        raise ResponsesRefused(
+            404, "unknown_interrupt", f"the session never asked interrupt {interrupt_id!r}; {waiting}"
+        )
+
+
+def response_blocks(responses: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answers as the ``interruptResponse`` blocks agents and pipelines take."""
+    return [{"interruptResponse": {"interruptId": i, "response": r}} for i, r in responses.items()]

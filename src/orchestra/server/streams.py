@@ -1,0 +1,181 @@
+"""Server-sent events of runs: a streamed invoke, and ``GET /api/v1/runs/{id}/stream`` (replay from
+``Last-Event-ID``, then follow).
+
+Every event a client gets has the id it has in the run's log (``events.py``), so a client that drops
+its connection reconnects with the last id it saw, to any server on the storage, during the run or after
+it, and gets each event it missed exactly once, in order, then the run's last event (``result`` or
+``error``). A run that kept no events (a plain invoke) streams only that last event, without an id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from orchestra._logging import get_logger
+from orchestra.errors import SnapshotError, StorageError
+from orchestra.server.events import TERMINAL, Event, EventLog, last_event, sse, stored_events
+from orchestra.server.idempotency import KeyRefused
+from orchestra.server.outcomes import failure_of
+from orchestra.server.slots import Busy
+from orchestra.server.turns import recorded_failure, terminal_event
+
+if TYPE_CHECKING:
+    from orchestra.server.runtime import Invocation, Runtime
+
+__all__ = ["follow_run", "invoke_events", "run_events", "runtime_events"]
+
+log = get_logger("orchestra.server")
+
+
+async def follow_run(
+    runtime: Runtime,
+    workspace: str,
+    run_id: str,
+    after: int,
+    ended: Callable[[], Awaitable[bool]],
+    settle_rounds: int = 2,
+) -> AsyncIterator[Event]:
+    """The events of ``run_id`` after id ``after``, then new ones, up to its terminal event: from the
+    run's log in this process while it runs here, else from storage (read every poll). When nothing new
+    came for ``settle_rounds`` reads and ``ended()`` says no more will come, it stops (a run's record
+    is written final just after its last event, which a read right then may not see yet)."""
+    storage = runtime.unsynced(workspace)
+    poll_s = min(runtime.config.runs.poll_s, 0.25)
+    quiet = 0
+    while True:
+        local = runtime.logs.get(run_id)
+        if local is not None and not local.closed:
+            async for event in local.follow(after):
+                after = event[0]
+                yield event
+                if event[1] in TERMINAL:
+                    return
+            # Its writer stopped without a last event (it gave up on a failing storage): read storage.
+        got = False
+        async for event in stored_events(storage, run_id, after):
+            got, after = True, event[0]
+            yield event
+            if event[1] in TERMINAL:
+                return
+        quiet = 0 if got else quiet + 1
+        if not got and quiet >= settle_rounds and await ended():
+            return
+        if (log := runtime.logs.get(run_id)) is not None and not log.closed:
+            continue
+        with anyio.move_on_after(poll_s):
+            await runtime.changed(run_id).wait()
+
+
+async def run_events(runtime: Runtime, workspace: str, run_id: str, after: int) -> AsyncIterator[bytes]:
+    """``GET /api/v1/runs/{id}/stream``: the run's events after ``after``, then its last event."""
+
+    async def ended() -> bool:
+        record = await runtime.run_record(workspace, run_id)
+        return record is None or record.final
+
+    try:
+        async for event in follow_run(runtime, workspace, run_id, after, ended):
+            yield sse(event)
+            if event[1] in TERMINAL:
+                return
+        last = await last_event(runtime.unsynced(workspace), run_id)
+        if last is not None and last[1] in TERMINAL:
+            return  # the client has the last event already
+        # The run ended without a last event in its log (it kept none: a plain invoke).
+        record = await runtime.run_record(workspace, run_id)
+        if record is not None:
+            yield sse((None, *terminal_event(record, recorded_failure(record))))
+    except (StorageError, SnapshotError) as exc:
+        failure = failure_of(exc, run_id)
+        log.error("storage_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        yield sse(
+            (None, "error", {"error": {"code": failure.code, "message": failure.message}, "run_id": run_id})
+        )
+
+
+async def invoke_events(runtime: Runtime, workspace: str, invocation: Invocation) -> AsyncIterator[bytes]:
+    """``POST .../invoke?stream=true``: run the invocation here and send its events as they are written.
+    The client going away stops the run (as it always did: a plain invoke is tied to its request); a
+    background run is not. A repeated Idempotency-Key gets only the first run's last event."""
+    events = EventLog(runtime.unsynced(workspace), invocation.run_id, runtime.config.runs.max_events)
+    outcome: list[Any] = []
+    done = anyio.Event()
+
+    async def run() -> None:
+        try:
+            outcome.append(await runtime.invoke(workspace, invocation, events))
+        except (KeyRefused, Busy, StorageError, SnapshotError) as exc:
+            outcome.append(exc)
+        finally:
+            done.set()
+            runtime.notify(invocation.run_id)
+
+    async def ended() -> bool:
+        return done.is_set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        async for event in follow_run(runtime, workspace, invocation.run_id, 0, ended, settle_rounds=0):
+            yield sse(event)
+        await done.wait()
+    await runtime.flush_records(workspace)
+    if not outcome:
+        return
+    result = outcome[0]
+    if isinstance(result, tuple):
+        record, failure = result
+        if record.run_id != invocation.run_id:  # a repeat, answered from the first run
+            yield sse((None, *terminal_event(record, failure)))
+        return
+    if isinstance(result, KeyRefused | Busy):
+        detail: dict[str, Any] = {"code": result.code, "message": result.message}
+        retry = getattr(result, "retry_after", None) or (1 if isinstance(result, Busy) else None)
+        if retry:
+            detail["retry_after"] = retry
+        yield sse((None, "error", {"error": detail, "run_id": None}))
+        return
+    failure = failure_of(result, invocation.run_id)
+    log.error("storage_failed", run_id=invocation.run_id, error=f"{type(result).__name__}: {result}")
+    detail = {"code": failure.code, "message": failure.message}
+    if failure.retry_after is not None:
+        detail["retry_after"] = failure.retry_after
+    yield sse((None, "error", {"error": detail, "run_id": invocation.run_id}))
+
+
+async def runtime_events(
+    runtime: Runtime, workspace: str, invocation: Invocation
+) -> AsyncIterator[tuple[str, Any]]:
+    """``Runtime.stream``: the run's events as ``(name, data)`` once kept, then ``("result", record)``
+    or ``("error", (record, failure))``. A refusal before the run (``KeyRefused``, ``Busy``) is raised."""
+    events = EventLog(runtime.unsynced(workspace), invocation.run_id, runtime.config.runs.max_events)
+    outcome: list[Any] = []
+    done = anyio.Event()
+
+    async def run() -> None:
+        try:
+            outcome.append(await runtime.invoke(workspace, invocation, events))
+        except (KeyRefused, Busy, StorageError, SnapshotError) as exc:
+            outcome.append(exc)
+        finally:
+            done.set()
+            runtime.notify(invocation.run_id)
+
+    async def ended() -> bool:
+        return done.is_set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        async for _, name, data in follow_run(
+            runtime, workspace, invocation.run_id, 0, ended, settle_rounds=0
+        ):
+            if name not in TERMINAL:  # the last event comes from the record, below
+                yield name, data
+        await done.wait()
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    record, failure = result
+    yield ("result", record) if failure is None else ("error", (record, failure))

@@ -1,0 +1,159 @@
+"""What a second message to a running session does, by policy (``on_busy``), on one server in this process;
+the 20-request proof over two servers on S3 is in test_platform_processes.py."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import httpx
+
+from tests.server.conftest import auth
+
+INVOKE = "/api/v1/agents/slow/invoke"
+
+
+def texts(server, session_id: str) -> list[str]:
+    session = httpx.get(f"{server.url}/api/v1/agents/slow/sessions/{session_id}", headers=auth(), timeout=30)
+    return [b["text"] for m in session.json()["messages"] for b in m["content"] if "text" in b]
+
+
+async def two_messages(server, session_id: str, policy: str, delay: float = 0.3) -> list[httpx.Response]:
+    """A first message, and ``delay`` seconds later a second one with ``policy``."""
+    answers: dict[int, httpx.Response] = {}
+    async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as http:
+
+        async def send(index: int, body: dict) -> None:
+            answers[index] = await http.post(INVOKE, json=body)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(send, 0, {"input": "first", "session_id": session_id})
+            await anyio.sleep(delay)
+            group.start_soon(send, 1, {"input": "second", "session_id": session_id, "on_busy": policy})
+    return [answers[0], answers[1]]
+
+
+def test_reject_refuses_the_second_message(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    first, second = anyio.run(two_messages, platform, "r", "reject")
+    assert first.status_code == 200
+    assert second.status_code == 409
+    assert second.json()["error"]["code"] == "session_busy"
+    assert second.headers["retry-after"] == "1"
+    assert first.json()["run_id"] in second.json()["error"]["message"]
+    assert texts(platform, "r") == ["first", "echo: first (turn 1)"]
+
+
+def test_enqueue_runs_the_second_message_after_the_first(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+    first, second = anyio.run(two_messages, platform, "e", "enqueue")
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.json()["output"] == "echo: second (turn 2)"
+    assert texts(platform, "e") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
+
+
+def test_interrupt_keeps_what_the_first_completed_then_runs_the_second(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    first, second = anyio.run(two_messages, platform, "i", "interrupt")
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "interrupted"
+    assert first.json()["stopped"] == {
+        "by": "interrupt",
+        "run_id": second.json()["run_id"],
+        "at": first.json()["stopped"]["at"],
+    }
+    assert second.json()["status"] == "completed"
+    assert texts(platform, "i") == [
+        "first",
+        "(interrupted by a newer message)",
+        "second",
+        "echo: second (turn 2)",
+    ]
+
+
+def test_rollback_discards_the_first_turn(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    first, second = anyio.run(two_messages, platform, "b", "rollback")
+    assert first.status_code == 409, first.text
+    assert first.json()["error"]["code"] == "run_rolled_back"
+    assert second.json()["output"] == "echo: second (turn 1)"
+    assert texts(platform, "b") == ["second", "echo: second (turn 1)"]
+    record = httpx.get(f"{platform.url}/api/v1/runs/{second.json()['run_id']}", headers=auth(), timeout=30)
+    assert record.json()["supersedes"] is not None
+
+
+def test_a_full_queue_is_429(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    runtime = platform.app.state.runtime
+    runtime.slots("acme").max_queue = 1
+    answers = []
+
+    async def three() -> None:
+        async with httpx.AsyncClient(base_url=platform.url, headers=auth(), timeout=60) as http:
+
+            async def send(text: str) -> None:
+                body = {"input": text, "session_id": "q", "on_busy": "enqueue"}
+                answers.append(await http.post(INVOKE, json=body))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(send, "a")
+                await anyio.sleep(0.3)
+                group.start_soon(send, "b")
+                await anyio.sleep(0.3)
+                group.start_soon(send, "c")
+
+    anyio.run(three)
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200, 200, 429]
+    full = next(a for a in answers if a.status_code == 429)
+    assert full.json()["error"]["code"] == "queue_full"
+    assert texts(platform, "q") == ["a", "echo: a (turn 1)", "b", "echo: b (turn 2)"]
+
+
+def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_again(tmp_path, monkeypatch):
+    """A plain message (the default policy) does not write the busy document; a background run started on
+    another server meanwhile loses the session's conditional write, stored nothing, and runs again."""
+    from tests.server.conftest import WEBHOOK_SECRET, Server, write_platform_config
+
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    config = write_platform_config(tmp_path, f"file:{tmp_path}/store")
+    with Server(config) as one, Server(config) as two:
+
+        async def both() -> tuple[httpx.Response, str]:
+            async with httpx.AsyncClient(headers=auth(), timeout=60) as http:
+                plain = None
+
+                async def send_plain() -> None:
+                    nonlocal plain
+                    plain = await http.post(
+                        f"{one.url}{INVOKE}", json={"input": "plain", "session_id": "mix"}
+                    )
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(send_plain)
+                    await anyio.sleep(0.2)
+                    started = await http.post(
+                        f"{two.url}/api/v1/agents/slow/runs",
+                        json={"input": "background", "session_id": "mix"},
+                    )
+                assert plain is not None
+                return plain, started.json()["run_id"]
+
+        plain, run_id = anyio.run(both)
+        assert plain.status_code == 200
+        until = time.monotonic() + 30
+        while (record := httpx.get(f"{two.url}/api/v1/runs/{run_id}", headers=auth(), timeout=30).json())[
+            "status"
+        ] in ("queued", "executing"):
+            assert time.monotonic() < until
+            time.sleep(0.05)
+        assert record["status"] == "completed", record
+        stream = httpx.get(f"{one.url}/api/v1/runs/{run_id}/stream", headers=auth(), timeout=30).text
+        assert "another writer saved the session first" in stream  # it lost once, and ran again
+        assert texts(one, "mix") == [
+            "plain",
+            "echo: plain (turn 1)",
+            "background",
+            "echo: background (turn 2)",
+        ]
