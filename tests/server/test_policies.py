@@ -8,7 +8,7 @@ import time
 import anyio
 import httpx
 
-from tests.server.conftest import auth
+from tests.server.conftest import FAST_RUNS, WEBHOOK_SECRET, Server, auth, write_platform_config
 
 INVOKE = "/api/v1/agents/slow/invoke"
 
@@ -18,8 +18,10 @@ def texts(server, session_id: str) -> list[str]:
     return [b["text"] for m in session.json()["messages"] for b in m["content"] if "text" in b]
 
 
-async def two_messages(server, session_id: str, policy: str, delay: float = 0.3) -> list[httpx.Response]:
-    """A first message, and ``delay`` seconds later a second one with ``policy``."""
+async def two_messages(
+    server, session_id: str, policy: str | None, delay: float = 0.3
+) -> list[httpx.Response]:
+    """A first message, and ``delay`` seconds later a second one with ``policy`` (None: the configured one)."""
     answers: dict[int, httpx.Response] = {}
     async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as http:
 
@@ -29,7 +31,8 @@ async def two_messages(server, session_id: str, policy: str, delay: float = 0.3)
         async with anyio.create_task_group() as group:
             group.start_soon(send, 0, {"input": "first", "session_id": session_id})
             await anyio.sleep(delay)
-            group.start_soon(send, 1, {"input": "second", "session_id": session_id, "on_busy": policy})
+            second = {"input": "second", "session_id": session_id}
+            group.start_soon(send, 1, second if policy is None else {**second, "on_busy": policy})
     return [answers[0], answers[1]]
 
 
@@ -80,6 +83,23 @@ def test_rollback_discards_the_first_turn(platform, monkeypatch):
     assert texts(platform, "b") == ["second", "echo: second (turn 1)"]
     record = httpx.get(f"{platform.url}/api/v1/runs/{second.json()['run_id']}", headers=auth(), timeout=30)
     assert record.json()["supersedes"] is not None
+
+
+def test_the_servers_policy_applies_to_messages_that_name_none(tmp_path, monkeypatch):
+    # runs.on_busy: enqueue (the behaviour of one server before the policies): overlapping messages that
+    # name no policy both run, in order; a message that names one still gets its own.
+    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+    extra = FAST_RUNS.replace("runs: {", "runs: {on_busy: enqueue, ")
+    with Server(write_platform_config(tmp_path, f"file:{tmp_path}/store", extra=extra)) as server:
+        first, second = anyio.run(two_messages, server, "d", None)
+        assert (first.status_code, second.status_code) == (200, 200)
+        assert texts(server, "d") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
+        monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+        first, second = anyio.run(two_messages, server, "d2", "reject")
+        assert (first.status_code, second.status_code) == (200, 409)
+        assert second.json()["error"]["code"] == "session_busy"
+        assert texts(server, "d2") == ["first", "echo: first (turn 1)"]
 
 
 def test_a_full_queue_is_429(platform, monkeypatch):
