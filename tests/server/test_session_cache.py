@@ -105,3 +105,40 @@ async def test_turns_that_keep_nothing_reuse_an_agent_put_back_as_built(tmp_path
     )
     assert stateless.output == "echo: three (turn 2)"
     assert len(runtime.fresh._idle["chat"]) == 1  # one agent served all three
+
+
+def enqueued(runtime: Runtime, text: str, session: str = "s1") -> Invocation:
+    invocation = turn(runtime, text, session)
+    invocation.on_busy = "enqueue"
+    return invocation
+
+
+async def test_an_enqueue_turn_on_one_server_is_a_plain_one(tmp_path):
+    # While its session stays on one server, an enqueue message costs what a plain one does: no busy
+    # document, and the session's agent kept between turns.
+    runtime = runtime_on(tmp_path)
+    runtime.root = counting = CountingStorage(runtime.root)
+    await runtime.invoke("acme", enqueued(runtime, "one"))
+    reads = counting.reads
+    record, failure = await runtime.invoke("acme", enqueued(runtime, "two"))
+    assert failure is None
+    assert texts(record) == ["one", "two"]
+    assert counting.reads == reads
+    assert await runtime.storage("acme").list("busy/") == []
+
+
+async def test_an_enqueue_turn_that_lost_to_another_server_waits_and_is_stored_once(tmp_path):
+    first, other = runtime_on(tmp_path), runtime_on(tmp_path)
+    await first.invoke("acme", enqueued(first, "one"))
+    await other.invoke("acme", turn(other, "from the other process"))
+    # Its kept agent is behind: the turn loses, stores nothing, and is queued by the busy document
+    # instead of being answered 409 (as a plain message with the default policy is).
+    record, failure = await first.invoke("acme", enqueued(first, "two"))
+    assert failure is None, failure
+    assert texts(record) == ["one", "from the other process", "two"]
+    assert record.status == "completed"
+    assert await first.storage("acme").list("busy/") != []  # the document ordered it
+    assert first.slots("acme").contended("chat", "s1")  # the next ones go to the document at once
+    record, failure = await first.invoke("acme", enqueued(first, "three"))
+    assert failure is None
+    assert texts(record) == ["one", "from the other process", "two", "three"]

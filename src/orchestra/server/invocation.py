@@ -60,6 +60,8 @@ class Invocation:
         self.background = False
         self.webhook: str | None = None
         self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
+        # Its session is held on this server only, without the busy document (slots.hold_plain).
+        self.held_here = False
 
     @property
     def answers(self) -> dict[str, Any] | None:

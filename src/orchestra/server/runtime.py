@@ -322,6 +322,10 @@ class Runtime:
                     return await self.execute(workspace, invocation, log)
                 if invocation.on_busy == "reject":  # the default: no storage operation (slots.py)
                     return await self._plain(workspace, invocation, log)
+                if invocation.on_busy == "enqueue" and log is None:
+                    answered = await self._plain_in_line(workspace, invocation)
+                    if answered is not None:
+                        return answered
                 slots, holder = self.slots(workspace), Holder(invocation.run_id, self.liveness.server_id)
                 try:
                     await slots.acquire(invocation.hosted.id, invocation.session_id, holder, "reject")
@@ -362,6 +366,7 @@ class Runtime:
         agent_id, session_id = invocation.hosted.id, invocation.session_id
         slots = self.slots(workspace)
         plain = slots.hold_plain(agent_id, session_id, invocation.run_id)
+        invocation.held_here = True
         try:
             return await self.execute(workspace, invocation, log)
         finally:
@@ -374,6 +379,28 @@ class Runtime:
                     head = None
                 if head is not None:
                     self.start(workspace, head.run_id)
+
+    async def _plain_in_line(
+        self, workspace: str, invocation: Invocation
+    ) -> tuple[RunRecord, Failure | None] | None:
+        """An ``enqueue`` message on one server costs what a plain one does: it waits behind the ones
+        before it here, then runs as a plain run. None: the document must order it (slots.py), because
+        the session is held here by a run it orders, another server wrote the session lately, or this
+        turn lost the session to another server's writer (it stored nothing, so it can wait and run)."""
+        assert invocation.session_id is not None
+        agent_id, session_id = invocation.hosted.id, invocation.session_id
+        slots = self.slots(workspace)
+        if slots.contended(agent_id, session_id):
+            return None
+        async with slots.in_line(agent_id, session_id):
+            if (agent_id, session_id) in slots.here or slots.contended(agent_id, session_id):
+                return None
+            try:
+                return await self._plain(workspace, invocation, None)
+            except _LostToAnotherServer:
+                slots.contend(agent_id, session_id)
+                invocation.held_here = False
+                return None
 
     async def release(
         self, workspace: str, agent_id: str, session_id: str, run_id: str, *, for_gone: bool = False
@@ -494,10 +521,11 @@ class Runtime:
             except Exception as exc:
                 outcome = exc
             # A run that held the busy document and lost its session to a plain writer stored nothing: it
-            # runs again (a plain one answers 409, as it always did).
-            lost = isinstance(outcome, SessionConflictError) and (
-                invocation.background or invocation.on_busy != "reject"  # it held the busy document
-            )
+            # runs again (a plain one answers 409, as it always did; a plain enqueue one is queued).
+            conflict = isinstance(outcome, SessionConflictError)
+            if conflict and invocation.held_here and invocation.on_busy == "enqueue":
+                raise _LostToAnotherServer
+            lost = conflict and not invocation.held_here
             if not lost or attempt == _CONFLICT_RETRIES or stop.request is not None:
                 break
             if log is not None:
@@ -519,10 +547,10 @@ class Runtime:
 
     @staticmethod
     def _uses_cache(invocation: Invocation, kind: str) -> bool:
-        """Plain turns keep their session's agent between turns; a run with a policy or in the background
-        loads its session (it may follow a run of another server: the busy document says so, a kept
-        agent would not)."""
-        if invocation.background or invocation.on_busy != "reject":
+        """Plain turns keep their session's agent between turns; a run the busy document orders (in the
+        background, or with a policy) loads its session (it may follow a run of another server: the
+        document says so, a kept agent would not)."""
+        if not invocation.held_here:
             return False
         return cacheable(invocation.session_id, invocation.history, kind)
 
@@ -598,6 +626,10 @@ class Runtime:
         except BaseExceptionGroup as group_error:
             raise unwrap_group(group_error) from None
         return built[0]
+
+
+class _LostToAnotherServer(Exception):
+    """A plain ``enqueue`` turn lost its session to another server's writer and stored nothing."""
 
 
 def log_release_failure(session_id: str, run_id: str, exc: Exception) -> None:

@@ -26,12 +26,23 @@ on this server only (``hold_plain``), and across servers the session's condition
 second writer, as they always did (409 ``session_conflict``, nothing of it stored). So the default path
 costs no storage operation. A message with another policy that finds such a run here writes it into the
 document first (it is *promoted*), and the run then hands the session on when it ends, as any run does.
+
+A plain message with ``enqueue`` takes the same path while its session stays on one server: it waits
+behind the ``enqueue`` messages that came before it on this server (``in_line``, first come first
+served), then holds its session as a plain run. Only when the session is held here by a run the
+document orders, or when the turn lost its session to another server's writer (it stored nothing), is
+it queued in the document; the session is then *contended* for a while, and its ``enqueue`` messages go
+to the document at once.
 """
 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+import time
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +56,9 @@ from orchestra.storage import ABSENT, Storage
 __all__ = ["Busy", "Holder", "PlainRun", "SessionSlots", "SlotState"]
 
 _CACHED = 4096  # versions remembered (one per recently served session)
+CONTENDED_S = (
+    30.0  # how long a session that another server wrote meanwhile takes enqueue messages by document
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,15 @@ def _busy(session_id: str, active: str) -> Busy:
         "session_busy",
         f"session {session_id!r} is running another run ({active}); send this message when it ends, or "
         "with on_busy enqueue, interrupt or rollback",
+        active,
+    )
+
+
+def _full(session_id: str, waiting: int, active: str | None) -> Busy:
+    return Busy(
+        429,
+        "queue_full",
+        f"session {session_id!r} already has {waiting} runs waiting (runs.max_queue); send this message later",
         active,
     )
 
@@ -128,6 +151,10 @@ class SessionSlots:
         self.here: dict[tuple[str, str], str] = {}  # (agent, session) -> the run that has it here
         self.plain: dict[tuple[str, str], PlainRun] = {}
         self._versions: OrderedDict[str, tuple[str, SlotState]] = OrderedDict()
+        # Weak values: a session's line lives while a message holds it or waits in it.
+        self._lines: weakref.WeakValueDictionary[tuple[str, str], anyio.Lock] = weakref.WeakValueDictionary()
+        self._waiting: Counter[tuple[str, str]] = Counter()
+        self._contended: OrderedDict[tuple[str, str], float] = OrderedDict()  # -> when it stops being
 
     def _take(self, agent_id: str, session_id: str, run_id: str) -> None:
         self.local.add(run_id)
@@ -150,6 +177,54 @@ class SessionSlots:
         plain = self.plain[(agent_id, session_id)] = PlainRun(run_id)
         self._take(agent_id, session_id, run_id)
         return plain
+
+    @asynccontextmanager
+    async def in_line(self, agent_id: str, session_id: str) -> AsyncIterator[None]:
+        """Wait for the ``enqueue`` messages of the session that came before on this server (anyio's lock
+        serves its waiters in order).
+
+        Raises:
+            Busy: ``runs.max_queue`` messages already wait here (429 ``queue_full``).
+        """
+        key = (agent_id, session_id)
+        if self._waiting[key] >= self.max_queue:
+            raise _full(session_id, self._waiting[key], self.here.get(key))
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = anyio.Lock()
+        self._waiting[key] += 1
+        waiting = True
+        try:
+            async with line:
+                self._leave_line(key)
+                waiting = False
+                yield
+        finally:
+            if waiting:  # cancelled while it waited
+                self._leave_line(key)
+
+    def _leave_line(self, key: tuple[str, str]) -> None:
+        self._waiting[key] -= 1
+        if not self._waiting[key]:
+            del self._waiting[key]
+
+    def contended(self, agent_id: str, session_id: str) -> bool:
+        """Whether the session was written by another server lately (``contend``), or its document, as
+        this server last saw it, names a run: its ``enqueue`` messages then go to the document."""
+        until = self._contended.get((agent_id, session_id))
+        if until is not None:
+            if until > time.monotonic():
+                return True
+            del self._contended[(agent_id, session_id)]
+        seen = self._versions.get(self.key(agent_id, session_id))
+        return seen is not None and (seen[1].active is not None or bool(seen[1].queue))
+
+    def contend(self, agent_id: str, session_id: str) -> None:
+        """A plain turn lost the session to another server's writer."""
+        self._contended[(agent_id, session_id)] = time.monotonic() + CONTENDED_S
+        self._contended.move_to_end((agent_id, session_id))
+        while len(self._contended) > _CACHED:
+            self._contended.popitem(last=False)
 
     async def end_plain(self, agent_id: str, session_id: str, plain: PlainRun) -> Holder | None:
         """The plain run ended: if it was promoted, hand the session on (``release``)."""
@@ -249,13 +324,7 @@ class SessionSlots:
             if on_busy == "reject":
                 raise _busy(session_id, active.run_id)
             if len(state.queue) >= self.max_queue:
-                raise Busy(
-                    429,
-                    "queue_full",
-                    f"session {session_id!r} already has {len(state.queue)} runs waiting (runs.max_queue); "
-                    "send this message later",
-                    active.run_id,
-                )
+                raise _full(session_id, len(state.queue), active.run_id)
             stop = active.run_id if on_busy in ("interrupt", "rollback") else None
             return SlotState(active, [*state.queue, run]), Queued(len(state.queue) + 1, stop)
 
