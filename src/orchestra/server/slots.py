@@ -56,9 +56,8 @@ from orchestra.storage import ABSENT, Storage
 __all__ = ["Busy", "Holder", "PlainRun", "SessionSlots", "SlotState"]
 
 _CACHED = 4096  # versions remembered (one per recently served session)
-CONTENDED_S = (
-    30.0  # how long a session that another server wrote meanwhile takes enqueue messages by document
-)
+# How long a session that another server wrote meanwhile takes its enqueue messages by the document.
+CONTENDED_S = 30.0
 
 
 @dataclass(frozen=True)
