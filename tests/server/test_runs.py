@@ -96,6 +96,24 @@ def test_a_plain_invoke_stream_carries_event_ids_and_its_events_are_kept(platfor
     assert [int(i) for i, _, _ in kept] == ids
 
 
+def test_a_streamed_invoke_whose_client_goes_away_is_stopped_and_stores_nothing(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1.5")
+    with httpx.stream(
+        "POST",
+        f"{platform.url}/api/v1/agents/slow/invoke",
+        params={"stream": "true"},
+        json={"input": "never mind", "session_id": "gone"},
+        headers=auth(),
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200  # the stream has begun; the connection closes here
+    time.sleep(3)  # past the time the model would have taken to answer
+    runs = httpx.get(f"{platform.url}/api/v1/runs", params={"session_id": "gone"}, headers=auth()).json()
+    assert [run["status"] for run in runs["runs"]] in ([], ["interrupted"], ["failed"]), runs
+    session = httpx.get(f"{platform.url}/api/v1/agents/slow/sessions/gone", headers=auth())
+    assert session.status_code == 404 or session.json()["messages"] == [], session.text
+
+
 def test_a_plain_invoke_keeps_no_events_and_streams_its_result(platform):
     answer = post(platform, "/api/v1/agents/chat/invoke", {"input": "hi", "session_id": "p"})
     kept = events(platform, answer.json()["run_id"])

@@ -153,11 +153,8 @@ class _BodyLimit:
             return
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
-        too_large = _error(
-            413, "body_too_large", f"the request body is over the {self.limit}-byte limit; send less"
-        )
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await too_large(scope, receive, send)
+            await self._too_large()(scope, receive, send)
             return
         seen = 0
         exceeded = False
@@ -181,9 +178,15 @@ class _BodyLimit:
                 await send(message)
             elif not replaced:
                 replaced = True
-                await too_large(scope, receive, send)
+                await self._too_large()(scope, receive, send)
 
         await self.app(scope, limited, guarded_send)
+
+    def _too_large(self) -> JSONResponse:
+        # Built only when needed: a response made for every request cost every request.
+        return _error(
+            413, "body_too_large", f"the request body is over the {self.limit}-byte limit; send less"
+        )
 
 
 def create_app(config: ServerConfig) -> FastAPI:

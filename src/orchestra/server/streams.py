@@ -9,7 +9,8 @@ it, and gets each event it missed exactly once, in order, then the run's last ev
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -96,12 +97,13 @@ async def run_events(runtime: Runtime, workspace: str, run_id: str, after: int) 
         )
 
 
-async def invoke_events(runtime: Runtime, workspace: str, invocation: Invocation) -> AsyncIterator[bytes]:
-    """``POST .../invoke?stream=true``: run the invocation here and send its events as they are written.
-    The client going away stops the run (as it always did: a plain invoke is tied to its request); a
-    background run is not. A repeated Idempotency-Key gets only the first run's last event."""
+async def _run_here(
+    runtime: Runtime, workspace: str, invocation: Invocation, outcome: list[Any]
+) -> AsyncGenerator[Event, None]:
+    """Run the invocation here with a kept event log and yield its events as they are written; once it
+    ends, ``outcome`` holds its result, or the refusal or storage error that ended it. Closing this
+    generator early (the client went away) cancels the run."""
     events = EventLog(runtime.unsynced(workspace), invocation.run_id, runtime.config.runs.max_events)
-    outcome: list[Any] = []
     done = anyio.Event()
 
     async def run() -> None:
@@ -119,8 +121,18 @@ async def invoke_events(runtime: Runtime, workspace: str, invocation: Invocation
     async with anyio.create_task_group() as group:
         group.start_soon(run)
         async for event in follow_run(runtime, workspace, invocation.run_id, 0, ended, settle_rounds=0):
-            yield sse(event)
+            yield event
         await done.wait()
+
+
+async def invoke_events(runtime: Runtime, workspace: str, invocation: Invocation) -> AsyncIterator[bytes]:
+    """``POST .../invoke?stream=true``: run the invocation here and send its events as they are written.
+    The client going away stops the run (as it always did: a plain invoke is tied to its request); a
+    background run is not. A repeated Idempotency-Key gets only the first run's last event."""
+    outcome: list[Any] = []
+    async with aclosing(_run_here(runtime, workspace, invocation, outcome)) as run_events_here:
+        async for event in run_events_here:
+            yield sse(event)
     await runtime.flush_records(workspace)
     if not outcome:
         return
@@ -150,30 +162,11 @@ async def runtime_events(
 ) -> AsyncIterator[tuple[str, Any]]:
     """``Runtime.stream``: the run's events as ``(name, data)`` once kept, then ``("result", record)``
     or ``("error", (record, failure))``. A refusal before the run (``KeyRefused``, ``Busy``) is raised."""
-    events = EventLog(runtime.unsynced(workspace), invocation.run_id, runtime.config.runs.max_events)
     outcome: list[Any] = []
-    done = anyio.Event()
-
-    async def run() -> None:
-        try:
-            outcome.append(await runtime.invoke(workspace, invocation, events))
-        except (KeyRefused, Busy, StorageError, SnapshotError) as exc:
-            outcome.append(exc)
-        finally:
-            done.set()
-            runtime.notify(invocation.run_id)
-
-    async def ended() -> bool:
-        return done.is_set()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(run)
-        async for _, name, data in follow_run(
-            runtime, workspace, invocation.run_id, 0, ended, settle_rounds=0
-        ):
+    async with aclosing(_run_here(runtime, workspace, invocation, outcome)) as run_events_here:
+        async for _, name, data in run_events_here:
             if name not in TERMINAL:  # the last event comes from the record, below
                 yield name, data
-        await done.wait()
     result = outcome[0]
     if isinstance(result, BaseException):
         raise result
