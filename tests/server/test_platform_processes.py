@@ -60,7 +60,7 @@ class Servers:
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, port: int | None = None) -> str:
+    def start(self, port: int | None = None, *options: str) -> str:
         port = port or free_port()
         process = subprocess.Popen(
             [
@@ -70,6 +70,7 @@ class Servers:
                 "serve",
                 str(self.config),
                 *("--port", str(port)),
+                *options,
             ],
             env=self.env,
             stdout=subprocess.DEVNULL,
@@ -237,6 +238,25 @@ def test_a_client_that_drops_its_stream_and_reattaches_across_a_restart_sees_eve
     assert seen == read_events(url, run_id)  # what a client reading it whole gets now
     assert seen[-1]["data"]["status"] == "completed"
     assert [e["data"].get("attempt") for e in seen if e["event"] == "status"][1:] == [1, 2]
+
+
+def test_a_stopped_server_cancels_open_streams_after_its_graceful_timeout(tmp_path, servers):
+    # The model takes a minute; SIGTERM with --graceful-timeout 1 cuts the streamed turn instead of
+    # waiting for it, and the turn is not stored.
+    group = servers(write_platform_config(tmp_path, f"file:{tmp_path}/store"), ORCHESTRA_TEST_DELAY="60")
+    url = group.start(None, "--graceful-timeout", "1")
+    body = {"input": "a long one", "session_id": "long"}
+    invoke = f"{url}/api/v1/agents/slow/invoke?stream=true"
+    with httpx.stream("POST", invoke, json=body, headers=auth(), timeout=120) as response:
+        assert response.status_code == 200
+        wait_for(lambda: get(url, "/api/v1/runs?session_id=long")["runs"])  # the turn runs
+        process = group.processes.pop(url)
+        process.terminate()
+        process.wait(30)  # far less than the model's minute
+        process.stderr.close()  # type: ignore[union-attr]
+    url = group.start()
+    session = httpx.get(f"{url}/api/v1/agents/slow/sessions/long", headers=auth(), timeout=30)
+    assert session.status_code == 404 or session.json()["messages"] == [], session.text
 
 
 def test_interrupts_are_answered_from_a_second_process_after_a_restart(tmp_path, servers):

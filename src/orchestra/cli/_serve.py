@@ -41,6 +41,16 @@ def serve(
         ),
     ] = None,
     otlp_endpoint: OtlpOption = None,
+    graceful_timeout: Annotated[
+        int,
+        typer.Option(
+            "--graceful-timeout",
+            min=0,
+            metavar="SECONDS",
+            help="After SIGTERM, how long open requests and streams may take before they are cancelled "
+            "(a turn cut then stores nothing; background runs are left for another server).",
+        ),
+    ] = 20,
 ) -> None:
     """Host agents and pipelines over HTTP, with a dashboard at /.
 
@@ -68,6 +78,7 @@ def serve(
             log_level="warning",
             proxy_headers=forwarded_allow_ips is not None,
             forwarded_allow_ips=forwarded_allow_ips,
+            timeout_graceful_shutdown=graceful_timeout,
         )
     except SystemExit as exc:
         if exc.code in (None, 0):
