@@ -12,7 +12,6 @@ remote agent's spans join the caller's trace.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from orchestra._dist import install_hint
 from orchestra.errors import ConfigurationError
 from orchestra.models import ToolSpec
 from orchestra.tools._tool import ToolContext, ToolResultDict, check_tool_name, tool_result
+from orchestra.tools.delegate import ask_spec, asked, empty_request, tool_name_for
 
 __all__ = ["A2AClient", "A2AReply", "A2ATool", "a2a_tool"]
 
@@ -162,25 +162,12 @@ class A2ATool:
         self.client = client
         card: Any = client.card() if name is None or description is None else None
         remote = str(card.name) if card is not None else str(name)
-        self._name = check_tool_name(name or re.sub(r"[^a-zA-Z0-9_-]", "_", remote)[:64])
+        self._name = check_tool_name(name or tool_name_for(remote))
         self._remote_name = remote
         self._description = (
             description or (card.description if card else "") or f"Ask the remote agent {remote}."
         )
-        self._spec: ToolSpec = {
-            "name": self._name,
-            "description": self._description,
-            "inputSchema": {
-                "json": {
-                    "type": "object",
-                    "properties": {
-                        "input": {"type": "string", "description": "What to ask the remote agent, in full."}
-                    },
-                    "required": ["input"],
-                    "additionalProperties": False,
-                }
-            },
-        }
+        self._spec = ask_spec(self._name, self._description, "the remote agent")
         # Per calling agent: the A2A context it talks in, and a task of it that asks for input.
         self._contexts: dict[str, str] = {}
         self._asking: dict[str, str] = {}
@@ -198,9 +185,9 @@ class A2ATool:
 
     async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
         tool_use_id = tool_use["toolUseId"]
-        request = (tool_use.get("input") or {}).get("input")
-        if not isinstance(request, str) or not request.strip():
-            return tool_result(tool_use_id, f"Error: {self._name} needs a non-empty 'input' string", "error")
+        request = asked(tool_use)
+        if request is None:
+            return empty_request(tool_use_id, self._name)
         caller = context.agent.agent_id
         attributes = {
             "gen_ai.operation.name": "invoke_agent",

@@ -18,7 +18,38 @@ from typing import Any
 from orchestra.models import ToolSpec
 from orchestra.tools._tool import ToolContext, ToolResultDict, check_tool_name, tool_result
 
-__all__ = ["DelegateTool"]
+__all__ = ["DelegateTool"]  # the helpers below serve a2a.py too
+
+
+def tool_name_for(text: str) -> str:
+    """A valid tool name made from an agent's name (other characters become ``_``; at most 64)."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", text)[:64]
+
+
+def ask_spec(name: str, description: str, whom: str) -> ToolSpec:
+    """The spec of a tool that passes one request, ``{"input": "..."}``, to another agent (``whom``)."""
+    return {
+        "name": name,
+        "description": description,
+        "inputSchema": {
+            "json": {
+                "type": "object",
+                "properties": {"input": {"type": "string", "description": f"What to ask {whom}, in full."}},
+                "required": ["input"],
+                "additionalProperties": False,
+            }
+        },
+    }
+
+
+def asked(tool_use: dict[str, Any]) -> str | None:
+    """The request the model passed to such a tool, or None if it passed no text."""
+    request = (tool_use.get("input") or {}).get("input")
+    return request if isinstance(request, str) and request.strip() else None
+
+
+def empty_request(tool_use_id: str, name: str) -> ToolResultDict:
+    return tool_result(tool_use_id, f"Error: {name} needs a non-empty 'input' string", "error")
 
 
 class DelegateTool:
@@ -26,28 +57,14 @@ class DelegateTool:
 
     def __init__(self, target: Any, name: str | None = None, description: str | None = None) -> None:
         self.target = target
-        default = re.sub(r"[^a-zA-Z0-9_-]", "_", str(getattr(target, "name", None) or target.id))[:64]
-        self._name = check_tool_name(name or default)
+        self._name = check_tool_name(name or tool_name_for(str(getattr(target, "name", None) or target.id)))
         what = "agent" if _is_agent(target) else getattr(target, "kind", "pipeline")
         self._description = (
             description
             or getattr(target, "description", None)
             or f"Ask the {self._name} {what}: give it the whole request, it answers with text."
         )
-        self._spec: ToolSpec = {
-            "name": self._name,
-            "description": self._description,
-            "inputSchema": {
-                "json": {
-                    "type": "object",
-                    "properties": {
-                        "input": {"type": "string", "description": f"What to ask the {what}, in full."}
-                    },
-                    "required": ["input"],
-                    "additionalProperties": False,
-                }
-            },
-        }
+        self._spec = ask_spec(self._name, self._description, f"the {what}")
 
     @property
     def name(self) -> str:
@@ -62,9 +79,9 @@ class DelegateTool:
 
     async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
         tool_use_id = tool_use["toolUseId"]
-        request = (tool_use.get("input") or {}).get("input")
-        if not isinstance(request, str) or not request.strip():
-            return tool_result(tool_use_id, f"Error: {self._name} needs a non-empty 'input' string", "error")
+        request = asked(tool_use)
+        if request is None:
+            return empty_request(tool_use_id, self._name)
         orchestrator = context.orchestrator if _is_agent(self.target) else None
         saved_as = (
             orchestrator.attach_tool_agent(context.agent, self._name, self.target)
