@@ -43,6 +43,26 @@ SPEC = (
 )
 
 
+def start_run(address: str, queue: str, spec_id: str, session: str, root, task: str):
+    """Start ``spec_id`` on ``queue`` as run ``session`` (saved under ``root``); its workflow handle."""
+    from orchestra import temporal
+
+    async def start():
+        target = temporal.TemporalTarget(address, "default", queue)
+        client = await temporal.connect(target)
+        request = temporal.RunRequest(
+            spec_id=spec_id,
+            session_id=session,
+            storage=f"file:{root}",
+            task=task,
+            run_id=session,
+            heartbeat_seconds=2,
+        )
+        return await temporal.start_run(client, target, request)
+
+    return anyio.run(start)
+
+
 def completed(root, session):
     doc = anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", "kill-temporal")).load)
     if doc is None:
@@ -56,7 +76,6 @@ def completed(root, session):
 
 @pytest.mark.timeout(600)
 def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_path, monkeypatch):
-    from orchestra import temporal
 
     spec = tmp_path / "kill.yaml"
     spec.write_text(SPEC)
@@ -71,20 +90,7 @@ def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_pa
         workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
         session = f"k{round_number}"
 
-        async def start(queue=queue, session=session):
-            target = temporal.TemporalTarget(temporal_address, "default", queue)
-            client = await temporal.connect(target)
-            request = temporal.RunRequest(
-                spec_id="kill-temporal",
-                session_id=session,
-                storage=f"file:{root}",
-                task="go",
-                run_id=session,
-                heartbeat_seconds=2,
-            )
-            return await temporal.start_run(client, target, request)
-
-        handle = anyio.run(start)
+        handle = start_run(temporal_address, queue, "kill-temporal", session, root, "go")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (
             not calls.exists() or len(calls.read_text().split()) < 3 + rng.randint(0, 5)
@@ -126,7 +132,6 @@ def test_a_side_effecting_tool_runs_once_when_its_worker_is_killed(temporal_addr
     """An agent node's sends go through a service that counts effects by Idempotency-Key; one of two
     workers is SIGKILLed while the node runs. Temporal retries the activity on the other worker, which
     resumes the node's open turn from the blob its tools checkpointed: every effect happened once."""
-    from orchestra import temporal
     from tests.effects_service import EffectService
 
     spec = tmp_path / "effects.yaml"
@@ -143,20 +148,7 @@ def test_a_side_effecting_tool_runs_once_when_its_worker_is_killed(temporal_addr
             workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
             session = f"e{round_number}"
 
-            async def start(queue=queue, session=session):
-                target = temporal.TemporalTarget(temporal_address, "default", queue)
-                client = await temporal.connect(target)
-                request = temporal.RunRequest(
-                    spec_id="kill-effects",
-                    session_id=session,
-                    storage=f"file:{root}",
-                    task="send them",
-                    run_id=session,
-                    heartbeat_seconds=2,
-                )
-                return await temporal.start_run(client, target, request)
-
-            handle = anyio.run(start)
+            handle = start_run(temporal_address, queue, "kill-effects", session, root, "send them")
             wanted = 1 + rng.randint(0, 1)  # kill after one or two effects
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and sum(service.effects.values()) < wanted:
@@ -209,7 +201,6 @@ def completed_items(root, session):
 
 @pytest.mark.timeout(600)
 def test_a_killed_worker_in_a_fan_out_reruns_no_completed_item(temporal_address, tmp_path, monkeypatch):
-    from orchestra import temporal
 
     spec = tmp_path / "kill-map.yaml"
     spec.write_text(MAP_SPEC)
@@ -227,20 +218,7 @@ def test_a_killed_worker_in_a_fan_out_reruns_no_completed_item(temporal_address,
         workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
         session = f"m{round_number}"
 
-        async def start(queue=queue, session=session):
-            target = temporal.TemporalTarget(temporal_address, "default", queue)
-            client = await temporal.connect(target)
-            request = temporal.RunRequest(
-                spec_id="kill-map",
-                session_id=session,
-                storage=f"file:{root}",
-                task="go",
-                run_id=session,
-                heartbeat_seconds=2,
-            )
-            return await temporal.start_run(client, target, request)
-
-        handle = anyio.run(start)
+        handle = start_run(temporal_address, queue, "kill-map", session, root, "go")
         deadline = time.monotonic() + 60
         wanted = 3 + rng.randint(0, 6)
         while time.monotonic() < deadline and (
