@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from orchestra.testing import FaultyStorage
 from tests.server.conftest import auth
 
 RUNS = "/api/v1/agents/{}/runs"
@@ -243,6 +244,28 @@ def test_a_cancelled_agent_turn_is_rolled_back(platform, monkeypatch):
     assert (record["status"], record["stored"], record["stopped"]["by"]) == ("interrupted", False, "cancel")
     session = get(platform, "/api/v1/agents/slow/sessions/c2").json()
     assert session["messages"] == []  # the partial turn is gone
+
+
+def test_a_stop_that_cannot_read_the_session_says_so_and_frees_the_session(platform, monkeypatch):
+    # The cancel's rollback must read the session's journal; that read fails. The run must not claim
+    # "nothing stored", must not stay executing, and the session must take its next message.
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "5")
+    runtime = platform.app.state.runtime
+    runtime.root = storage = FaultyStorage(runtime.root)
+    run_id = post(platform, RUNS.format("slow"), {"input": "never mind", "session_id": "c3"}).json()["run_id"]
+    deadline = time.monotonic() + 20
+    while get(platform, f"/api/v1/runs/{run_id}").json()["status"] != "executing":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    storage.fail("list", "/journal/")
+    post(platform, f"/api/v1/runs/{run_id}/cancel")
+    record = wait_final(platform, run_id)
+    assert storage.injected  # the fault was met
+    assert (record["status"], record["stored"]) == ("interrupted", None)
+    assert "not known" in record["stopped"]["note"]
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0")
+    answer = post(platform, "/api/v1/agents/slow/invoke", {"input": "again", "session_id": "c3"})
+    assert answer.status_code == 200, answer.text
 
 
 def test_an_idempotent_start_is_one_run(platform):

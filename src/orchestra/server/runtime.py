@@ -536,7 +536,13 @@ class Runtime:
         self.stops.unregister(stop)  # from here on, the outcome is decided: a stop request is too late
         if isinstance(outcome, Stopped):
             storage = self.agent_storage(workspace, invocation.hosted.id)
-            outcome = await settle_stop(outcome, target, invocation, record, storage)
+            try:
+                outcome = await settle_stop(outcome, target, invocation, record, storage)
+            except (
+                OrchestraError
+            ) as exc:  # it read or changed the session half way: say so, never "not stored"
+                outcome.stored = None
+                outcome.note = f"what the stop left in the session is not known: {exc}"
         failure = finish(record, target, outcome, started)
         if _leaves_no_record(invocation, target, outcome):
             await self.forget(runs, record)

@@ -60,7 +60,7 @@ class Stopped:
     request: StopRequest
     partial: list[MessageDict] = field(default_factory=list)  # an agent's turn so far, when it stopped
     status: str = "interrupted"  # or rolled_back
-    stored: bool = False  # whether any of it is in the session
+    stored: bool | None = False  # whether any of it is in the session (None: not known)
     note: str | None = None
 
 
