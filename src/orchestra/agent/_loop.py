@@ -20,6 +20,7 @@ from orchestra.agent.result import (
     ToolResultEvent,
 )
 from orchestra.agent.structured import OutputTool, supports_tool_choice
+from orchestra.conversation.null import NullConversationManager
 from orchestra.errors import AgentError, ContextWindowOverflowError, MaxCyclesError
 from orchestra.history import EMPTY_REPLY, is_blank_text
 from orchestra.hooks import (
@@ -109,14 +110,17 @@ class Checkpoint:
         self._pending = agent._pending_tools.copy() if agent._pending_tools else None
         self._messages: list[MessageDict] | None = None
         self._manager_state: dict[str, Any] | None = None
+        self._dropped = 0  # how many dropped messages there were at a reshape
         self._closed = False
         self.kept_open = False
 
     def before_reshape(self) -> None:
         """Called before the conversation manager rewrites earlier messages."""
         if self._messages is None:
-            self._messages = self._agent.messages[: self._length]
-            self._manager_state = self._agent.conversation_manager.get_state()
+            agent = self._agent
+            self._messages = agent.messages[: self._length]
+            self._manager_state = agent.conversation_manager.get_state()
+            self._dropped = len(agent.dropped_messages) if agent.dropped_messages is not None else 0
 
     def close(self) -> None:
         """The invocation finished: nothing to roll back any more."""
@@ -142,6 +146,8 @@ class Checkpoint:
             agent.messages[:] = self._messages
             if self._manager_state is not None:
                 agent.conversation_manager.restore_state(self._manager_state)
+            if agent.dropped_messages is not None:
+                del agent.dropped_messages[self._dropped :]  # they are back in the history
         else:
             del agent.messages[self._length :]
         agent._pending_tools = self._pending
@@ -527,6 +533,10 @@ async def run_invocation(
                         continue
                     break
 
+            # The manager may cut the front of the history: a failure after this (the turn's save) must
+            # still put the history back as it was. (The null manager never does: no copy for it.)
+            if not isinstance(agent.conversation_manager, NullConversationManager):
+                checkpoint.before_reshape()
             await agent.conversation_manager.apply_management(agent)
             metrics.latency_ms = (time.perf_counter() - started) * 1000
             open_interrupts = (

@@ -126,6 +126,9 @@ class Agent:
         self.system_prompt = system_prompt
         self._model = resolve_model(model) if model is not None else None
         self.messages: list[MessageDict] = validate_messages(messages or [])
+        # What the conversation manager took out of the history, oldest first, when a session keeps it
+        # (SnapshotSessionManager(keep_dropped_messages=True) sets a list; None: nobody keeps them).
+        self.dropped_messages: list[MessageDict] | None = None
         owner = f"agent {self.name!r} state"
         if isinstance(state, JSONState):
             self.state = state

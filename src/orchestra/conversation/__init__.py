@@ -1,6 +1,6 @@
 """Conversation managers: keep an agent's history within the model's context window."""
 
-from orchestra.conversation._base import ConversationManager
+from orchestra.conversation._base import ConversationManager, note_dropped
 from orchestra.conversation.null import NullConversationManager
 from orchestra.conversation.sliding_window import SlidingWindowConversationManager
 from orchestra.conversation.summarizing import SummarizingConversationManager
@@ -10,4 +10,5 @@ __all__ = [
     "NullConversationManager",
     "SlidingWindowConversationManager",
     "SummarizingConversationManager",
+    "note_dropped",
 ]

@@ -38,6 +38,12 @@ class ConversationManager(Protocol):
         ...
 
 
+def note_dropped(agent: Agent, messages: Sequence[MessageDict]) -> None:
+    """A manager is taking ``messages`` out of ``agent``'s history: keep them where a session wants them."""
+    if agent.dropped_messages is not None:
+        agent.dropped_messages.extend(messages)
+
+
 def is_clean_start(messages: Sequence[MessageDict], index: int) -> bool:
     """Whether the history may start at ``index``: a user message that answers no earlier tool call.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestra._logging import get_logger
-from orchestra.conversation._base import is_clean_start
+from orchestra.conversation._base import is_clean_start, note_dropped
 from orchestra.errors import ContextWindowOverflowError
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ class SlidingWindowConversationManager:
                 hint="the newest turn alone is longer than the window; raise window_size",
             )
         if cut:
+            note_dropped(agent, messages[:cut])
             del messages[:cut]
             self.removed_message_count += cut
 
@@ -76,6 +77,7 @@ class SlidingWindowConversationManager:
                 f"agent {agent.name!r}: cannot reduce the context any further: no message after the first "
                 f"{count} starts a clean turn ({len(messages)} messages in the history)"
             ) from error
+        note_dropped(agent, messages[:cut])
         del messages[:cut]
         self.removed_message_count += cut
 

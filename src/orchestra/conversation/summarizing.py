@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestra.conversation._base import note_dropped
 from orchestra.errors import ContextWindowOverflowError
 from orchestra.messages import MessageDict, user_message
 from orchestra.models import Model, complete_text, resolve_model
@@ -68,7 +69,9 @@ class SummarizingConversationManager:
         )
         self.summary_message = user_message(SUMMARY_PREFIX + summary)
         # A previous summary sits at index 0 and is folded into the new one, so count it out.
-        removed = split - (1 if messages and messages[0] is self._previous_summary(messages) else 0)
+        previous = self._previous_summary(messages) if messages else None
+        removed = split - (1 if previous is not None else 0)
+        note_dropped(agent, [m for m in messages[:split] if m is not previous])  # a summary is not a turn
         messages[:split] = [self.summary_message]
         self.removed_message_count += removed
 

@@ -115,32 +115,6 @@ class _AgentBinding:
         self.journal = journal
         self.state_version = -1
         self.lock = anyio.Lock()  # one save at a time: a turn's tools may checkpoint it concurrently
-        self.dropped: list[Any] = []  # DROPPED_MESSAGES as last saved or loaded
-        self.restored = False  # the history was put back to a snapshot: nothing left it by management
-
-
-def _position(items: list[Any], item: Any) -> int | None:
-    """Where ``item`` is in ``items``: the same object, else an equal one (the rare case of a history
-    replaced by copies), else None."""
-    found = next((i for i, x in enumerate(items) if x is item), None)
-    return found if found is not None else next((i for i, x in enumerate(items) if x == item), None)
-
-
-def dropped_since(saved: list[Any], dropped: list[Any], now: list[Any]) -> list[Any]:
-    """``dropped`` after the history went from ``saved`` (as last saved) to ``now``: a conversation manager
-    takes messages from the front (a summary may take their place), so what left the front is appended;
-    a turn rolled back after a save may put some back, and those leave ``dropped`` again."""
-    if now and dropped:
-        back = _position(dropped, now[0])
-        if back is not None:
-            return dropped[:back]
-    if not saved or (now and now[0] is saved[0]):
-        return dropped
-    for item in now:
-        kept = _position(saved, item)
-        if kept is not None:
-            return [*dropped, *saved[:kept]]
-    return [*dropped, *saved]  # the whole history was replaced: every saved message left the front
 
 
 class SnapshotSessionManager:
@@ -262,7 +236,8 @@ class SnapshotSessionManager:
                 agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
             except SnapshotError as exc:
                 raise SnapshotError(f"{journal.layout.describe()}: {exc}") from None
-            binding.dropped = list(doc.logs.get(DROPPED_MESSAGES, []))
+        if self.keep_dropped_messages:  # the conversation manager notes what it cuts (Agent.dropped_messages)
+            agent.dropped_messages = list(doc.logs.get(DROPPED_MESSAGES, [])) if doc is not None else []
         binding.state_version = agent.state.version
         self._agents[agent] = binding
 
@@ -297,14 +272,11 @@ class SnapshotSessionManager:
         if agent.state.version != binding.state_version:
             fields["state"] = data.state
         logs: dict[str, list[Any]] = {"messages": data.messages}
-        dropped = binding.dropped
-        if self.keep_dropped_messages and not binding.restored:
-            dropped = dropped_since(binding.journal.log("messages"), binding.dropped, data.messages)
-            logs[DROPPED_MESSAGES] = dropped
+        if agent.dropped_messages is not None and self.keep_dropped_messages:
+            logs[DROPPED_MESSAGES] = list(agent.dropped_messages)
         binding.journal.run_id = self.run_id
         saved = await binding.journal.save(fields, logs)
         binding.state_version = agent.state.version
-        binding.dropped, binding.restored = dropped, False
         return saved
 
     async def _on_turn_checkpoint(self, event: TurnCheckpoint) -> None:
@@ -385,8 +357,8 @@ class SnapshotSessionManager:
             validate_id(snapshot_id, "snapshot_id")
             doc, _ = await journal.read_checkpoint(snapshot_id)
         agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
-        binding = self._binding(agent)
-        binding.dropped, binding.restored = list(doc.logs.get(DROPPED_MESSAGES, [])), True
+        if self.keep_dropped_messages:
+            agent.dropped_messages = list(doc.logs.get(DROPPED_MESSAGES, []))
 
     # -- orchestrator time travel ---------------------------------------------------------------------
 
