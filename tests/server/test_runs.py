@@ -3,6 +3,7 @@ real uvicorn server in this process (the multi-process proofs are in test_platfo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -266,6 +267,31 @@ def test_a_stop_that_cannot_read_the_session_says_so_and_frees_the_session(platf
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0")
     answer = post(platform, "/api/v1/agents/slow/invoke", {"input": "again", "session_id": "c3"})
     assert answer.status_code == 200, answer.text
+
+
+def test_two_resumes_at_once_start_one_run(platform, monkeypatch):
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "5")
+    run_id = post(platform, RUNS.format("slow"), {"input": "once only", "session_id": "r2"}).json()["run_id"]
+    deadline = time.monotonic() + 20
+    while get(platform, f"/api/v1/runs/{run_id}").json()["status"] != "executing":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    post(platform, f"/api/v1/runs/{run_id}/cancel")
+    wait_final(platform, run_id)
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.2")
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=platform.url, headers=auth(), timeout=30) as http:
+            return list(await asyncio.gather(*(http.post(f"/api/v1/runs/{run_id}/resume") for _ in range(2))))
+
+    answers = asyncio.run(both())
+    assert sorted(a.status_code for a in answers) == [202, 409], [a.text for a in answers]
+    started = next(a for a in answers if a.status_code == 202).json()["run_id"]
+    assert wait_final(platform, started)["status"] == "completed"
+    assert get(platform, f"/api/v1/runs/{run_id}").json()["resumed_by"] == started
+    session = get(platform, "/api/v1/agents/slow/sessions/r2").json()
+    texts = [b["text"] for m in session["messages"] for b in m["content"] if "text" in b]
+    assert texts.count("once only") == 1
 
 
 def test_an_idempotent_start_is_one_run(platform):

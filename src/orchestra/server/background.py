@@ -137,14 +137,30 @@ async def resume_run(runtime: Runtime, workspace: str, record: RunRecord, hosted
     # An agent's turn that stopped with part of it stored (kept open after a side-effecting tool) is
     # finished from the session, not sent again (a pipeline's saved nodes are resumed by its task).
     invocation.resume = record.kind == "agent" and (record.stored is True or record.resume)
-    new = await start_background(runtime, workspace, invocation)
-    found = await runtime.runs(workspace).read_versioned(run_id)
-    if found is not None:
-        old, version = found
-        old.resumed_by = new.run_id
-        with contextlib.suppress(OrchestraError):  # informative only: the new run stands
-            await runtime.runs(workspace).replace(old, version)
-    return new
+    # The old record names its resumption before it starts, by compare-and-swap: of two resumes at once
+    # (a client's retry, two users) one starts a run, the other is refused; never two runs of one turn.
+    runs = runtime.runs(workspace)
+    await runtime.flush_records(workspace)  # a plain run's final record may still wait to be written
+    found = await runs.read_versioned(run_id)
+    if found is None:
+        raise NotResumable(f"run {run_id} has no stored record to resume from yet: try again")
+    old, version = found
+    if old.resumed_by is not None:
+        raise NotResumable(f"run {run_id} was resumed already, by run {old.resumed_by}")
+    old.resumed_by = invocation.run_id
+    try:
+        claimed = await runs.replace(old, version)
+    except StorageConflictError:
+        raise NotResumable(
+            f"run {run_id} changed while this resumed it (resumed by another request?)"
+        ) from None
+    try:
+        return await start_background(runtime, workspace, invocation)
+    except BaseException:
+        with anyio.CancelScope(shield=True), contextlib.suppress(OrchestraError):
+            old.resumed_by = None  # nothing started: the run can be resumed again
+            await runs.replace(old, claimed)
+        raise
 
 
 def _log(runtime: Runtime, workspace: str, run_id: str) -> EventLog:
