@@ -3,7 +3,7 @@
 import anyio
 import pytest
 
-from orchestra import Agent, load
+from orchestra import Agent, load, tool
 from orchestra.errors import GraphError
 from orchestra.multiagent import Graph, Map, MapItemEvent, RetryPolicy
 from orchestra.multiagent.events import AfterNodeCall
@@ -232,3 +232,29 @@ edges:
     assert len(result.results["each"].output) == 4
     assert result.results["read"].output == ["from a function"] * 12
     assert result.results["nested"].output == ["x done"] * 12
+
+
+def test_a_map_item_agent_with_side_effecting_tools_is_refused_before_anything_runs():
+    # A retried or resumed item starts its turn over (it keeps no open turn): its effects could run twice.
+    sent: list[str] = []
+
+    @tool(effects=True)
+    def send(to: str) -> str:
+        """Send a message.
+
+        Args:
+            to: who to send it to.
+        """
+        sent.append(to)
+        return "sent"
+
+    def mailer() -> Agent:
+        return Agent(name="mailer", model=FunctionModel(lambda messages, specs: "ok"), tools=[send])
+
+    with pytest.raises(GraphError, match=r"side-effecting tools \(send\)"):
+        Map(mailer())
+    graph = Graph({"split": lambda: ["x", "y"], "each": Map(factory=mailer)}, [("split", "each")])
+    result = graph("go")
+    assert result.status.value == "failed"
+    assert "side-effecting tools (send)" in str(result.results["each"].error)
+    assert sent == []

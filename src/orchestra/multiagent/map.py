@@ -91,6 +91,8 @@ class Map:
             raise GraphError(
                 f"Map: agent {node.name!r} has its own session manager; the graph persists items"
             )
+        if isinstance(node, Agent):
+            refuse_side_effects(node)
         if join != "all" and not callable(join) and not (isinstance(join, int) and join >= 1):
             raise GraphError(f"Map: join is 'all', a number of items (1 or more) or a function, not {join!r}")
         if max_concurrency is not None and max_concurrency < 1:
@@ -156,6 +158,8 @@ class Map:
             built = self.factory()
             if not isinstance(built, Agent | Orchestrator) and not callable(built):
                 raise GraphError(f"Map: the factory built {built!r}, which cannot run an item")
+            if isinstance(built, Agent):
+                refuse_side_effects(built)
             return built
         if isinstance(self.node, Agent):
             return copy_agent(self.node)
@@ -177,6 +181,18 @@ def _by_index(item: MapItem) -> int:
 
 def _never_runs(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("a stand-in map of a scheduling skeleton was asked to run an item")
+
+
+def refuse_side_effects(agent: Agent) -> None:
+    """A map item's agent keeps no open turn between attempts (a graph's agent node does): a retried or
+    resumed item starts its turn over, so a side-effecting tool could run twice. Refused up front."""
+    effects = sorted(tool.name for tool in agent.tool_registry if getattr(tool, "effects", False))
+    if effects:
+        raise GraphError(
+            f"Map: agent {agent.name!r} has side-effecting tools ({', '.join(effects)}); a retried or resumed "
+            "map item starts its turn over and could run them twice. Give them to an agent node of the graph "
+            "instead"
+        )
 
 
 def copy_agent(agent: Agent) -> Agent:
