@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestra import Agent, load
+from orchestra import Agent, load, tool
 from orchestra.errors import (
     ConfigurationError,
     ModelError,
@@ -226,3 +226,41 @@ def test_a_yaml_retry_on_that_names_nothing_is_a_positioned_error(tmp_path):
         match=r"p.yaml:7:\d+: nodes\[0\].retry.retry_on: retry_on: unknown error kind 'throttled'",
     ):
         load(tmp_path / "p.yaml")
+
+
+@pytest.mark.parametrize("orchestrator", ["graph", "graph with a session", "swarm"])
+def test_a_retried_node_resumes_its_turn_and_runs_a_side_effect_once(orchestrator):
+    # The model is throttled after the payment ran: the retry resumes the node's open turn (the recorded
+    # result stands) instead of starting over and paying again.
+    paid: list[int] = []
+    calls: list[int] = []
+
+    @tool(effects=True)
+    def pay(amount: int) -> str:
+        """Pay.
+
+        Args:
+            amount: how much.
+        """
+        paid.append(amount)
+        return "paid"
+
+    def reply(messages, tool_specs):
+        calls.append(len(messages))
+        if len(calls) == 2:
+            raise ModelThrottledError("429 after the payment")
+        if "toolResult" in messages[-1]["content"][0]:
+            return "done"
+        return ToolCall("pay", {"amount": 5}, tool_use_id=f"call_{len(calls)}")
+
+    agent = Agent(name="payer", model=FunctionModel(reply), tools=[pay])
+    if orchestrator == "swarm":
+        result = Swarm([agent], retry=RetryPolicy(**FAST))("go")
+    else:
+        session = (
+            SnapshotSessionManager("s", storage=InMemoryStorage()) if "session" in orchestrator else None
+        )
+        result = Graph([agent], retry=RetryPolicy(**FAST), session_manager=session)("go")
+    assert result.status.value == "completed"
+    assert paid == [5]
+    assert not history_problems(agent.messages)
