@@ -229,7 +229,6 @@ async def drive(runtime: Runtime, workspace: str, run_id: str) -> None:
         return
     if final.session_id is not None:
         await runtime.release(workspace, final.agent_id, final.session_id, run_id)
-    await runtime.stops.clear(runtime.storage(workspace), run_id)
     await _deliver(runtime, workspace, final, webhooks)
 
 

@@ -18,7 +18,14 @@ from orchestra.agent._loop import PendingTools
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
 
-__all__ = ["ResponsesRefused", "answered_ids", "check_responses", "open_interrupts", "response_blocks"]
+__all__ = [
+    "ResponsesRefused",
+    "all_open",
+    "answered_ids",
+    "check_responses",
+    "open_interrupts",
+    "response_blocks",
+]
 
 
 class ResponsesRefused(Exception):
@@ -92,6 +99,13 @@ def answered_ids(target: Agent | MultiAgentBase) -> set[str]:
     if target.status != Status.INTERRUPTED:
         return set()
     return set(target.run.get("answers") or {})
+
+
+def all_open(target: Agent | MultiAgentBase, responses: dict[str, Any]) -> bool:
+    """Whether every answer is to an interrupt the session has open now (the usual case: nothing to check
+    against earlier runs)."""
+    open_ids = {i["id"] for i in open_interrupts(target)}
+    return all(interrupt_id in open_ids for interrupt_id in responses)
 
 
 def check_responses(

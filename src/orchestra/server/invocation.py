@@ -72,14 +72,6 @@ class Invocation:
     def answers(self, value: dict[str, Any] | None) -> None:
         self.responses = value or None
 
-    def prompt(self) -> Any:
-        """What the agent or pipeline is invoked with: the interrupt answers, or the task."""
-        if self.responses:
-            return [
-                {"interruptResponse": {"interruptId": k, "response": v}} for k, v in self.responses.items()
-            ]
-        return self.task
-
     @property
     def fresh(self) -> bool:
         """A pipeline message sent with interrupt or rollback starts a new run, never resumes one."""

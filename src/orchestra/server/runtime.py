@@ -39,7 +39,7 @@ from orchestra.multiagent.events import BeforeMultiAgentInvocation
 from orchestra.server.config import ServerConfig
 from orchestra.server.events import EventLog
 from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
-from orchestra.server.interrupts import ResponsesRefused, check_responses
+from orchestra.server.interrupts import ResponsesRefused, all_open, check_responses
 from orchestra.server.invocation import Invocation, input_text
 from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure, NothingToResume
@@ -439,15 +439,9 @@ class Runtime:
     ) -> tuple[RunRecord, Failure | None]:
         """A plain request whose session is busy and whose policy lets it wait: its run is queued like a
         background one (any server may start it), and the request answers when it ends."""
-        from orchestra.server.background import drive, queue_run  # built on this module
+        from orchestra.server.background import start_background  # built on this module
 
-        invocation.background = True
-        record = await queue_run(self, workspace, invocation)
-        if record.status == "executing":  # the session was free after all: it starts here, now
-            if self.launch is not None:
-                self.launch(workspace, record.run_id)
-            else:
-                await drive(self, workspace, record.run_id)
+        record = await start_background(self, workspace, invocation)
         final = await self.wait_final(workspace, record.run_id)
         return final, recorded_failure(final)
 
@@ -504,7 +498,8 @@ class Runtime:
                 replay = await already_done(self, workspace, invocation, record)
                 if replay is not None:
                     return replay
-                if invocation.responses is not None:
+                if invocation.responses is not None and not all_open(target, invocation.responses):
+                    # Only a refusal needs the earlier runs: were these answered already, and by which?
                     earlier = await self._answered_earlier(workspace, invocation)
                     check_responses(target, invocation.responses, earlier)
                 task = self._task(invocation, target)

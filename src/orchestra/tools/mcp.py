@@ -328,22 +328,19 @@ class MCPClient:
         ``progress(progress, total, message)``, if given, is called (from the connection's thread) for
         each progress notification of the call.
         """
-        portal, session = self._connected()
 
         async def on_progress(done: float, total: float | None, message: str | None) -> None:
             progress(done, total, message)
 
-        async def call() -> Any:
-            with anyio.fail_after(self.timeout):
-                return await session.call_tool(
-                    name,
-                    arguments,
-                    read_timeout_seconds=self.timeout,
-                    meta=meta,
-                    progress_callback=on_progress if progress is not None else None,
-                )
-
-        return await anyio.to_thread.run_sync(portal.call, call)
+        return await self._on_connection(
+            lambda session: session.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds=self.timeout,
+                meta=meta,
+                progress_callback=on_progress if progress is not None else None,
+            )
+        )
 
     def _connected(self) -> tuple[anyio.from_thread.BlockingPortal, Any]:
         if self._portal is None or self._session is None:
