@@ -68,6 +68,28 @@ async def test_a_session_deleted_by_another_process_is_noticed_before_anything_i
     assert texts(record) == ["again"]  # a new session, whole: not a journal with a hole in it
 
 
+async def test_a_session_deleted_and_written_again_by_another_process_is_not_written_over(
+    tmp_path, monkeypatch
+):
+    import orchestra.server.runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "CACHED_RECHECK_S", 0.0)  # every kept turn reads its last record back
+    first, other = runtime_on(tmp_path), runtime_on(tmp_path)
+    await first.invoke("acme", turn(first, "one"))
+    await first.invoke("acme", turn(first, "two"))
+    from orchestra.session._layout import session_prefix
+
+    await other.agent_storage("acme", "chat").delete_prefix(session_prefix("s1"))
+    await other.invoke("acme", turn(other, "x"))  # a new session, up to the same record number
+    await other.invoke("acme", turn(other, "y"))
+    record, failure = await first.invoke("acme", turn(first, "three"))
+    assert failure is not None
+    assert failure.code == "session_conflict"  # its kept agent belongs to the deleted session
+    record, failure = await other.invoke("acme", turn(other, "z"))
+    assert failure is None
+    assert texts(record) == ["x", "y", "z"]  # the new session, whole and alone
+
+
 @pytest.mark.parametrize(
     ("limits", "kept"), [("limits: {cached_sessions: 2}", 2), ("limits: {cached_sessions: 0}", 0)]
 )

@@ -630,13 +630,21 @@ class Journal:
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the
         append itself fail; if newer records were written and folded, its own record went with them."""
-        if self.seq >= 0 and await self.storage.read(self.layout.record(self.seq)) is None:
+        if self.seq < 0:
+            return
+        key = self.layout.record(self.seq)
+        found = await self.storage.read(key)
+        if found is None:
             raise SessionConflictError(
                 f"{self.layout.describe()}: this writer's last journal record ({self.seq}) is gone: another "
                 "writer saved this scope and its records were folded away, or the session was deleted or "
                 "pruned while this writer was idle. Nothing was written; create the agent or orchestrator "
                 "again to continue from the stored state"
             )
+        stored_t = decode_model(Record, found[0], key).t
+        if self._last_t is not None and stored_t is not None and stored_t != self._last_t:
+            # The session was deleted and written again up to the same record number meanwhile.
+            raise self._conflict(f"journal record {self.seq} is not the one this writer last read or wrote")
         self._synced_at = time.monotonic()
 
     def _should_compact(self) -> bool:
