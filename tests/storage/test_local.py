@@ -10,6 +10,7 @@ import pytest
 
 from orchestra.errors import StorageConflictError, StorageSecurityError
 from orchestra.storage import ABSENT, LocalFileStorage, storage_from_uri
+from orchestra.storage._uri import parse_storage_uri
 
 
 async def test_files_are_0600_and_folders_0700(tmp_path):
@@ -172,3 +173,8 @@ def test_storage_uris(tmp_path):
     assert storage_from_uri("memory") is not storage_from_uri("memory")
     with pytest.raises(ValueError, match="unknown storage URI"):
         storage_from_uri("ftp://host/x")
+    # Windows paths are folders too: a drive letter is not a scheme, a backslash is a separator.
+    assert parse_storage_uri("C:\\data\\sessions") == ("file", {"root": "C:\\data\\sessions"})
+    assert parse_storage_uri(".\\data") == ("file", {"root": ".\\data"})
+    with pytest.raises(ValueError, match="did you mean memory"):
+        parse_storage_uri("memroy")

@@ -59,7 +59,8 @@ def parse_storage_uri(uri: str) -> tuple[str, dict[str, str]]:
     for scheme in ("file://", "file:"):
         if uri.startswith(scheme):
             return "file", {"root": uri[len(scheme) :] or "."}
-    if "://" in uri or not uri or _SCHEME.match(uri) or "/" not in uri:
+    # A bare word ("memroy") is a typo more often than a folder; a path has a separator (Windows' too).
+    if "://" in uri or not uri or _SCHEME.match(uri) or not ("/" in uri or "\\" in uri):
         raise ConfigurationError(f"unknown storage URI {uri!r}: {_nearest(uri)}use {_FORMS}")
     return "file", {"root": uri}
 
@@ -74,7 +75,7 @@ def _nearest(uri: str) -> str:
     word = re.split(r"[:/]", uri, maxsplit=1)[0].lower()
     close = difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
-    if uri and "/" not in uri and ":" not in uri:
+    if uri and not ("/" in uri or "\\" in uri) and ":" not in uri:
         hint += f"for a folder named {uri!r} write file:{uri}; "
     return hint
 
