@@ -627,6 +627,11 @@ class Journal:
             limits.append(self.recheck_after)
         return min(limits, default=float("inf"))
 
+    @property
+    def stored_bytes(self) -> int:
+        """About how many bytes the scope holds: its latest snapshot and the records since."""
+        return self._latest_bytes + self._since_bytes
+
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the
         append itself fail; if newer records were written and folded, its own record went with them."""

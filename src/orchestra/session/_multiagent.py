@@ -17,6 +17,7 @@ from orchestra.multiagent.results import Status
 from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document
 from orchestra.session._journal import Journal
+from orchestra.session._layout import ScopeKind
 from orchestra.session._uuid7 import uuid7
 
 __all__ = ["MultiAgentSaveLatestOn", "MultiAgentSnapshots", "OrchestratorPersistence", "SessionSettings"]
@@ -37,7 +38,7 @@ class SessionSettings(Protocol):
     multi_agent_snapshots: MultiAgentSnapshots
     keep_snapshots: int | None
 
-    def journal(self, kind: Literal["agent", "multiAgent"], scope_id: str) -> Journal: ...
+    def journal(self, kind: ScopeKind, scope_id: str) -> Journal: ...
 
 
 class OrchestratorPersistence:

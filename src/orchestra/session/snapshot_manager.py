@@ -412,8 +412,7 @@ class SnapshotSessionManager:
     def stored_bytes(self, agent: Agent) -> int:
         """About how many bytes the agent's stored session holds (its snapshot and the records since):
         what ``orchestra serve`` weighs a cached agent by."""
-        journal = self._binding(agent).journal
-        return journal._latest_bytes + journal._since_bytes
+        return self._binding(agent).journal.stored_bytes
 
     async def delete_session(self) -> int:
         """Remove every key of this session (all agents and orchestrators in it); returns how many."""
