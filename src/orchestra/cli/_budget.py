@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -83,13 +83,7 @@ class BudgetFlags:
             raise ConfigurationError("budgets are for graphs and swarms: a single agent has no run to cap")
         budget = target.budget or Budget()
         prices = {**budget.prices, **_read_prices(self.prices)} if self.prices else budget.prices
-        target.budget = Budget(
-            tokens=budget.tokens,
-            cost_usd=budget.cost_usd,
-            model_calls=budget.model_calls,
-            wall_seconds=budget.wall_seconds,
-            prices=prices,
-        ).with_limits(
+        target.budget = replace(budget, prices=prices).with_limits(
             tokens=self.tokens,
             cost_usd=self.cost_usd,
             model_calls=self.model_calls,
