@@ -97,3 +97,18 @@ async def test_after_events_run_in_reverse_registration_order():
 def test_registry_rejects_non_events():
     with pytest.raises(TypeError, match="HookEvent subclasses"):
         HookRegistry().add_callback(dict, print)  # type: ignore[arg-type]
+
+
+def test_after_tool_call_sees_what_a_function_tool_raised():
+    @tool
+    def broken() -> str:
+        """Always fails."""
+        raise ValueError("no such account")
+
+    recorder = EventRecorder(AfterToolCall)
+    agent = Agent(model=ScriptedModel([ToolCall("broken", {}), "sorry"]), tools=[broken], hooks=[recorder])
+    agent("go")
+    after = recorder.of_type(AfterToolCall)[0]
+    assert after.result["status"] == "error"  # the model still gets an error result
+    assert isinstance(after.exception, ValueError)
+    assert str(after.exception) == "no such account"

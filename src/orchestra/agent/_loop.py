@@ -257,8 +257,10 @@ async def _run_tool(
                 exception = exc
                 result = tool_result(tool_use_id, f"Error: {type(exc).__name__}: {exc}", "error")
             caught = context._error
+    # A function tool turns what it raised into an error result itself (``caught``): hooks see it too.
+    exception = exception or caught
     after = await hooks.invoke(AfterToolCall(agent, tool_use, invocation_state, result, exception))
-    return after.result, exception or caught
+    return after.result, exception
 
 
 async def _run_tools(
