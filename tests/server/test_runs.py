@@ -294,6 +294,20 @@ def test_two_resumes_at_once_start_one_run(platform, monkeypatch):
     assert texts.count("once only") == 1
 
 
+def test_a_stream_whose_storage_is_down_ends_with_the_error_a_request_would_get(platform):
+    accepted = post(platform, RUNS.format("chat"), {"input": "hi", "session_id": "down"}).json()
+    wait_final(platform, accepted["run_id"])
+    runtime = platform.app.state.runtime
+    runtime._unsynced_root = storage = FaultyStorage(runtime._unsynced_root)  # where events are kept
+    storage.fail("list", "events/")
+    kept = events(platform, accepted["run_id"])
+    assert storage.injected
+    assert kept[-1][1] == "error"
+    assert kept[-1][2]["error"]["code"] == "storage_unavailable"
+    assert kept[-1][2]["error"]["retry_after"] == 1  # as a plain request's 503 says
+    assert kept[-1][2]["run_id"] == accepted["run_id"]
+
+
 def test_an_idempotent_start_is_one_run(platform):
     body = {"input": "once", "session_id": "k"}
     first = post(platform, RUNS.format("chat"), body, headers={"Idempotency-Key": "bg-1"})

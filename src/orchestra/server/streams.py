@@ -90,11 +90,7 @@ async def run_events(runtime: Runtime, workspace: str, run_id: str, after: int) 
         if record is not None:
             yield sse((None, *terminal_event(record, recorded_failure(record))))
     except (StorageError, SnapshotError) as exc:
-        failure = failure_of(exc, run_id)
-        log.error("storage_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
-        yield sse(
-            (None, "error", {"error": {"code": failure.code, "message": failure.message}, "run_id": run_id})
-        )
+        yield sse(_storage_failed(exc, run_id))
 
 
 async def _run_here(
@@ -143,18 +139,26 @@ async def invoke_events(runtime: Runtime, workspace: str, invocation: Invocation
             yield sse((None, *terminal_event(record, failure)))
         return
     if isinstance(result, KeyRefused | Busy):
-        detail: dict[str, Any] = {"code": result.code, "message": result.message}
         retry = getattr(result, "retry_after", None) or (1 if isinstance(result, Busy) else None)
-        if retry:
-            detail["retry_after"] = retry
-        yield sse((None, "error", {"error": detail, "run_id": None}))
+        yield sse(_error_event(result.code, result.message, None, retry))
         return
-    failure = failure_of(result, invocation.run_id)
-    log.error("storage_failed", run_id=invocation.run_id, error=f"{type(result).__name__}: {result}")
-    detail = {"code": failure.code, "message": failure.message}
-    if failure.retry_after is not None:
-        detail["retry_after"] = failure.retry_after
-    yield sse((None, "error", {"error": detail, "run_id": invocation.run_id}))
+    yield sse(_storage_failed(result, invocation.run_id))
+
+
+def _error_event(
+    code: str, message: str, run_id: str | None, retry_after: float | None = None
+) -> tuple[None, str, Any]:
+    """A stream's last event when the run could not be had: the error a plain request would get."""
+    detail: dict[str, Any] = {"code": code, "message": message}
+    if retry_after:
+        detail["retry_after"] = retry_after
+    return (None, "error", {"error": detail, "run_id": run_id})
+
+
+def _storage_failed(exc: Exception, run_id: str) -> tuple[None, str, Any]:
+    failure = failure_of(exc, run_id)
+    log.error("storage_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+    return _error_event(failure.code, failure.message, run_id, failure.retry_after)
 
 
 async def runtime_events(
