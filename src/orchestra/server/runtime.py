@@ -371,14 +371,8 @@ class Runtime:
             return await self.execute(workspace, invocation, log)
         finally:
             with anyio.CancelScope(shield=True):
-                try:
-                    head = await slots.end_plain(agent_id, session_id, plain)
-                except StorageError as exc:  # it had been promoted: hand the session on later
-                    log_release_failure(session_id, invocation.run_id, exc)
-                    self._unreleased.add((workspace, agent_id, session_id, invocation.run_id))
-                    head = None
-                if head is not None:
-                    self.start(workspace, head.run_id)
+                if await slots.end_plain(agent_id, session_id, plain):
+                    await self.release(workspace, agent_id, session_id, invocation.run_id)
 
     async def _plain_in_line(
         self, workspace: str, invocation: Invocation

@@ -225,16 +225,15 @@ class SessionSlots:
         while len(self._contended) > _CACHED:
             self._contended.popitem(last=False)
 
-    async def end_plain(self, agent_id: str, session_id: str, plain: PlainRun) -> Holder | None:
-        """The plain run ended: if it was promoted, hand the session on (``release``)."""
+    async def end_plain(self, agent_id: str, session_id: str, plain: PlainRun) -> bool:
+        """The plain run ended; whether it was promoted (then the caller hands the session on with
+        ``release``, as any run of the document does)."""
         async with plain.lock:
             plain.ended = True
         if self.plain.get((agent_id, session_id)) is plain:
             del self.plain[(agent_id, session_id)]
         self._drop(agent_id, session_id, plain.run_id)
-        if plain.promoted:
-            return await self.release(agent_id, session_id, plain.run_id)
-        return None
+        return plain.promoted
 
     @staticmethod
     def key(agent_id: str, session_id: str) -> str:
