@@ -12,7 +12,6 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from orchestra.errors import BudgetExceededError
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent import map as maps
 from orchestra.multiagent._map_run import run_map
@@ -20,7 +19,6 @@ from orchestra.multiagent._schedule import ConditionError, GraphSchedule
 from orchestra.multiagent.events import AfterNodeCall, BeforeNodeCall, NodeStartEvent, NodeStopEvent
 from orchestra.multiagent.nodes import Emit, NodeInput
 from orchestra.multiagent.results import GraphResult, NodeResult, Status
-from orchestra.multiagent.retry import DEFAULT_RETRY, run_with_retries
 
 __all__ = ["GraphRun"]
 
@@ -155,37 +153,15 @@ class GraphRun:
                 )
             result.execution_count = node_input.execution_count
             return result
-        policy = node.retry or DEFAULT_RETRY
-        done = graph._attempts(node_id)
-
-        async def attempt(number: int) -> NodeResult:
-            node_input.attempt = number
-            if graph.node_timeout is None:
-                return await node.execute(node_input, graph, self.emit, self.responses)
-            with anyio.fail_after(graph.node_timeout):
-                return await node.execute(node_input, graph, self.emit, self.responses)
-
-        async def failed(number: int, error: BaseException, wait: float) -> None:
-            graph._record_attempt(node_id, number, self._describe(node_id, error), wait)
-            await graph._save_progress(node_id)
-
-        try:
-            result = await run_with_retries(policy, len(done) + 1, attempt, failed)
-        except BudgetExceededError as exc:
-            result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, error=str(exc))
-        except Exception as exc:
-            error = self._describe(node_id, exc)
-            tried = node_input.attempt
-            if tried > 1:
-                error = f"{error} (attempt {tried} of {policy.max_attempts})"
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+        result = await graph._node_attempts(
+            node_id,
+            node_input,
+            lambda: node.execute(node_input, graph, self.emit, self.responses),
+            graph.node_timeout,
+            f"node {node_id!r}",
+        )
         result.execution_count = node_input.execution_count
         return result
-
-    def _describe(self, node_id: str, error: BaseException) -> str:
-        if isinstance(error, TimeoutError):
-            return f"node_timeout ({self.graph.node_timeout:g}s) exceeded by node {node_id!r}"
-        return f"{type(error).__name__}: {error}"
 
     async def _settle(self, result: NodeResult) -> None:
         graph = self.graph

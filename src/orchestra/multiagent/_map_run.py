@@ -19,7 +19,7 @@ from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.events import MapItemEvent
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import NodeResult, Status
-from orchestra.multiagent.retry import DEFAULT_RETRY, run_with_retries
+from orchestra.multiagent.retry import DEFAULT_RETRY, attempt_note, describe_failure, run_with_retries
 
 if TYPE_CHECKING:
     from orchestra.multiagent.map import Map
@@ -226,7 +226,8 @@ class _MapRun:
         )
 
         async def failed(attempt: int, error: BaseException, wait: float) -> None:
-            attempts.append({"attempt": attempt, "error": _describe(error), "retry_in": round(wait, 3)})
+            described = _describe(error, self.timeout, f"item {index} of {self.node_id!r}")
+            attempts.append({"attempt": attempt, "error": described, "retry_in": round(wait, 3)})
             maps.record_item(doc, key, index, {"status": "retrying", "attempts": list(attempts)})
             await doc._save_progress(self.node_id)
 
@@ -241,10 +242,10 @@ class _MapRun:
         except BudgetExceededError as exc:
             return {"status": "stopped", "error": str(exc)}
         except Exception as exc:
-            failure: dict[str, Any] = {"status": "failed", "error": _describe(exc), "attempts": attempts}
-            if attempts:
-                failure["error"] += f" (attempt {len(attempts) + 1} of {self.policy.max_attempts})"
-            return failure
+            error = _describe(exc, self.timeout, f"item {index} of {self.node_id!r}") + attempt_note(
+                len(attempts) + 1, self.policy
+            )
+            return {"status": "failed", "error": error, "attempts": attempts}
         return item_record(result, (time.perf_counter() - started) * 1000, attempts)
 
     async def _attempt(
@@ -298,12 +299,10 @@ class _NestedFailure(Exception):
     """A nested map or graph item failed; its error is already described."""
 
 
-def _describe(error: BaseException) -> str:
+def _describe(error: BaseException, node_timeout: float | None, what: str) -> str:
     if isinstance(error, _NestedFailure):
         return str(error)
-    if isinstance(error, TimeoutError):
-        return "TimeoutError: node_timeout exceeded by the item"
-    return f"{type(error).__name__}: {error}"
+    return describe_failure(error, node_timeout, what)
 
 
 def _stopping(outcome: _Outcome) -> bool:

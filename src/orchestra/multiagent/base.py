@@ -12,7 +12,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Self
 
 import anyio
@@ -41,9 +41,15 @@ from orchestra.multiagent.events import (
     MultiAgentResultEvent,
     MultiAgentStreamEvent,
 )
-from orchestra.multiagent.nodes import Emit, Node
+from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
-from orchestra.multiagent.retry import RetryPolicy
+from orchestra.multiagent.retry import (
+    DEFAULT_RETRY,
+    RetryPolicy,
+    attempt_note,
+    describe_failure,
+    run_with_retries,
+)
 
 __all__ = ["MultiAgentBase", "configure_nodes"]
 
@@ -168,6 +174,37 @@ class MultiAgentBase(RunDocument):
             if self._started_at is not None:
                 self._update_run(execution_time_ms=self._elapsed_ms())
             await self.hooks.invoke(event)
+
+    async def _node_attempts(
+        self,
+        node_id: str,
+        node_input: NodeInput,
+        call: Callable[[], Awaitable[NodeResult]],
+        node_timeout: float | None,
+        what: str,
+    ) -> NodeResult:
+        """Run a node by its retry policy: each failed attempt recorded and saved before its wait; a
+        final failure a FAILED result, a budget reached an INTERRUPTED one (the reason in ``error``)."""
+        policy = self.nodes[node_id].retry or DEFAULT_RETRY
+
+        async def attempt(number: int) -> NodeResult:
+            node_input.attempt = number
+            if node_timeout is None:  # no cancel scope on the common path
+                return await call()
+            with anyio.fail_after(node_timeout):
+                return await call()
+
+        async def failed(number: int, error: BaseException, wait: float) -> None:
+            self._record_attempt(node_id, number, describe_failure(error, node_timeout, what), wait)
+            await self._save_progress(node_id)
+
+        try:
+            return await run_with_retries(policy, len(self._attempts(node_id)) + 1, attempt, failed)
+        except BudgetExceededError as exc:
+            return NodeResult(node_id=node_id, status=Status.INTERRUPTED, error=str(exc))
+        except Exception as exc:
+            error = describe_failure(exc, node_timeout, what) + attempt_note(node_input.attempt, policy)
+            return NodeResult(node_id=node_id, status=Status.FAILED, error=error)
 
     async def _save_progress(self, node_id: str, result: NodeResult | None = None) -> None:
         """Save in the middle of a node (``AfterNodeCall`` with ``partial=True``): a map item finished,

@@ -40,7 +40,14 @@ from orchestra.errors import (
     ModelUnavailableError,
 )
 
-__all__ = ["DEFAULT_RETRY", "NEVER_RETRIED", "RetryPolicy", "run_with_retries"]
+__all__ = [
+    "DEFAULT_RETRY",
+    "NEVER_RETRIED",
+    "RetryPolicy",
+    "attempt_note",
+    "describe_failure",
+    "run_with_retries",
+]
 
 T = TypeVar("T")
 
@@ -198,3 +205,17 @@ async def run_with_retries(
             await failed(attempt, error, wait)
             await anyio.sleep(wait)
             attempt += 1
+
+
+def describe_failure(error: BaseException, timeout: float | None, what: str) -> str:
+    """How a failed attempt of ``what`` (``node 'a'``, ``agent 'b'``, ``item 3``) is recorded and
+    reported, the same on every backend."""
+    if isinstance(error, TimeoutError):
+        limit = f" ({timeout:g}s)" if timeout is not None else ""
+        return f"node_timeout{limit} exceeded by {what}"
+    return f"{type(error).__name__}: {error}"
+
+
+def attempt_note(attempt: int, policy: RetryPolicy) -> str:
+    """What a final failure adds when it was not the first attempt."""
+    return f" (attempt {attempt} of {policy.max_attempts})" if attempt > 1 else ""

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import anyio
 
 from orchestra.agent import Agent
-from orchestra.errors import BudgetExceededError, GraphError
+from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent.base import MultiAgentBase, configure_nodes
@@ -44,7 +44,7 @@ from orchestra.multiagent.events import (
 from orchestra.multiagent.migrations import Migration
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json, output_text
-from orchestra.multiagent.retry import DEFAULT_RETRY, RetryPolicy, run_with_retries
+from orchestra.multiagent.retry import RetryPolicy
 from orchestra.tools import FunctionTool, ToolContext
 
 __all__ = ["HANDOFF_TOOL", "Swarm"]
@@ -421,32 +421,12 @@ class Swarm(MultiAgentBase):
         """An agent's turn with its retry policy: a failure becomes a FAILED result, a budget reached an
         INTERRUPTED one without interrupts (the reason in ``error``)."""
         node = self.nodes[node_id]
-        policy = node.retry or DEFAULT_RETRY
 
-        async def attempt(number: int) -> NodeResult:
-            node_input.attempt = number
-            self._pending_handoff = None
-            with anyio.fail_after(self.node_timeout):
-                return await node.execute(node_input, self, emit, responses)
+        async def call() -> NodeResult:
+            self._pending_handoff = None  # a failed attempt's handoff does not stand
+            return await node.execute(node_input, self, emit, responses)
 
-        async def failed(number: int, error: BaseException, wait: float) -> None:
-            self._record_attempt(node_id, number, self._describe(node_id, error), wait)
-            await self._save_progress(node_id)
-
-        try:
-            return await run_with_retries(policy, len(self._attempts(node_id)) + 1, attempt, failed)
-        except BudgetExceededError as exc:
-            return NodeResult(node_id=node_id, status=Status.INTERRUPTED, error=str(exc))
-        except Exception as exc:
-            error = self._describe(node_id, exc)
-            if node_input.attempt > 1:
-                error = f"{error} (attempt {node_input.attempt} of {policy.max_attempts})"
-            return NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-
-    def _describe(self, node_id: str, error: BaseException) -> str:
-        if isinstance(error, TimeoutError):
-            return f"node_timeout ({self.node_timeout:g}s) exceeded by agent {node_id!r}"
-        return f"{type(error).__name__}: {error}"
+        return await self._node_attempts(node_id, node_input, call, self.node_timeout, f"agent {node_id!r}")
 
     # -- decisions (no I/O: shared by every execution backend) ----------------------------------------
 

@@ -36,6 +36,7 @@ from orchestra.multiagent import DEFAULT_RETRY, Graph, MultiAgentBase, NodeInput
 from orchestra.multiagent import map as maps
 from orchestra.multiagent._map_run import finish_result, item_record, run_item_attempt
 from orchestra.multiagent._schedule import ConditionError
+from orchestra.multiagent.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._document import Document, decode_messages
 from orchestra.session._journal import Journal
@@ -139,6 +140,13 @@ def _merged_state(stored: dict[str, Any] | None, blob: dict[str, Any]) -> dict[s
 
 
 _RunKey = tuple[str, str, str]  # storage URI, session id, scope id
+
+
+def _what(orchestrator: MultiAgentBase, request: NodeRequest) -> str:
+    """What ran, in the words failures use (``node 'a'``, ``agent 'b'``, ``item 2 of 'm'``)."""
+    if request.map_phase == "item":
+        return f"item {request.map_item} of {request.node_id!r}"
+    return f"{'agent' if isinstance(orchestrator, Swarm) else 'node'} {request.node_id!r}"
 
 
 class _RunReader:
@@ -373,9 +381,11 @@ class PipelineActivities:
                 lambda: node.execute(node_input, orchestrator, None, request.responses), orchestrator, request
             )
         if error is not None:
-            await self._retry(storage, node, request, attempts, attempts_key, error, node_input.attempt)
-            if attempts:
-                result.error = f"{result.error} (attempt {node_input.attempt} of {(node.retry or DEFAULT_RETRY).max_attempts})"
+            described = result.error or f"{type(error).__name__}: {error}"  # as _run described it
+            await self._retry(
+                storage, node, request, attempts, attempts_key, error, described, node_input.attempt
+            )
+            result.error = f"{result.error}{attempt_note(node_input.attempt, node.retry or DEFAULT_RETRY)}"
         fired: dict[str, bool] = {}
         join_done = False
         if request.map_phase == "item":
@@ -436,6 +446,7 @@ class PipelineActivities:
         attempts: list[dict[str, Any]],
         attempts_key: str,
         error: BaseException,
+        described: str,
         attempt: int,
     ) -> None:
         """The node's retry policy, on Temporal's activity retries: a failed attempt the policy retries
@@ -444,11 +455,6 @@ class PipelineActivities:
         policy = node.retry or DEFAULT_RETRY
         if attempt >= policy.max_attempts or not policy.retries(error):
             return
-        described = (
-            f"{type(error).__name__}: {error}"
-            if not isinstance(error, TimeoutError)
-            else "node_timeout exceeded"
-        )
         attempts.append(
             {
                 "execution": request.execution_count,
@@ -515,10 +521,7 @@ class PipelineActivities:
                 with anyio.fail_after(None if request.map_phase == "item" else timeout):
                     result: NodeResult = await call()
             except TimeoutError as exc:
-                what = "agent" if isinstance(orchestrator, Swarm) else "node"
-                message = f"node_timeout ({timeout:g}s) exceeded by {what} {request.node_id!r}"
-                if request.map_phase == "item":
-                    message = f"node_timeout ({timeout:g}s) exceeded by item {request.map_item} of {request.node_id!r}"
+                message = describe_failure(exc, timeout, _what(orchestrator, request))
                 result, error = NodeResult(node_id=request.node_id, status=Status.FAILED, error=message), exc
             except BudgetExceededError as exc:  # a budget of a nested run: the node stops, resumable
                 result = NodeResult(node_id=request.node_id, status=Status.INTERRUPTED, error=str(exc))
