@@ -23,6 +23,7 @@ from strands.session.s3_session_manager import S3SessionManager as StrandsS3
 
 from orchestra import Agent, ScriptedModel, ToolCall, tool
 from orchestra.history import history_problems
+from orchestra.hooks import TurnCheckpoint
 from orchestra.session import FileSessionManager, S3SessionManager
 from tests.interop.strands_stub import ScriptedStrandsModel
 from tests.models.provider_rules import bedrock_problems
@@ -214,8 +215,22 @@ def test_an_open_turn_orchestra_left_loads_in_strands_and_resumes_in_orchestra(w
             agent_id="helper",
             session_manager=orchestra_manager(where, session_id),
         )
-        with anyio.move_on_after(0.3):
-            await agent.invoke_async("add 1 and 2")
+        saved = anyio.Event()
+        checkpoints = 0
+
+        async def after_checkpoint(event: TurnCheckpoint) -> None:
+            nonlocal checkpoints
+            checkpoints += 1
+            if checkpoints == 2:  # add's result is saved (the session manager's callback ran first)
+                saved.set()
+
+        agent.hooks.add_callback(TurnCheckpoint, after_checkpoint)
+        # The process "dies" once add's result is durable and slow is still running: waiting for the
+        # checkpoint, not for a fixed time, so a loaded machine cannot cut the turn before add ran.
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(agent.invoke_async, "add 1 and 2")
+            await saved.wait()
+            tasks.cancel_scope.cancel()
         return agent.messages
 
     left = anyio.run(die_mid_turn, "open-strands")
