@@ -131,3 +131,41 @@ def test_a_background_run_killed_inside_a_tool_is_finished_by_the_server_that_ta
     )
     assert resume.status_code == 409, resume.text
     assert resume.json()["error"]["code"] == "nothing_to_resume"
+
+
+def invoke(url: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/api/v1/agents/transfer/invoke", json=body, headers=auth(), timeout=30)
+
+
+def test_a_new_message_after_a_kill_inside_a_tool_finishes_that_turn_then_runs(tmp_path, servers):  # noqa: F811
+    setup = Setup(tmp_path, servers)
+    setup.killed_inside_the_tool("/api/v1/agents/transfer/invoke", {"input": "transfer 3", "session_id": "n"})
+    url = setup.group.start()
+    answer = invoke(url, {"input": "hello", "session_id": "n"})
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["output"], answer.json()["resumed"]) == ("echo: hello", True)
+    expected = ["transfer 3", None, None, "done: transfer 3", "hello", "echo: hello"]
+    assert texts(session(url, "n")) == expected
+    assert len(setup.transfers()) == 1
+    after = invoke(url, {"input": "more", "session_id": "n"})  # the session loads and goes on
+    assert (after.status_code, after.json()["output"]) == (200, "echo: more"), after.text
+
+
+def test_a_new_message_whose_killed_turn_asks_a_human_runs_once_it_is_answered(tmp_path, servers):  # noqa: F811
+    setup = Setup(tmp_path, servers)
+    setup.killed_inside_the_tool("/api/v1/agents/transfer/invoke", {"input": "ask 4", "session_id": "q"})
+    url = setup.group.start()
+    asked = invoke(url, {"input": "hello", "session_id": "q"})
+    assert asked.status_code == 200, asked.text
+    assert (asked.json()["status"], asked.json()["resumed"]) == ("interrupted", True)
+    (question,) = asked.json()["interrupts"]
+    assert (question["name"], question["tool"]) == ("outcome_unknown", "transfer_asking")
+    answered = invoke(
+        url,
+        {"responses": [{"interrupt_id": question["id"], "response": "it went through"}], "session_id": "q"},
+    )
+    assert answered.status_code == 200, answered.text
+    assert (answered.json()["status"], answered.json()["output"]) == ("completed", "echo: hello")
+    expected = ["ask 4", None, None, "done: ask 4", "hello", "echo: hello"]
+    assert texts(session(url, "q")) == expected
+    assert len(setup.transfers()) == 1  # the answer is the tool's result: not run again
