@@ -37,6 +37,7 @@ from orchestra.storage import LocalFileStorage
 from orchestra.testing import Fault, FaultyStorage, FunctionModel, ScriptedModel
 from tests.agent.test_exactly_once_tools import KillAt, effect_tools, planner
 from tests.effects_service import EffectService
+from tests.server.conftest import KEYS
 
 STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
 # 200 schedules in all by default: agents 80, graphs 60, the server 60.
@@ -292,3 +293,78 @@ def test_a_new_prompt_after_a_killed_turn(schedule: list[tuple[int, bool]], plan
         )
         assert all(count == 1 for count in service.effects.values()), dict(service.effects)
         assert sorted(service.effects) == sent, "an effect ran without its turn, or a turn's effect did not"
+
+
+HOSTED_TURNS = 2
+
+
+def key_retry_worker(root: str, out: str, die_in_tool: bool, index: int, at: int, after: bool) -> None:
+    """One server process (the app in process, over ASGI) and its client: each turn is sent with its
+    Idempotency-Key and repeated while the answer says to, until 200; killed at its ``at``-th write, or
+    inside the side-effecting tool (the first process, when ``die_in_tool``)."""
+    from pathlib import Path
+
+    from orchestra.server import create_app, load_config
+
+    os.environ["ORCHESTRA_TEST_LEDGER"] = os.path.join(root, "ledger.txt")
+    os.environ["ORCHESTRA_TEST_DIE"] = os.path.join(root, "die")
+    if die_in_tool and index == 0:
+        Path(root, "die").write_text("")
+    elif Path(root, "die").exists():
+        Path(root, "die").unlink()
+
+    async def main() -> None:
+        app = create_app(load_config(Path(root) / "platform.yaml"))
+        runtime = app.state.runtime
+        runtime.root = KillAt(runtime.root, at, after)
+        headers = {"Authorization": f"Bearer {KEYS['acme']}"}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=headers) as http:
+            for turn in range(HOSTED_TURNS):
+                for _ in range(200):
+                    answer = await http.post(
+                        "/api/v1/agents/transfer/invoke",
+                        json={"input": f"transfer {turn}", "session_id": "s"},
+                        headers={"Idempotency-Key": f"key-{turn}"},
+                    )
+                    if answer.status_code == 200:
+                        break
+                    assert answer.status_code in (409, 503), answer.text  # retryable, as the client does
+                    await anyio.sleep(0.02)
+                with open(out, "a") as told:  # noqa: ASYNC230
+                    told.write(json.dumps([turn, answer.status_code, answer.json()]) + "\n")
+
+    anyio.run(main)
+
+
+@settings(max_examples=max(8, KILL_EXAMPLES // 2), **SETTINGS)  # a server process costs 0.5 s
+@given(kills, st.booleans())
+def test_a_key_retry_after_a_kill_inside_a_tool(schedule: list[tuple[int, bool]], die_in_tool: bool) -> None:
+    """A server process dies at a write, or inside a side-effecting tool; the next one gets the turn
+    repeated with its Idempotency-Key (issue 35 item 9). Every 200 is the turn's real answer (never a
+    ``completed`` the turn did not give), the session ends with each turn once and closed, and each
+    transfer was carried out once (one key each)."""
+    from pathlib import Path
+
+    from orchestra.server import create_app, load_config
+    from tests.server.test_open_turns import transfer_config
+
+    root = tempfile.mkdtemp()
+    config = transfer_config(Path(root))
+    config.write_text(config.read_text() + "runs: {server_gone_after_s: 0.05}\n")
+    out = os.path.join(root, "told.jsonl")
+    create_app(load_config(config))  # its imports (the protocol doors) are done once, not in every fork
+    run_processes(key_retry_worker, (root, out, die_in_tool), schedule)
+    with open(out) as lines:
+        for line in lines:
+            turn, status, body = json.loads(line)
+            assert status == 200, body
+            assert (body["status"], body["output"]) == ("completed", f"done: transfer {turn}"), body
+    sessions = LocalFileStorage(os.path.join(root, "store", "ws", "acme", "agents", "transfer"))
+    doc = anyio.run(Journal(sessions, ScopeLayout("s", "agent", "default")).load)
+    assert doc is not None
+    texts = [next((b["text"] for b in m["content"] if "text" in b), None) for m in doc.logs["messages"]]
+    expected = [[f"transfer {t}", None, None, f"done: transfer {t}"] for t in range(HOSTED_TURNS)]
+    assert texts == [text for turn in expected for text in turn]
+    ledger = Path(root, "ledger.txt").read_text().split("\n") if Path(root, "ledger.txt").exists() else []
+    assert len({line.split()[0] for line in ledger if line}) == HOSTED_TURNS
