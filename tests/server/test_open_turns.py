@@ -141,9 +141,18 @@ def test_a_new_message_after_a_kill_inside_a_tool_finishes_that_turn_then_runs(t
     setup = Setup(tmp_path, servers)
     setup.killed_inside_the_tool("/api/v1/agents/transfer/invoke", {"input": "transfer 3", "session_id": "n"})
     url = setup.group.start()
+    (killed,) = httpx.get(f"{url}/api/v1/runs?session_id=n", headers=auth(), timeout=30).json()["runs"]
+    # Its server gone, the killed run reads what it is: its turn left open, not completed.
+    left = final_record(url, killed["run_id"])
+    assert (left["status"], left["needs_resume"], left["stored"]) == ("interrupted", True, True), left
     answer = invoke(url, {"input": "hello", "session_id": "n"})
     assert answer.status_code == 200, answer.text
     assert (answer.json()["output"], answer.json()["resumed"]) == ("echo: hello", True)
+    # The run that finished its turn is named: nothing offers to resume it again.
+    left = httpx.get(f"{url}/api/v1/runs/{killed['run_id']}", headers=auth(), timeout=30).json()
+    assert left["resumed_by"] == answer.json()["run_id"]
+    again = httpx.post(f"{url}/api/v1/runs/{killed['run_id']}/resume", headers=auth(), timeout=30)
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "not_resumable")
     expected = ["transfer 3", None, None, "done: transfer 3", "hello", "echo: hello"]
     assert texts(session(url, "n")) == expected
     assert len(setup.transfers()) == 1

@@ -52,7 +52,7 @@ from orchestra.server.outcomes import Failure, NothingToResume
 from orchestra.server.repeats import already_done, claim
 from orchestra.server.runs import RunRecord, RunStore
 from orchestra.server.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
-from orchestra.server.settle import settle_from_session
+from orchestra.server.settle import close_resumed, settle_from_session
 from orchestra.server.signals import Stop, Stops
 from orchestra.server.slots import Busy, Holder, SessionSlots
 from orchestra.server.turns import (
@@ -543,8 +543,8 @@ class Runtime:
             await self.forget(runs, record)
         elif not invocation.background:
             runs.save_later(record)
-        if invocation.responses:
-            await self._close_asking(runs, record)
+        if invocation.responses or record.resumed:
+            await self._close_earlier(runs, record)
         self._keep(workspace, invocation, target, outcome)
         return record, failure
 
@@ -582,11 +582,13 @@ class Runtime:
         self.sessions.give_back(cache_key(workspace, hosted.id, invocation.session_id), target)
 
     @staticmethod
-    async def _close_asking(runs: RunStore, record: RunRecord) -> None:
-        """The runs whose interrupts this one answered are closed (``interrupts.py``); a failure is
-        logged, never raised (the turn is stored): a read of such a run closes it later."""
+    async def _close_earlier(runs: RunStore, record: RunRecord) -> None:
+        """The runs whose interrupts this one answered, or whose open turn it finished, are closed
+        (``interrupts.py``, ``settle.py``); a failure is logged, never raised (the turn is stored): a read
+        of a run left waiting closes it later."""
         try:
             await close_asking(runs, record)
+            await close_resumed(runs, record)
         except (OrchestraError, OSError) as exc:
             log.warning("answered_runs_not_closed", run_id=record.run_id, error=str(exc))
 

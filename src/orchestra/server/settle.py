@@ -38,10 +38,10 @@ from orchestra.spec import build
 
 if TYPE_CHECKING:
     from orchestra.server.config import ServerConfig
-    from orchestra.server.runs import RunRecord
+    from orchestra.server.runs import RunRecord, RunStore
     from orchestra.storage import Storage
 
-__all__ = ["settle_from_session"]
+__all__ = ["close_resumed", "settle_from_session"]
 
 _FINAL = ("completed", "interrupted")
 
@@ -141,6 +141,18 @@ def _finished_later(at: Any, current: Any, opened: int) -> str | None:
         if message["role"] == "assistant" and not any("toolUse" in b for b in message["content"]):
             return "".join(b["text"] for b in message["content"] if "text" in b)
     return None
+
+
+async def close_resumed(runs: RunStore, resuming: RunRecord) -> None:
+    """A run of the session settled with its turn left open (``needs_resume``) names the run that
+    finished that turn (``resumed_by``), so that nothing offers to resume it again."""
+    if not resuming.resumed or resuming.stored is not True or resuming.kind != "agent":
+        return
+    for record in await runs.list([resuming.agent_id], resuming.session_id, limit=20):
+        left_open = record.needs_resume and record.stored and record.resumed_by is None
+        if left_open and record.run_id < resuming.run_id:
+            record.resumed_by = resuming.run_id
+            await runs.save(record)
 
 
 def _failed(record: RunRecord, error: str, *, stored: bool | None) -> RunRecord:
