@@ -276,6 +276,28 @@ async def test_on_unknown_interrupt_can_be_answered_with_a_retry_under_the_same_
     assert runs == [5]
 
 
+async def test_a_new_prompt_waits_for_the_answer_the_open_turn_asks_and_runs_after_it() -> None:
+    """Issue 35 item 10: the open turn stops for a human, the new prompt is kept with the turn's ledger
+    (in the session) and runs, in the invocation that answers, right after the turn is finished."""
+    storage, runs = InMemoryStorage(), []
+    await leave_started_payment(storage)
+    asked = await crashed_agent("interrupt", storage, runs).invoke_async("and a receipt please")
+    assert asked.resumed
+    (question,) = asked.interrupts
+    later = crashed_agent("interrupt", storage, runs)  # another process answers
+    assert [m["content"][0].get("text") for m in later.messages] == ["buy it", None]
+    answer = [{"interruptResponse": {"interruptId": question.id, "response": "it went through"}}]
+    done = await later.invoke_async(answer)
+    assert done.resumed
+    assert done.text == "next"  # the reply to the new prompt, after the open turn's
+    texts = [m["content"][0].get("text") for m in later.messages]
+    assert texts == ["buy it", None, None, "after the payment", "and a receipt please", "next"]
+    assert later._pending_tools is None
+    assert runs == []
+    reloaded = crashed_agent("interrupt", storage, runs)
+    assert reloaded.messages == later.messages
+
+
 async def test_on_unknown_retry_runs_it_again_and_error_tells_the_model() -> None:
     storage, runs = InMemoryStorage(), []
     await leave_started_payment(storage)
@@ -344,3 +366,68 @@ async def test_a_recorded_result_is_reused_and_the_key_is_stable_across_processe
         session_manager=SnapshotSessionManager("s", storage=InMemoryStorage()),
     )
     assert again.effect_scope == first.effect_scope  # same session and scope: same keys for the same call ids
+
+
+# -- a new prompt after a turn killed inside its side-effecting tool (issue 35 item 8) ------------------
+
+
+def killed_inside_the_tool(root: str, url: str) -> None:
+    """A process whose turn dies inside its side-effecting tool, once the effect is done."""
+
+    @tool(effects=True, context=True, on_unknown="retry")
+    def send(intent: str, tool_context: ToolContext) -> str:
+        """Carry out an intent, then the process dies before the tool returns."""
+        httpx.post(url, json={"intent": intent}, headers={"Idempotency-Key": tool_context.idempotency_key})
+        os.kill(os.getpid(), signal.SIGKILL)
+        return "never"
+
+    async def main() -> None:
+        agent = await Agent.create(
+            model=ScriptedModel([[ToolCall("send", {"intent": "first"}, tool_use_id="call-1")]]),
+            tools=[send],
+            session_manager=SnapshotSessionManager("s", storage=LocalFileStorage(root, durable=False)),
+        )
+        await agent.invoke_async("first")
+
+    anyio.run(main)
+
+
+def test_a_new_prompt_after_a_turn_killed_inside_a_tool_finishes_that_turn_first(
+    service: EffectService, tmp_path: Any
+) -> None:
+    service.reset()
+    process = multiprocessing.get_context("fork").Process(
+        target=killed_inside_the_tool, args=(str(tmp_path), service.url)
+    )
+    process.start()
+    process.join(60)
+    assert process.exitcode == -signal.SIGKILL
+    seen: list[list[dict[str, Any]]] = []
+
+    def model(messages: list[dict[str, Any]], specs: Any) -> str:
+        seen.append(list(messages))
+        return "first is done" if len(seen) == 1 else "and another"
+
+    agent = Agent(
+        model=FunctionModel(model),
+        tools=effect_tools(service.url),
+        session_manager=SnapshotSessionManager("s", storage=LocalFileStorage(str(tmp_path))),
+    )
+    assert agent.open_turn() == 0
+    result = agent("another")
+    assert result.resumed
+    assert result.text == "and another"
+    # The model was asked to finish the open turn with its tool's result, before it saw the new prompt.
+    assert seen[0][-1]["content"][0]["toolResult"]["toolUseId"] == "call-1"
+    assert seen[1][-1] == {"role": "user", "content": [{"text": "another"}]}
+    assert dict(service.effects) == {"first": 1}
+    reloaded = Agent(
+        model=ScriptedModel([]),
+        tools=effect_tools(service.url),
+        session_manager=SnapshotSessionManager("s", storage=LocalFileStorage(str(tmp_path))),
+    )
+    assert reloaded.messages == agent.messages
+    texts = [m["content"][0].get("text") for m in reloaded.messages]
+    assert texts == ["first", None, None, "first is done", "another", "and another"]
+    assert reloaded.open_turn() is None
+    check_history(reloaded.messages, effect_tools(service.url))

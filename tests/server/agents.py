@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import anyio
@@ -69,3 +70,52 @@ async def confirm() -> str:
     """Confirm the payment (takes ``ORCHESTRA_TEST_HANG`` seconds)."""
     await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_HANG", "0")))
     return "confirmed"
+
+
+def _transfer(amount: int, tool_context: ToolContext) -> str:
+    """Record the transfer under its idempotency key in ``ORCHESTRA_TEST_LEDGER`` (a service that honours
+    the key counts the keys), then die with the process if the file ``ORCHESTRA_TEST_DIE`` exists (it is
+    removed first: one kill)."""
+    with open(os.environ["ORCHESTRA_TEST_LEDGER"], "a") as ledger:
+        ledger.write(f"{tool_context.idempotency_key} {amount}\n")
+    die = os.environ.get("ORCHESTRA_TEST_DIE")
+    if die and os.path.exists(die):
+        os.remove(die)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"transferred {amount}"
+
+
+@tool(effects=True, context=True, on_unknown="retry")
+def transfer(amount: int, tool_context: ToolContext) -> str:
+    """Transfer ``amount`` (run again with its key when its outcome is unknown).
+
+    Args:
+        amount: what to transfer.
+    """
+    return _transfer(amount, tool_context)
+
+
+@tool(effects=True, context=True)
+def transfer_asking(amount: int, tool_context: ToolContext) -> str:
+    """Transfer ``amount`` (a human is asked when its outcome is unknown).
+
+    Args:
+        amount: what to transfer.
+    """
+    return _transfer(amount, tool_context)
+
+
+def transferring(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> Any:
+    """A prompt ``transfer N`` (or ``ask N``: with ``transfer_asking``) calls the tool once; its result
+    is answered ``done: <prompt>``; any other prompt is echoed."""
+    from orchestra.testing import ToolCall
+
+    prompt_at = max(i for i, m in enumerate(messages) if m["role"] == "user" and "text" in m["content"][0])
+    prompt = messages[prompt_at]["content"][0]["text"]
+    if prompt_at < len(messages) - 1:
+        return f"done: {prompt}"
+    verb, _, amount = prompt.partition(" ")
+    if verb in ("transfer", "ask"):
+        name = "transfer" if verb == "transfer" else "transfer_asking"
+        return ToolCall(name, {"amount": int(amount)}, tool_use_id=f"call-{prompt_at}")
+    return f"echo: {prompt}"

@@ -53,6 +53,24 @@ def test_show_exits_3_for_a_run_waiting_for_a_human(platform):
     assert shown.exit_code == 3
     assert f"waiting: {run['interrupts'][0]['id']} approval (tool approve_payment)" in shown.output
 
+    # Answered (issue 35 item 5): the run that asked waits no more, and says which run went on.
+    answer = {"interrupt_id": run["interrupts"][0]["id"], "response": "yes"}
+    answered = httpx.post(
+        f"{platform.url}/api/v1/agents/payer/invoke",
+        json={"responses": [answer], "session_id": "h"},
+        headers=auth(),
+        timeout=30,
+    ).json()
+    shown = cli(platform, "show", run["run_id"])
+    assert shown.exit_code == 0, shown.output
+    assert "status: answered" in shown.output
+    assert "waiting:" not in shown.output
+    listed = json.loads(cli(platform, "list", "--session", "h", "--json").output)
+    assert {r["run_id"]: (r["status"], r["resumed_by"]) for r in listed} == {
+        run["run_id"]: ("answered", answered["run_id"]),
+        answered["run_id"]: ("completed", None),
+    }
+
 
 def test_cancel_waits_for_the_run_to_stop(platform, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "5")

@@ -159,6 +159,12 @@ def test_open_interrupts_are_shown_and_answered_in_the_browser(platform, browser
     page.click("#tab-conversation")
     assert "Payment handled." in page.inner_text("#conversation")
     assert "paid 5" in page.inner_text("#conversation")
+    # The run that asked is closed (issue 35 item 5): no Answer form any more, and a link to the answer.
+    answering = page.url.split("?")[0].rsplit("/", 1)[-1]
+    page.goto(f"{platform.url}/runs/{run['run_id']}")
+    assert page.inner_text(".badge.status") == "answered"
+    assert page.locator("#interrupts").count() == 0
+    assert page.locator(f"#controls a[href='/runs/{answering}']").count() == 1
 
 
 def test_a_run_is_cancelled_and_resumed_in_the_browser(platform, browser, monkeypatch):

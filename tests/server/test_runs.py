@@ -356,3 +356,49 @@ def test_a_turn_whose_side_effect_ran_is_kept_open_when_stopped_and_resumed_with
     messages = get(platform, "/api/v1/agents/effects/sessions/fx").json()["messages"]
     users = [b["text"] for m in messages if m["role"] == "user" for b in m["content"] if "text" in b]
     assert users == ["pay it"]  # finished from the session, not sent again
+
+
+def test_an_answered_interrupt_closes_the_run_that_asked_it_on_every_server(platform, tmp_path):
+    """Issue 35 item 5: once a later run answers a run's interrupts (a message with responses, or a
+    background run with them), the run that asked reads ``answered``, names the answering run and lists no
+    question, on another server too; a record left waiting (its answering server died before closing
+    it) is closed when it is read."""
+    from tests.server.conftest import Server
+
+    with Server(tmp_path / "platform.yaml") as other:
+        closes: dict[str, tuple[dict, dict, str]] = {}
+        for sid, background in (("close-plain", False), ("close-bg", True)):
+            asked = post(platform, "/api/v1/agents/payer/invoke", {"input": "pay", "session_id": sid}).json()
+            (question,) = asked["interrupts"]
+            body = {"responses": [{"interrupt_id": question["id"], "response": "yes"}], "session_id": sid}
+            if background:
+                answering = post(platform, RUNS.format("payer"), body).json()["run_id"]
+                assert wait_final(platform, answering)["status"] == "completed"
+            else:
+                answered = post(platform, "/api/v1/agents/payer/invoke", body).json()
+                assert answered["status"] == "completed"
+                answering = answered["run_id"]
+            closed = get(other, f"/api/v1/runs/{asked['run_id']}").json()
+            assert (closed["status"], closed["resumed_by"], closed["interrupts"]) == (
+                "answered",
+                answering,
+                [],
+            )
+            listed = get(other, "/api/v1/runs", params={"session_id": sid}).json()["runs"]
+            assert {r["run_id"]: r["status"] for r in listed} == {
+                asked["run_id"]: "answered",
+                answering: "completed",
+            }
+            closes[sid] = (asked, question, answering)
+
+        # The answering server died before it closed the asking run: its record still reads waiting.
+        from orchestra.storage import LocalFileStorage
+
+        asked, question, answering = closes["close-plain"]
+        store = LocalFileStorage(str(tmp_path / "store"))
+        key = f"ws/acme/runs/payer/close-plain/{asked['run_id']}.json"
+        data, _ = asyncio.run(store.read(key))
+        waiting = {**json.loads(data), "status": "interrupted", "resumed_by": None, "interrupts": [question]}
+        asyncio.run(store.write(key, json.dumps(waiting).encode()))
+        healed = get(other, f"/api/v1/runs/{asked['run_id']}").json()
+        assert (healed["status"], healed["resumed_by"], healed["interrupts"]) == ("answered", answering, [])

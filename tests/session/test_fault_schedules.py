@@ -5,11 +5,18 @@ Hypothesis plans faults (``FaultyStorage``: a full disk, a refusal, a reset, eac
 takes effect) on the calls an agent, a graph and the server make; each then runs a few turns, retrying
 what failed as a caller would. The oracle is a fresh load of the session from the storage without faults,
 compared with what each caller was told. ``ORCHESTRA_STRESS=1`` runs ten times as many schedules.
+
+Two schedules also SIGKILL processes (forked, at a write hypothesis picks, or inside a side-effecting
+tool): an agent whose next process sends a new prompt after a killed turn (issue 35 item 8), and a
+server whose client repeats a turn with its Idempotency-Key after a kill (item 9).
 """
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
+import signal
 import tempfile
 from datetime import timedelta
 from typing import Any
@@ -21,12 +28,16 @@ from hypothesis import strategies as st
 
 from orchestra import Agent
 from orchestra.errors import OrchestraError, StorageError
+from orchestra.history import history_problems
 from orchestra.multiagent import GraphBuilder, Status
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.storage import LocalFileStorage
-from orchestra.testing import Fault, FaultyStorage, ScriptedModel
+from orchestra.testing import Fault, FaultyStorage, FunctionModel, ScriptedModel
+from tests.agent.test_exactly_once_tools import KillAt, effect_tools, planner
+from tests.effects_service import EffectService
+from tests.server.conftest import KEYS
 
 STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
 # 200 schedules in all by default: agents 80, graphs 60, the server 60.
@@ -182,3 +193,178 @@ def test_hosted_turns_under_random_faults(schedule: list[Fault]) -> None:
             check_told(f"q{turn}", prompts.count(f"q{turn}"), set(acked), told)
 
     anyio.run(scenario)
+
+
+# -- processes killed at random points (issue 35 items 8 and 9) ---------------------------------------
+
+KILL_EXAMPLES = 300 if STRESS else 20
+kills = st.lists(st.tuples(st.integers(min_value=1, max_value=14), st.booleans()), min_size=1, max_size=3)
+
+
+def run_processes(target: Any, args: tuple[Any, ...], schedule: list[tuple[int, bool]]) -> None:
+    """``target(*args, index, at, after)`` in a forked process per kill point, then once without one."""
+    context = multiprocessing.get_context("fork")  # no re-import: a few ms a process
+    for index, (at, after) in enumerate([*schedule, (10**6, False)]):
+        process = context.Process(target=target, args=(*args, index, at, after))
+        process.start()
+        process.join(120)
+        assert process.exitcode in (0, -signal.SIGKILL), f"the worker failed (exit {process.exitcode})"
+
+
+def told_of(exc: BaseException) -> bool | None:
+    """What an error says of its turn: stored, not stored, or perhaps (a turn kept open is there)."""
+    if any("kept open" in note for note in getattr(exc, "__notes__", ())):
+        return None
+    return getattr(exc, "stored", False)
+
+
+def new_prompt_worker(
+    root: str, url: str, planned: list[Fault], out: str, index: int, at: int, after: bool
+) -> None:
+    """One process: the session's next prompt, a new one (a killed one is not sent again), retried once
+    if it fails, as a caller would; each outcome is written to ``out`` as it comes."""
+
+    async def main() -> None:
+        faulty = FaultyStorage(LocalFileStorage(root, durable=False))  # a kill keeps the page cache
+        faulty.faults.extend(planned)
+        prompt = f"turn-{index}"
+        with open(out, "a") as told:  # noqa: ASYNC230 (one line per outcome, before the next kill)
+            for _ in range(2):
+                manager = SnapshotSessionManager("s", storage=KillAt(faulty, at, after), compaction=BUSY)
+                told.write(json.dumps([prompt, "try"]) + "\n")  # a kill leaves it without an outcome
+                told.flush()
+                try:
+                    agent = await Agent.create(
+                        model=FunctionModel(planner), tools=effect_tools(url), session_manager=manager
+                    )
+                    await agent.invoke_async(prompt)
+                except (StorageError, OrchestraError) as exc:
+                    told.write(json.dumps([prompt, told_of(exc)]) + "\n")
+                    told.flush()
+                    continue
+                told.write(json.dumps([prompt, "acked"]) + "\n")
+                return
+
+    anyio.run(main)
+
+
+@settings(max_examples=KILL_EXAMPLES, **SETTINGS)
+@given(kills, faults)
+def test_a_new_prompt_after_a_killed_turn(schedule: list[tuple[int, bool]], planned: list[Fault]) -> None:
+    """Each process sends a new prompt to a session whose last turn a kill (or a fault) may have left
+    open: that turn is finished first. The session always loads, its history keeps every rule, each
+    acknowledged prompt is stored once, and each side effect ran once, with its turn in the history."""
+    with EffectService() as service:
+        root = tempfile.mkdtemp()
+        out = os.path.join(root, "told.jsonl")
+        run_processes(new_prompt_worker, (root, service.url, planned, out), schedule)
+        final = Agent(
+            model=FunctionModel(planner),
+            tools=effect_tools(service.url),
+            session_manager=SnapshotSessionManager("s", storage=LocalFileStorage(root)),
+        )
+        if final.open_turn() is not None:  # the last process's turn failed after a side effect: finish it
+            final()
+        assert history_problems(final.messages) == []
+        acked: set[str] = set()
+        told: dict[str, list[bool | None]] = {}
+        trying: set[str] = set()
+        with open(out) as lines:
+            for line in lines:
+                prompt, outcome = json.loads(line)
+                if outcome == "try":
+                    trying.add(prompt)
+                    continue
+                trying.discard(prompt)
+                if outcome == "acked":
+                    acked.add(prompt)
+                else:
+                    told.setdefault(prompt, []).append(outcome)
+        for prompt in trying:  # its process was killed: it may be stored (once at most)
+            told.setdefault(prompt, []).append(None)
+        prompts = [m["content"][0].get("text") for m in final.messages if m["role"] == "user"]
+        for prompt in {*acked, *told}:
+            check_told(prompt, prompts.count(prompt), acked, told)
+        sent = sorted(
+            b["toolResult"]["content"][0]["text"]
+            for m in final.messages
+            for b in m["content"]
+            if "toolResult" in b and not b["toolResult"]["content"][0]["text"].startswith("found ")
+        )
+        assert all(count == 1 for count in service.effects.values()), dict(service.effects)
+        assert sorted(service.effects) == sent, "an effect ran without its turn, or a turn's effect did not"
+
+
+HOSTED_TURNS = 2
+
+
+def key_retry_worker(root: str, out: str, die_in_tool: bool, index: int, at: int, after: bool) -> None:
+    """One server process (the app in process, over ASGI) and its client: each turn is sent with its
+    Idempotency-Key and repeated while the answer says to, until 200; killed at its ``at``-th write, or
+    inside the side-effecting tool (the first process, when ``die_in_tool``)."""
+    from pathlib import Path
+
+    from orchestra.server import create_app, load_config
+
+    os.environ["ORCHESTRA_TEST_LEDGER"] = os.path.join(root, "ledger.txt")
+    os.environ["ORCHESTRA_TEST_DIE"] = os.path.join(root, "die")
+    if die_in_tool and index == 0:
+        Path(root, "die").write_text("")
+    elif Path(root, "die").exists():
+        Path(root, "die").unlink()
+
+    async def main() -> None:
+        app = create_app(load_config(Path(root) / "platform.yaml"))
+        runtime = app.state.runtime
+        runtime.root = KillAt(runtime.root, at, after)
+        headers = {"Authorization": f"Bearer {KEYS['acme']}"}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=headers) as http:
+            for turn in range(HOSTED_TURNS):
+                for _ in range(200):
+                    answer = await http.post(
+                        "/api/v1/agents/transfer/invoke",
+                        json={"input": f"transfer {turn}", "session_id": "s"},
+                        headers={"Idempotency-Key": f"key-{turn}"},
+                    )
+                    if answer.status_code == 200:
+                        break
+                    assert answer.status_code in (409, 503), answer.text  # retryable, as the client does
+                    await anyio.sleep(0.02)
+                with open(out, "a") as told:  # noqa: ASYNC230
+                    told.write(json.dumps([turn, answer.status_code, answer.json()]) + "\n")
+
+    anyio.run(main)
+
+
+@settings(max_examples=max(8, KILL_EXAMPLES // 2), **SETTINGS)  # a server process costs 0.5 s
+@given(kills, st.booleans())
+def test_a_key_retry_after_a_kill_inside_a_tool(schedule: list[tuple[int, bool]], die_in_tool: bool) -> None:
+    """A server process dies at a write, or inside a side-effecting tool; the next one gets the turn
+    repeated with its Idempotency-Key (issue 35 item 9). Every 200 is the turn's real answer (never a
+    ``completed`` the turn did not give), the session ends with each turn once and closed, and each
+    transfer was carried out once (one key each)."""
+    from pathlib import Path
+
+    from orchestra.server import create_app, load_config
+    from tests.server.test_open_turns import transfer_config
+
+    root = tempfile.mkdtemp()
+    config = transfer_config(Path(root))
+    config.write_text(config.read_text() + "runs: {server_gone_after_s: 0.05}\n")
+    out = os.path.join(root, "told.jsonl")
+    create_app(load_config(config))  # its imports (the protocol doors) are done once, not in every fork
+    run_processes(key_retry_worker, (root, out, die_in_tool), schedule)
+    with open(out) as lines:
+        for line in lines:
+            turn, status, body = json.loads(line)
+            assert status == 200, body
+            assert (body["status"], body["output"]) == ("completed", f"done: transfer {turn}"), body
+    sessions = LocalFileStorage(os.path.join(root, "store", "ws", "acme", "agents", "transfer"))
+    doc = anyio.run(Journal(sessions, ScopeLayout("s", "agent", "default")).load)
+    assert doc is not None
+    texts = [next((b["text"] for b in m["content"] if "text" in b), None) for m in doc.logs["messages"]]
+    expected = [[f"transfer {t}", None, None, f"done: transfer {t}"] for t in range(HOSTED_TURNS)]
+    assert texts == [text for turn in expected for text in turn]
+    ledger = Path(root, "ledger.txt").read_text().split("\n") if Path(root, "ledger.txt").exists() else []
+    assert len({line.split()[0] for line in ledger if line}) == HOSTED_TURNS

@@ -54,6 +54,8 @@ class PendingTools:
         interrupts: the questions raised, by interrupt id (with their responses once given).
         started: the side-effecting calls that began (``@tool(effects=True)``); one with no result has an
             unknown outcome (see ``orchestra.tools.effects``).
+        queued: a prompt that came while this turn was open (after a killed process) and waits for it:
+            it runs once the turn is finished, in the invocation that answers the interrupts.
     """
 
     def __init__(
@@ -62,11 +64,13 @@ class PendingTools:
         completed: dict[str, ToolResultDict],
         interrupts: dict[str, Interrupt],
         started: set[str] | None = None,
+        queued: list[MessageDict] | None = None,
     ) -> None:
         self.tool_uses = tool_uses
         self.completed = completed
         self.interrupts = interrupts
         self.started = started if started is not None else set()
+        self.queued = queued if queued is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -76,6 +80,8 @@ class PendingTools:
         }
         if self.started:
             out["started"] = sorted(self.started)
+        if self.queued:
+            out["queued"] = self.queued
         return out
 
     @classmethod
@@ -85,6 +91,7 @@ class PendingTools:
             dict(data["completed"]),
             {k: Interrupt.model_validate(v) for k, v in data["interrupts"].items()},
             set(data.get("started", ())),
+            list(data.get("queued", ())),
         )
 
     def copy(self) -> PendingTools:
@@ -311,6 +318,16 @@ async def _run_tools(
     return [pending.completed[t["toolUseId"]] for t in pending.tool_uses]
 
 
+def _turn_closed(messages: list[MessageDict]) -> bool:
+    """Whether the history ends with the assistant's reply that calls no tool (a finished turn)."""
+    last = messages[-1] if messages else None
+    return (
+        last is not None
+        and last["role"] == "assistant"
+        and not any("toolUse" in block for block in last["content"])
+    )
+
+
 def _tool_of(agent: Agent, tool_use: dict[str, Any], output: OutputTool | None) -> Any:
     if output is not None and tool_use["name"] == output.name:
         return output
@@ -385,6 +402,7 @@ async def run_invocation(
                     if interrupt_id not in pending.interrupts:
                         raise AgentError(f"agent {agent.name!r} has no open interrupt {interrupt_id!r}")
                     pending.interrupts[interrupt_id].response = response
+                queued, resumed = list(pending.queued), bool(pending.queued)  # it runs after the turn
             elif open_turn is not None:
                 # A turn left open (a killed process, or a failure after a side effect): it is finished
                 # first. The same prompt again is the caller's retry of it; another runs after it.
@@ -410,13 +428,9 @@ async def run_invocation(
             stop_reason = "end_turn"
             force_output = False
             while True:
-                if (
-                    pending is None
-                    and queued
-                    and message["role"] == "assistant"
-                    and stop_reason == "end_turn"
-                ):
-                    # The open turn is finished: now the prompt that came with this invocation.
+                if pending is None and queued and _turn_closed(agent.messages):
+                    # The open turn is finished (the model answered it): now the prompt that came with
+                    # this invocation. Not before: after the open turn's tool results the model is asked.
                     for prompt_message in queued:
                         await agent._append_message(prompt_message, invocation_state)
                         yield MessageEvent(prompt_message)
@@ -512,6 +526,7 @@ async def run_invocation(
                     yield progress
                 if results is None:
                     stop_reason = "interrupt"
+                    pending.queued = queued  # saved with the ledger: the answers' invocation runs it
                     break
                 agent._pending_tools = pending = None
                 if output is not None and output.value is None:

@@ -7,6 +7,12 @@ once or some at a time, on any server, after any restart: the questions live in 
 checked with the session loaded, before anything runs: an id the session never asked is 404
 ``unknown_interrupt``; one already answered (earlier in this wait, or by an earlier run) is 409
 ``interrupt_already_answered``.
+
+Once a run that answers stored its turn, the run that asked is closed: ``answered``, ``resumed_by`` the
+answering run, its questions no longer listed (so no list, page or command shows it waiting). The
+answering run does it before it is answered (``close_asking``); a record that still reads waiting
+afterwards (its answering server died first, or an older write came after) is closed when read
+(``close_if_answered``), on any server: the session's later run records say who answered it.
 """
 
 from __future__ import annotations
@@ -17,14 +23,18 @@ from orchestra.agent import Agent
 from orchestra.agent._loop import PendingTools
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
+from orchestra.server.runs import RunRecord, RunStore
 
 __all__ = [
     "ResponsesRefused",
     "all_open",
     "answered_ids",
     "check_responses",
+    "close_asking",
+    "close_if_answered",
     "open_interrupts",
     "response_blocks",
+    "waits_for_answers",
 ]
 
 
@@ -139,3 +149,42 @@ def check_responses(
 def response_blocks(responses: dict[str, Any]) -> list[dict[str, Any]]:
     """The answers as the ``interruptResponse`` blocks agents and pipelines take."""
     return [{"interruptResponse": {"interruptId": i, "response": r}} for i, r in responses.items()]
+
+
+def waits_for_answers(record: RunRecord) -> bool:
+    """Whether a run record says it waits for answers to its interrupts."""
+    return record.status == "interrupted" and bool(record.interrupts) and record.session_id is not None
+
+
+def _answers(answering: RunRecord, asking: RunRecord) -> bool:
+    """Whether ``answering`` (a later run of the session, whose turn is stored) answered ``asking``."""
+    if answering.stored is not True or answering.run_id <= asking.run_id:
+        return False
+    asked = {question["id"] for question in asking.interrupts}
+    return any(answer["interrupt_id"] in asked for answer in answering.responses)
+
+
+def _close(asking: RunRecord, answering: RunRecord) -> RunRecord:
+    asking.status, asking.resumed_by, asking.interrupts = "answered", answering.run_id, []
+    return asking
+
+
+async def close_asking(runs: RunStore, answering: RunRecord) -> None:
+    """Close the runs of ``answering``'s session whose questions it answered (its turn is stored)."""
+    if not answering.responses or answering.stored is not True:
+        return
+    for record in await runs.list([answering.agent_id], answering.session_id, limit=20):
+        if waits_for_answers(record) and _answers(answering, record):
+            await runs.save(_close(record, answering))
+
+
+async def close_if_answered(runs: RunStore, record: RunRecord) -> RunRecord:
+    """``record``, closed if a later run of its session answered its questions (see the docstring)."""
+    if not waits_for_answers(record):
+        return record
+    for later in await runs.later(record):
+        if _answers(later, record):
+            closed = _close(record.model_copy(deep=True), later)
+            await runs.save(closed)
+            return closed
+    return record

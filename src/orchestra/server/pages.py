@@ -14,6 +14,7 @@ STATUS_COLOURS = {
     "completed": "#2e7d32",
     "failed": "#c62828",
     "interrupted": "#6a1b9a",
+    "answered": "#4a148c",
     "executing": "#ef6c00",
     "pending": "#757575",
 }

@@ -84,8 +84,9 @@ class RunSummary(BaseModel):
     webhook_delivery: str | None = Field(default=None, description="pending, delivered or failed.")
 
 
-FINAL = frozenset({"completed", "failed", "interrupted", "rolled_back"})
-"""The statuses of a run that has ended (``queued`` and ``executing`` have not)."""
+FINAL = frozenset({"completed", "failed", "interrupted", "answered", "rolled_back"})
+"""The statuses of a run that has ended (``queued`` and ``executing`` have not). ``answered``: it stopped
+for interrupts, and a later run (``resumed_by``) answered them and went on."""
 
 
 class RunRecord(RunSummary):
@@ -236,6 +237,24 @@ class RunStore:
             return None
         record = await self.storage.read(found[0].decode())
         return None if record is None else RunRecord.model_validate_json(record[0])
+
+    async def later(self, record: RunRecord, limit: int = 50) -> list[RunRecord]:
+        """The records of ``record``'s session that started after it, oldest first (at most ``limit``)."""
+        prefix = f"runs/{record.agent_id}/{record.session_id or '-'}/"
+        keys = await self.storage.list(prefix, start_after=self._key(record), limit=limit)
+        pending = {
+            self._key(r): r
+            for r in list(self._pending.values())
+            if (r.agent_id, r.session_id) == (record.agent_id, record.session_id) and r.run_id > record.run_id
+        }
+        keys = sorted({*keys, *pending}, key=lambda k: k.rsplit("/", 1)[-1])[:limit]
+        stored = [k for k in keys if k not in pending]
+        found = dict(zip(stored, await read_many(self.storage, stored), strict=True))
+        return [
+            pending[k] if k in pending else RunRecord.model_validate_json(found[k][0])  # type: ignore[index]
+            for k in keys
+            if k in pending or found[k] is not None
+        ]
 
     async def list(
         self, agent_ids: list[str], session_id: str | None = None, limit: int = 100

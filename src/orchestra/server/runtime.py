@@ -39,14 +39,20 @@ from orchestra.multiagent.events import BeforeMultiAgentInvocation
 from orchestra.server.config import ServerConfig
 from orchestra.server.events import EventLog
 from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
-from orchestra.server.interrupts import ResponsesRefused, all_open, check_responses
+from orchestra.server.interrupts import (
+    ResponsesRefused,
+    all_open,
+    check_responses,
+    close_asking,
+    close_if_answered,
+)
 from orchestra.server.invocation import Invocation, input_text
 from orchestra.server.liveness import Liveness
 from orchestra.server.outcomes import Failure, NothingToResume
 from orchestra.server.repeats import already_done, claim
 from orchestra.server.runs import RunRecord, RunStore
 from orchestra.server.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
-from orchestra.server.settle import settle_from_session
+from orchestra.server.settle import close_resumed, settle_from_session
 from orchestra.server.signals import Stop, Stops
 from orchestra.server.slots import Busy, Holder, SessionSlots
 from orchestra.server.turns import (
@@ -184,7 +190,7 @@ class Runtime:
     async def _settled(self, workspace: str, record: RunRecord) -> RunRecord:
         why = await self._why_unsettled(record)
         if why is None:
-            return record
+            return await close_if_answered(self.runs(workspace), record)  # (interrupts.py)
         settled = await settle_from_session(
             self.config, self.agent_storage(workspace, record.agent_id), record, why
         )
@@ -537,6 +543,8 @@ class Runtime:
             await self.forget(runs, record)
         elif not invocation.background:
             runs.save_later(record)
+        if invocation.responses or record.resumed:
+            await self._close_earlier(runs, record)
         self._keep(workspace, invocation, target, outcome)
         return record, failure
 
@@ -572,6 +580,17 @@ class Runtime:
         if isinstance(outcome, SessionConflictError | SnapshotError | Stopped):
             return
         self.sessions.give_back(cache_key(workspace, hosted.id, invocation.session_id), target)
+
+    @staticmethod
+    async def _close_earlier(runs: RunStore, record: RunRecord) -> None:
+        """The runs whose interrupts this one answered, or whose open turn it finished, are closed
+        (``interrupts.py``, ``settle.py``); a failure is logged, never raised (the turn is stored): a read
+        of a run left waiting closes it later."""
+        try:
+            await close_asking(runs, record)
+            await close_resumed(runs, record)
+        except (OrchestraError, OSError) as exc:
+            log.warning("answered_runs_not_closed", run_id=record.run_id, error=str(exc))
 
     async def _answered_earlier(self, workspace: str, invocation: Invocation) -> dict[str, str]:
         """Interrupt ids the session's earlier runs answered, and by which run (for a clear 409)."""

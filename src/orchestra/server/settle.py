@@ -5,8 +5,13 @@ this one stopped before writing the final record), or when its run failed with a
 could not tell (``stored`` is None). Every journal record a hosted run writes carries its run id
 (``Record.run``), so the session itself says what happened:
 
-- an agent's turn whose record is in the session completed: the record is settled ``completed`` with the
-  turn's reply;
+- an agent's turn whose records end it completed: the record is settled ``completed`` with the turn's
+  reply (``interrupted``, with its questions, when the turn stopped for a human). A turn its records
+  leave open (the server died inside its tools, after a side-effecting one started) did not complete:
+  the record says ``interrupted`` with ``needs_resume``, and the session's next request, a request
+  repeated with its Idempotency-Key, or ``POST /api/v1/runs/{id}/resume`` finishes it; a turn that a
+  later run of the session finished (before its own prompt) is settled ``completed`` with the reply that
+  finished it;
 - a pipeline's run is settled with the status its last record saved (``completed`` or ``interrupted``);
   one that stopped half way is ``failed``, and the session's next invocation resumes it;
 - a run with no record in the session stored nothing: ``failed``, and a request repeated with its
@@ -22,18 +27,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from orchestra.agent import Agent
+from orchestra.errors import SnapshotError
 from orchestra.multiagent import MultiAgentBase
+from orchestra.server.interrupts import open_interrupts
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import Record
+from orchestra.session.snapshot_manager import agent_data_of, whole_conversation
 from orchestra.spec import build
 
 if TYPE_CHECKING:
     from orchestra.server.config import ServerConfig
-    from orchestra.server.runs import RunRecord
+    from orchestra.server.runs import RunRecord, RunStore
     from orchestra.storage import Storage
 
-__all__ = ["settle_from_session"]
+__all__ = ["close_resumed", "settle_from_session"]
 
 _FINAL = ("completed", "interrupted")
 
@@ -72,10 +80,8 @@ async def settle_from_session(
                 stored=False,
             )
     elif written:
-        settled.status, settled.stored, settled.http_status = "completed", True, 200
-        settled.error = settled.error_code = None
-        settled.output = _reply([r for _, r in written])
-        return settled
+        assert isinstance(target, Agent)
+        return await _agent_turn(settled, journal, target, written, why)
     if not sure:
         return _failed(
             settled,
@@ -84,6 +90,69 @@ async def settle_from_session(
             stored=None,
         )
     return _failed(settled, f"{why}; it stored nothing", stored=False)
+
+
+async def _agent_turn(
+    settled: RunRecord, journal: Journal, agent: Agent, written: list[tuple[int, Record]], why: str
+) -> RunRecord:
+    """An agent's run that stored records, settled by the state its last record left (see the module
+    docstring)."""
+    current = await journal.load()
+    last = written[-1][0]
+    try:
+        at = current if current is not None and journal.seq == last else await journal.load_at(last)
+    except SnapshotError:  # the state after its last record was folded away: it cannot be told
+        return _failed(
+            settled,
+            f"{why}; whether its turn ended can no longer be told (the session's records since were "
+            "folded): read the session",
+            stored=None,
+        )
+    agent.load_agent_data(agent_data_of(at, agent.system_prompt))
+    settled.stored, settled.error, settled.error_code = True, None, None
+    opened = agent.open_turn()
+    if opened is None:
+        asked = open_interrupts(agent)
+        settled.status, settled.http_status = ("interrupted" if asked else "completed"), 200
+        settled.interrupts, settled.output = asked, _reply([r for _, r in written])
+        return settled
+    reply = _finished_later(at, current, opened) if current is not None else None
+    if reply is not None:  # a later run finished the turn first, then ran its own prompt
+        settled.status, settled.http_status, settled.output = "completed", 200, reply
+        return settled
+    settled.status, settled.needs_resume = "interrupted", True
+    settled.error = (
+        f"{why}; it stopped inside its turn's tools, after a side-effecting one had started, so the turn "
+        "is kept open in the session: the session's next request, this request repeated with its "
+        f"Idempotency-Key, or POST /api/v1/runs/{settled.run_id}/resume finishes it"
+    )
+    return settled
+
+
+def _finished_later(at: Any, current: Any, opened: int) -> str | None:
+    """The reply that finished a turn open at ``at`` (its prompt at ``opened`` in the history), found in
+    the session as it is now; None while the turn is still open."""
+    before, start = whole_conversation(at)
+    now, _ = whole_conversation(current)
+    prompt = start + opened
+    if len(now) <= prompt or now[prompt] != before[prompt]:
+        return None
+    for message in now[prompt + 1 :]:
+        if message["role"] == "assistant" and not any("toolUse" in b for b in message["content"]):
+            return "".join(b["text"] for b in message["content"] if "text" in b)
+    return None
+
+
+async def close_resumed(runs: RunStore, resuming: RunRecord) -> None:
+    """A run of the session settled with its turn left open (``needs_resume``) names the run that
+    finished that turn (``resumed_by``), so that nothing offers to resume it again."""
+    if not resuming.resumed or resuming.stored is not True or resuming.kind != "agent":
+        return
+    for record in await runs.list([resuming.agent_id], resuming.session_id, limit=20):
+        left_open = record.needs_resume and record.stored and record.resumed_by is None
+        if left_open and record.run_id < resuming.run_id:
+            record.resumed_by = resuming.run_id
+            await runs.save(record)
 
 
 def _failed(record: RunRecord, error: str, *, stored: bool | None) -> RunRecord:
