@@ -628,6 +628,10 @@ class MultiAgentBase(RunDocument):
     def _build_result(self) -> MultiAgentResult:
         raise NotImplementedError
 
+    def output_source(self) -> dict[str, Any] | None:
+        """Which node gave the output of the run that just completed (see ``NodeResult.output_from``)."""
+        raise NotImplementedError
+
     async def _run(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> MultiAgentResult:

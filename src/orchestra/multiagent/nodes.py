@@ -342,6 +342,8 @@ class Node:
             node_id=self.node_id,
             status=outcome.status,
             output=outcome.output,
+            # Where a structured output came from, so that a resumed run gives it back as its model.
+            output_from=nested.output_source() if outcome.status == Status.COMPLETED else None,
             # A failure's reason, or a budget's (an interrupted run without questions: see budget.py).
             error=outcome.reason if outcome.status == Status.FAILED or not outcome.interrupts else None,
             usage=outcome.usage,

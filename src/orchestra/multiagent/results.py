@@ -66,6 +66,9 @@ class NodeResult(BaseModel):
         execution_time_ms: wall time of this execution.
         execution_count: which execution of the node this was (nodes in cycles run more than once).
         interrupts: what the node asks when it is INTERRUPTED.
+        output_from: for a nested Graph or Swarm, which of its nodes gave the output (``{"node": id}``, with
+            ``"from"`` when that node is nested too, or ``{"each": {terminal: ...}}`` for a graph's several
+            terminals): how a resumed run gives a structured output back as its model.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -79,6 +82,7 @@ class NodeResult(BaseModel):
     execution_time_ms: float = 0.0
     execution_count: int = 1
     interrupts: list[Interrupt] = Field(default_factory=list)
+    output_from: dict[str, Any] | None = None
 
     @field_serializer("output", when_used="json")
     def _output_json(self, output: Any) -> Any:

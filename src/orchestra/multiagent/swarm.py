@@ -302,6 +302,11 @@ class Swarm(MultiAgentBase):
             self._logs["conversation"] = [*self._logs.get("conversation", []), entry][-_CONVERSATION_KEPT:]
             self._dirty_logs.add("conversation")
 
+    def output_source(self) -> dict[str, Any] | None:
+        """Which agent gave the output of the run that just completed (see ``NodeResult.output_from``)."""
+        order = self._logs.get("execution_order")
+        return self._node_source(order[-1]) if order else None
+
     # -- the run --------------------------------------------------------------------------------------
 
     def _compose_input(self, node_id: str, activation: dict[str, Any]) -> Any:
