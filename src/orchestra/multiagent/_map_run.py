@@ -19,7 +19,7 @@ from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.events import MapItemEvent
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import NodeResult, Status
-from orchestra.multiagent.retry import DEFAULT_RETRY, attempt_note, describe_failure, run_with_retries
+from orchestra.retry import DEFAULT_RETRY, attempt_note, describe_failure, run_with_retries
 
 if TYPE_CHECKING:
     from orchestra.multiagent.map import Map

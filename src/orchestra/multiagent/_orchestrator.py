@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 
 from orchestra.agent.state import JSONState
-from orchestra.multiagent.budget import Budget
+from orchestra.budget import Budget
 from orchestra.multiagent.results import MultiAgentResult, NodeResult
 
 __all__ = ["Orchestrator", "RunOptions"]

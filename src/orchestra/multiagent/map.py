@@ -215,6 +215,8 @@ def copy_agent(agent: Agent) -> Agent:
         max_output_retries=agent.max_output_retries,
         state=agent.state.to_dict(),
         record_direct_tool_call=agent.record_direct_tool_call,
+        budget=agent.budget,
+        retry=agent.retry,
     )
     clone.hooks = agent.hooks
     return clone

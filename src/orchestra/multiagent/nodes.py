@@ -20,14 +20,14 @@ from orchestra._context import current_orchestrator
 from orchestra._logging import get_logger
 from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
 from orchestra.agent.state import JSONState
+from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
-from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
-from orchestra.multiagent.retry import RetryPolicy
+from orchestra.retry import RetryPolicy
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
 

@@ -29,11 +29,11 @@ from typing import Any, Literal
 import anyio
 
 from orchestra.agent import Agent
+from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent.base import MultiAgentBase, configure_nodes
-from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import (
     AfterNodeCall,
     BeforeNodeCall,
@@ -44,7 +44,7 @@ from orchestra.multiagent.events import (
 from orchestra.multiagent.migrations import Migration
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json, output_text
-from orchestra.multiagent.retry import RetryPolicy
+from orchestra.retry import RetryPolicy
 from orchestra.tools import FunctionTool, ToolContext
 
 __all__ = ["HANDOFF_TOOL", "Swarm"]
