@@ -1,6 +1,6 @@
 """A structured output comes back as its model after a resume, whichever node gave it: an agent node, a
 nested Swarm (whose last agent has the output type), a nested Graph (one terminal or several), nested
-twice. The run stops at a question after the output is saved; a new process (new objects, the same
+twice, a map of agents (whose items a session could not even save before). The run stops at a question after the output is saved; a new process (new objects, the same
 storage) answers it, and the condition that reads the output then sees the model, as on a fresh run."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from pydantic import BaseModel
 
 from orchestra import Agent
-from orchestra.models import ScriptedModel
+from orchestra.models import FunctionModel, ScriptedModel
 from orchestra.models.scripted import ToolCall
-from orchestra.multiagent import Graph, GraphBuilder, NodeInput, Status, Swarm
+from orchestra.multiagent import Graph, GraphBuilder, Map, NodeInput, Status, Swarm
 from orchestra.session import SnapshotSessionManager
 from orchestra.storage import LocalFileStorage
 
@@ -43,6 +43,17 @@ def swarm() -> Swarm:
     return Swarm([triage, extract()])
 
 
+def invoices() -> Map:
+    """One agent per invoice number, each answering an ``Invoice`` (a map's items)."""
+
+    def reply(messages: list[dict[str, Any]], specs: list[dict[str, Any]]) -> ToolCall:
+        number = messages[0]["content"][0]["text"].splitlines()[-1]
+        return ToolCall("Invoice", {"number": number, "total": 10.0 * len(number)})
+
+    agent = Agent(name="reader", model=FunctionModel(reply), output_type=Invoice)
+    return Map(agent, over=lambda: ["S-1", "S-22"])
+
+
 def one_terminal() -> Graph:
     return GraphBuilder().add_node(swarm(), "team").build()
 
@@ -56,6 +67,7 @@ CASES: dict[str, tuple[Any, Any]] = {
     "agent node": (extract, Invoice(number="S-1", total=250.0)),
     "nested swarm": (swarm, Invoice(number="S-1", total=250.0)),
     "swarm in a nested graph": (one_terminal, Invoice(number="S-1", total=250.0)),
+    "map of agents": (invoices, [Invoice(number="S-1", total=30.0), Invoice(number="S-22", total=40.0)]),
     "nested graph with two terminals": (
         two_terminals,
         {"extract": Invoice(number="S-1", total=250.0), "refund": Refund(reason="late")},
@@ -105,7 +117,11 @@ async def test_a_structured_output_is_its_model_again_after_a_resume(tmp_path, c
 
 
 def assert_same_types(got: Any, expected: Any) -> None:
-    if isinstance(expected, dict):
+    if isinstance(expected, list):
+        assert isinstance(got, list)
+        for got_item, expected_item in zip(got, expected, strict=True):
+            assert_same_types(got_item, expected_item)
+    elif isinstance(expected, dict):
         assert isinstance(got, dict)
         for key, value in expected.items():
             assert_same_types(got[key], value)

@@ -134,6 +134,8 @@ class RunDocument:
             return output
         if node.kind == "orchestrator":
             return node.executor.restore_output(output, source)
+        if node.kind == "map":
+            return node.executor.restore_output(output)
         output_type = node.agent.output_type if node.kind == "agent" else None
         if output_type is None:
             return output

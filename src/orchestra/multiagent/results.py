@@ -45,8 +45,15 @@ def output_text(output: Any) -> str:
 
 def output_json(output: Any) -> Any:
     """An output as it is stored: a structured output (a pydantic model) as its JSON, aliases included
-    (the form its schema describes, which validating it again accepts)."""
-    return output.model_dump(mode="json", by_alias=True) if isinstance(output, BaseModel) else output
+    (the form its schema describes, which validating it again accepts); so are the models in a list (a
+    map's items) or a dict (a graph's terminals)."""
+    if isinstance(output, BaseModel):
+        return output.model_dump(mode="json", by_alias=True)
+    if isinstance(output, list):
+        return [output_json(item) for item in output]
+    if isinstance(output, dict):
+        return {key: output_json(value) for key, value in output.items()}
+    return output
 
 
 def _jsonable(value: Any) -> Any:
