@@ -147,7 +147,9 @@ class RunDocument:
         if source is None or output is None:
             return output
         each = source.get("each")
-        if each is not None and isinstance(output, dict):
+        if each is not None:
+            if not isinstance(output, dict):
+                return output
             return {key: self.restore_output(value, each.get(key)) for key, value in output.items()}
         return self._restored_output(source["node"], output, source.get("from"))
 
