@@ -112,7 +112,9 @@ nodes:
 `wall_seconds`, and `prices` (`{model name or pattern: {input: USD, output: USD}}` per million tokens;
 none are shipped). A run that reaches a limit stops before its next model call, saved as interrupted;
 `orchestra resume --budget-tokens N` (and `--budget-cost`, `--budget-calls`, `--budget-seconds`,
-`--prices FILE`) continues it with a larger budget.
+`--prices FILE`) continues it with a larger budget. In a file of `kind: agent`, the agent's (or the
+file's) `budget:` caps each invocation, which stops with its turn rolled back (`orchestra run` exits 4),
+and its `retry:` makes a failed model call again.
 
 **Versions** (`pipeline_version:` and `migrations:`): every run records the version it started on; a
 resume under another version runs the migration registered for the saved one (`migrations:` names a

@@ -154,3 +154,22 @@ def effect_planner(messages: list[dict[str, Any]], tool_specs: list[dict[str, An
     if batches == 1:
         return [send("c")]
     return "sent"
+
+
+def _approve_payment(amount: int, tool_context: Any) -> str:
+    """Pay ``amount`` once a human approves it.
+
+    Args:
+        amount: what to pay.
+    """
+    answer = tool_context.interrupt("approval", reason={"amount": amount})
+    return f"paid {amount}" if answer == "yes" else f"not paid ({answer})"
+
+
+def _make_approve_payment() -> Any:
+    from orchestra import tool
+
+    return tool(context=True, name="approve_payment")(_approve_payment)
+
+
+approve_payment = _make_approve_payment()

@@ -144,7 +144,7 @@ def test_the_protocol_doors_example_speaks_mcp_a2a_and_ag_ui():
     assert lines[1].startswith("mcp: support answered: I found the duplicate charge")
     assert lines[2] == "a2a: assistant answered: echo: hello over A2A"
     assert lines[3].startswith("ag-ui: RUN_STARTED STATE_SNAPSHOT STEP_STARTED")
-    assert lines[3].endswith("STATE_SNAPSHOT RUN_FINISHED")
+    assert lines[3].endswith("STEP_FINISHED RUN_FINISHED")
 
 
 def test_the_approval_example_waits_for_a_human_then_publishes(capsys, monkeypatch):

@@ -169,8 +169,9 @@ class RunInfo(BaseModel):
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """One server-sent event: ``status``, ``text``, ``tool_call``, ``tool_result``, ``node_start``,
-    ``node_stop``, ``handoff``, ``truncated``, and last ``result`` (or ``error``); ``id`` is its place in
+    """One server-sent event: ``status``, ``state`` (the run's agent or shared state, whole: at the start
+    unless empty, and after each change), ``text``, ``tool_call``, ``tool_result``, ``node_start``, ``node_stop``,
+    ``handoff``, ``truncated``, and last ``result`` (or ``error``); ``id`` is its place in
     the run's log (None for an event that is not kept, such as a repeat's answer)."""
 
     event: str

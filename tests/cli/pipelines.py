@@ -45,3 +45,17 @@ agents:
   - name: helper
     model: {provider: scripted, replies: [hello from the agent]}
 """
+
+PAYER = """version: 1
+kind: agent
+id: payer
+agents:
+  - name: payer
+    tools: ['tests.support:approve_payment']
+    model:
+      provider: scripted
+      follow_history: true
+      replies:
+        - {tool: approve_payment, input: {amount: 5}}
+        - Payment handled.
+"""

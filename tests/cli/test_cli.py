@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestra.cli import app
-from tests.cli.pipelines import AGENT, CHAIN, FAILING, HUMAN
+from orchestra.history import history_problems
+from orchestra.spec import build, parse_file
+from tests.cli.pipelines import AGENT, CHAIN, FAILING, HUMAN, PAYER
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "graphs"
 runner = CliRunner()
@@ -116,6 +118,59 @@ def test_an_interrupt_exits_3_and_respond_resumes(workdir):
     result = invoke("resume", path, "--session-id", "h1", "--respond", f'{interrupt_id}="yes"')
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "human said yes"
+
+
+def test_an_agents_tool_interrupt_exits_3_and_respond_answers_it(workdir):
+    path = spec(workdir, "payer.yaml", PAYER)
+    result = invoke("run", path, "--input", "pay 5", "--session-id", "p1")
+    assert result.exit_code == 3, result.output
+    assert result.stdout == ""  # no output: the turn waits
+    interrupt_id = next(w for w in result.stderr.split() if w.startswith("int-"))
+    assert 'approval: {"amount": 5}' in result.stderr
+    assert (
+        f"Answer with: orchestra resume {path} --session-id p1 --respond {interrupt_id}=<json>"
+        in result.stderr
+    )
+
+    # A resume without the answer changes nothing: the question again, exit 3.
+    again = invoke("resume", path, "--session-id", "p1", "--json")
+    assert again.exit_code == 3, again.output
+    assert interrupt_id in again.stderr
+
+    answered = invoke("resume", path, "--session-id", "p1", "--respond", f"{interrupt_id}=yes", "--json")
+    assert answered.exit_code == 0, answered.output
+    data = json.loads(answered.stdout)
+    assert (data["status"], data["output"], data["interrupts"]) == ("completed", "Payment handled.", [])
+    saved = build(parse_file(path), session_id="p1")
+    assert saved.open_interrupts() == []
+    assert history_problems(saved.messages) == []
+    assert any(
+        b.get("toolResult", {}).get("content") == [{"text": "paid 5"}]
+        for m in saved.messages
+        for b in m["content"]
+    )
+
+    # Nothing waits any more: resume says so, and what to do instead.
+    done = invoke("resume", path, "--session-id", "p1")
+    assert done.exit_code == 1
+    assert "waits for no answer" in done.stderr
+    assert f"orchestra run {path} --session-id p1 --input TEXT" in done.stderr
+
+
+def test_an_agents_interrupt_as_json_says_interrupted(workdir):
+    result = invoke("run", spec(workdir, "payer.yaml", PAYER), "--input", "pay 5", "--json")
+    assert result.exit_code == 3, result.output
+    data = json.loads(result.stdout)
+    assert (data["status"], data["output"], data["stop_reason"]) == ("interrupted", None, "interrupt")
+    assert [(i["name"], i["reason"]) for i in data["interrupts"]] == [("approval", {"amount": 5})]
+
+
+def test_resume_of_an_agent_session_that_does_not_exist_says_to_run_it(workdir):
+    path = spec(workdir, "payer.yaml", PAYER)
+    result = invoke("resume", path, "--session-id", "nope")
+    assert result.exit_code == 1
+    assert "session nope has no conversation of agent 'payer'" in result.stderr
+    assert f"orchestra run {path} --session-id nope --input TEXT" in result.stderr
 
 
 def test_resume_refuses_a_changed_graph_unless_forced(workdir, monkeypatch):

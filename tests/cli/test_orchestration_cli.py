@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestra.cli import app
+from orchestra.spec import build, parse_file
 from tests.cli.pipelines import AGENT
 
 runner = CliRunner()
@@ -95,11 +96,25 @@ def test_a_cost_budget_needs_prices_and_takes_them_from_a_file(workdir):
     )
 
 
-def test_budgets_are_for_graphs_and_swarms(workdir):
-    (workdir / "agent.yaml").write_text(AGENT)
-    result = invoke("run", "agent.yaml", "--input", "hi", "--budget-tokens", "10")
-    assert result.exit_code == 1
-    assert "budgets are for graphs and swarms" in result.stderr
+def test_an_agents_budget_stops_its_turn_exits_4_and_a_larger_one_runs_it(workdir):
+    capped = AGENT.replace("    model:", "    budget: {model_calls: 0}\n    model:")
+    (workdir / "agent.yaml").write_text(capped)
+    result = invoke("run", "agent.yaml", "--input", "hi", "--session-id", "a1")
+    assert result.exit_code == 4, result.output
+    assert "stopped: BudgetExceeded: agent 'helper' spent its model_calls budget (0 of 0)" in result.stderr
+    assert (
+        "Run it again with a larger budget: orchestra run agent.yaml --session-id a1 --input TEXT --budget-calls N"
+        in (result.stderr)
+    )
+    assert result.stdout == ""
+    result = invoke(
+        "run", "agent.yaml", "--input", "hi", "--session-id", "a1", "--budget-calls", "1", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["output"] == "hello from the agent"
+    # The stopped turn left nothing in the session: one prompt, one answer.
+    saved = build(parse_file(workdir / "agent.yaml"), session_id="a1")
+    assert [m["role"] for m in saved.messages] == ["user", "assistant"]
 
 
 def test_a_budget_is_refused_on_temporal_rather_than_ignored(workdir):

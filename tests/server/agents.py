@@ -119,3 +119,33 @@ def transferring(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]
         name = "transfer" if verb == "transfer" else "transfer_asking"
         return ToolCall(name, {"amount": int(amount)}, tool_use_id=f"call-{prompt_at}")
     return f"echo: {prompt}"
+
+
+@tool(context=True)
+def advance(stage: str, tool_context: ToolContext, finish: bool = False) -> str:
+    """Move the work to ``stage`` (the agent's state: what an AG-UI client shows).
+
+    Args:
+        stage: the new stage.
+        finish: whether this is the last stage (drops the scratch keys, marks it done).
+    """
+    state = tool_context.agent.state
+    state.set("stage", stage)
+    steps = state.get("steps") or []
+    state.set("steps", [*steps, {"stage": stage, "at": len(steps) + 1}])
+    if finish:
+        state.delete("scratch")
+        state.set("reviewer", None)
+        state.set("a/b~c", {"escaped": True})
+    return f"now {stage}"
+
+
+def shared_stage(node_input: Any) -> str:
+    """A function node that moves a pipeline's shared state along (one key per node, and a counter)."""
+    node_input.state.set("stage", node_input.node_id)
+    node_input.state.set("done", [*(node_input.state.get("done") or []), node_input.node_id])
+    if node_input.node_id == "publish":
+        node_input.state.delete("draft")
+    else:
+        node_input.state.set("draft", f"v{len(node_input.state.get('done'))}")
+    return node_input.node_id

@@ -427,6 +427,7 @@ async def run_invocation(
             )
             stop_reason = "end_turn"
             force_output = False
+            retrying = False  # a failed model call is made again (a hook said so): not a new cycle
             while True:
                 if pending is None and queued and _turn_closed(agent.messages):
                     # The open turn is finished (the model answered it): now the prompt that came with
@@ -436,7 +437,7 @@ async def run_invocation(
                         yield MessageEvent(prompt_message)
                     queued = []
                 if pending is None:
-                    metrics.cycles += 1
+                    metrics.cycles += 0 if retrying else 1
                     if metrics.cycles > agent.max_cycles:
                         raise MaxCyclesError(
                             f"agent {agent.name!r}: the model kept calling tools for {agent.max_cycles} cycles "
@@ -482,8 +483,15 @@ async def run_invocation(
                                     elif isinstance(event, StreamStop):
                                         stop_reason = event.reason
                         except Exception as exc:
-                            await hooks.invoke(AfterModelCall(agent, invocation_state, exception=exc))
-                            raise
+                            failed = await hooks.invoke(
+                                AfterModelCall(agent, invocation_state, exception=exc)
+                            )
+                            if not failed.retry:
+                                raise
+                            chat_span.fail(type(exc).__name__)
+                            retrying = True
+                            continue
+                        retrying = False
                         chat_span.usage(usage)
                         reply = "".join(text)
                         content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []

@@ -18,10 +18,12 @@ from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent._direct import ToolCaller
+from orchestra.agent._limits import InvocationMeter, ModelCallRetries
 from orchestra.agent._loop import Checkpoint, PendingTools, run_invocation
 from orchestra.agent.result import AgentResult, AgentStreamEvent, ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.agent.structured import DEFAULT_MAX_RETRIES, OutputTool, resolve_output_type
+from orchestra.budget import Budget
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
 from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError, SnapshotError
 from orchestra.history import repair_history, unfinished_turn
@@ -33,9 +35,11 @@ from orchestra.hooks import (
     MessageRedacted,
     SessionManager,
 )
+from orchestra.interrupts import Interrupt
 from orchestra.messages import MessageDict, validate_message, validate_messages
 from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import MODEL_ENV_VAR
+from orchestra.retry import RetryPolicy
 from orchestra.tools import ToolRegistry
 
 __all__ = ["Agent", "AgentData", "AgentStream", "deferred_initialization"]
@@ -95,6 +99,12 @@ class Agent:
             remaining calls run, then the model is asked again. False drops such a turn on load instead,
             unless a side-effecting tool of it started (that turn is always resumed, so that the effect
             runs once). See ``orchestra.tools.effects``.
+        budget: what one invocation may spend (``orchestra.budget.Budget``: tokens, cost, model calls,
+            seconds); past it the invocation raises ``BudgetExceededError`` before its next model call and
+            its turn is rolled back. See docs/concepts.md, "Budgets and retries".
+        retry: how a failed model call is made again (``orchestra.retry.RetryPolicy``: which errors, how
+            many attempts, the waits). None: a failed call raises at once (the model's own request
+            retries aside).
     """
 
     def __init__(
@@ -115,6 +125,8 @@ class Agent:
         output_type: type[BaseModel] | str | None = None,
         max_output_retries: int = DEFAULT_MAX_RETRIES,
         resume_turns: bool = True,
+        budget: Budget | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.name = name or "agent"
         self.resume_turns = resume_turns
@@ -150,6 +162,11 @@ class Agent:
         self.hooks = HookRegistry()
         for provider in hooks or []:
             self.hooks.add_hook(provider)
+        self._budget: Budget | None = None
+        self._retry: RetryPolicy | None = None
+        self._limits: set[type] = set()
+        self.budget = budget
+        self.retry = retry
         self._pending_tools: PendingTools | None = None
         self._owner_lock = threading.Lock()
         self._owner: _Exclusive | None = None
@@ -188,6 +205,44 @@ class Agent:
             agent = cls(*args, **kwargs)
         await agent.initialize()
         return agent
+
+    # -- budget and retries ---------------------------------------------------------------------------
+
+    @property
+    def budget(self) -> Budget | None:
+        """What one invocation may spend (None: no limit); may be changed between invocations."""
+        return self._budget
+
+    @budget.setter
+    def budget(self, value: Budget | None) -> None:
+        if value is not None and not isinstance(value, Budget):
+            raise ConfigurationError(
+                f"agent {self.name!r}: budget must be a Budget, not {type(value).__name__}"
+            )
+        if value is not None:
+            self._add_limit(InvocationMeter)
+        self._budget = value
+
+    @property
+    def retry(self) -> RetryPolicy | None:
+        """How a failed model call is made again (None: it is not); may be changed between invocations."""
+        return self._retry
+
+    @retry.setter
+    def retry(self, value: RetryPolicy | None) -> None:
+        if value is not None and not isinstance(value, RetryPolicy):
+            raise ConfigurationError(
+                f"agent {self.name!r}: retry must be a RetryPolicy, not {type(value).__name__}"
+            )
+        if value is not None:
+            self._add_limit(ModelCallRetries)
+        self._retry = value
+
+    def _add_limit(self, kind: type[InvocationMeter | ModelCallRetries]) -> None:
+        """Register the hooks that apply a budget or a retry policy, once (they read the current one)."""
+        if kind not in self._limits:
+            self._limits.add(kind)
+            self.hooks.add_hook(kind())
 
     # -- identity -------------------------------------------------------------------------------------
 
@@ -334,6 +389,12 @@ class Agent:
         from orchestra.tools.delegate import DelegateTool
 
         return DelegateTool(self, name, description)
+
+    def open_interrupts(self) -> list[Interrupt]:
+        """The questions the agent waits on: its tools' interrupts that have no answer yet (answer them
+        with ``agent([interrupt.to_response(answer), ...])``); empty when it waits for none."""
+        pending = self._pending_tools
+        return pending.open_interrupts() if pending is not None else []
 
     def open_turn(self) -> int | None:
         """Where an open turn starts in ``messages`` (the index of its prompt), or None.

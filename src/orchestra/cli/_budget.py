@@ -1,6 +1,6 @@
 """``--budget-tokens``, ``--budget-cost``, ``--budget-calls``, ``--budget-seconds`` and ``--prices`` of
 ``orchestra run`` and ``orchestra resume``: a run's budget from the command line (see
-``orchestra.multiagent.budget``). Each flag replaces that limit of the spec's ``budget:``."""
+``orchestra.budget``). Each flag replaces that limit of the spec's ``budget:``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from orchestra.budget import Budget
 from orchestra.errors import ConfigurationError
-from orchestra.multiagent import Budget, MultiAgentBase
 
 __all__ = [
     "BudgetCalls",
@@ -75,12 +75,10 @@ class BudgetFlags:
         """Set the budget of ``target`` (the spec's, with the given limits and prices replaced).
 
         Raises:
-            ConfigurationError: ``target`` is a single agent, or the price file cannot be read.
+            ConfigurationError: the price file cannot be read.
         """
         if not self.given():
             return
-        if not isinstance(target, MultiAgentBase):
-            raise ConfigurationError("budgets are for graphs and swarms: a single agent has no run to cap")
         budget = target.budget or Budget()
         prices = {**budget.prices, **_read_prices(self.prices)} if self.prices else budget.prices
         target.budget = replace(budget, prices=prices).with_limits(

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import typer
 
+from orchestra.agent import Agent
 from orchestra.cli._options import open_storage, session_call
 from orchestra.cli._output import (
     EXIT_BUDGET,
@@ -22,11 +23,27 @@ from orchestra.cli._output import (
     resume_command,
 )
 from orchestra.errors import OrchestraError, SessionError
+from orchestra.interrupts import Interrupt
 from orchestra.multiagent import Graph, MultiAgentBase, Status
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin
 
-__all__ = ["check_resumable", "report", "respond_to", "result_json", "stored_result"]
+__all__ = [
+    "agent_resume_problem",
+    "check_resumable",
+    "report",
+    "report_questions",
+    "respond_to",
+    "result_json",
+    "stored_result",
+]
+
+
+def _status(result: Any) -> Status:
+    """A pipeline's status; an agent's turn is INTERRUPTED while a tool's question waits for an answer."""
+    if isinstance(result, MultiAgentResult):
+        return result.status
+    return Status.INTERRUPTED if result.interrupts else Status.COMPLETED
 
 
 def result_json(result: Any, session_id: str) -> dict[str, Any]:
@@ -36,10 +53,12 @@ def result_json(result: Any, session_id: str) -> dict[str, Any]:
             n: r.model_dump(mode="json", exclude={"message"}) for n, r in result.results.items()
         }
     else:
+        status = _status(result)
         data = {
-            "status": "completed",
-            "output": str(result),
+            "status": status.value,
+            "output": str(result) if status == Status.COMPLETED else None,
             "stop_reason": result.stop_reason,
+            "interrupts": [i.model_dump(mode="json") for i in result.interrupts],
             "usage": result.metrics.usage.model_dump(by_alias=True),
         }
     data["session_id"] = session_id
@@ -48,7 +67,7 @@ def result_json(result: Any, session_id: str) -> dict[str, Any]:
 
 def report(result: Any, session_id: str, again: str, as_json: bool) -> None:
     """Print a run's outcome (the output, or why it stopped) and exit with the documented code."""
-    status = result.status if isinstance(result, MultiAgentResult) else Status.COMPLETED
+    status = _status(result)
     if as_json:
         out.print_json(json.dumps(result_json(result, session_id)))
     elif status == Status.COMPLETED:  # an unfinished run has no output: its status is said below
@@ -75,19 +94,24 @@ def report(result: Any, session_id: str, again: str, as_json: bool) -> None:
         )
         raise typer.Exit(EXIT_BUDGET)
     if status == Status.INTERRUPTED:
-        err.print("[magenta]interrupted[/]: waiting for a response to:")
-        for interrupt in result.interrupts:
-            err.print(
-                f"  {interrupt.id}  {interrupt.name}: {json.dumps(interrupt.reason)}",
-                highlight=False,
-                markup=False,
-            )
+        raise report_questions(result.interrupts, again)
+
+
+def report_questions(interrupts: list[Interrupt], again: str) -> typer.Exit:
+    """Print the open questions and how to answer them; raise the returned exit (code 3)."""
+    err.print("[magenta]interrupted[/]: waiting for a response to:")
+    for interrupt in interrupts:
         err.print(
-            f"Answer with: {again} --respond {respond_to(i.id for i in result.interrupts)}",
+            f"  {interrupt.id}  {interrupt.name}: {json.dumps(interrupt.reason)}",
             highlight=False,
             markup=False,
         )
-        raise typer.Exit(EXIT_INTERRUPTED)
+    err.print(
+        f"Answer with: {again} --respond {respond_to(i.id for i in interrupts)}",
+        highlight=False,
+        markup=False,
+    )
+    return typer.Exit(EXIT_INTERRUPTED)
 
 
 def respond_to(ids: Any) -> str:
@@ -163,3 +187,22 @@ async def resume_problem(
             f"{shown} (or start a new run in the session with: {start})"
         )
     return None
+
+
+def agent_resume_problem(
+    agent: Agent, file: Path, uri: str, session_id: str, *, storage: str | None
+) -> str | None:
+    """Why ``orchestra resume`` of a single agent's session has nothing to do (None: it has): the agent
+    waits for no answer and has no unfinished turn (a new message is ``orchestra run``'s)."""
+    if agent.open_interrupts() or agent.open_turn() is not None:
+        return None
+    start = resume_command(file, session_id, storage=storage, verb="run")
+    if not agent.messages:
+        return (
+            f"session {session_id} has no conversation of agent {agent.name!r} in {uri} to resume: start one "
+            f"with: {start} --input TEXT"
+        )
+    return (
+        f"agent {agent.name!r} of session {session_id} waits for no answer and has no unfinished turn: "
+        f"nothing to resume. Send it a new message with: {start} --input TEXT"
+    )

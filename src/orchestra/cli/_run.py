@@ -17,6 +17,7 @@ import anyio
 import typer
 from rich.live import Live
 
+from orchestra.agent import Agent
 from orchestra.cli._budget import (
     BudgetCalls,
     BudgetCost,
@@ -41,8 +42,15 @@ from orchestra.cli._options import (
     start_tracing,
     storage_uri,
 )
-from orchestra.cli._outcome import check_resumable, report, stored_result
+from orchestra.cli._outcome import (
+    agent_resume_problem,
+    check_resumable,
+    report,
+    report_questions,
+    stored_result,
+)
 from orchestra.cli._output import (
+    EXIT_BUDGET,
     EXIT_FAILED,
     EXIT_SIGNAL,
     EXIT_USAGE,
@@ -53,6 +61,7 @@ from orchestra.cli._output import (
 )
 from orchestra.cli._render import NodeTable
 from orchestra.errors import (
+    BudgetExceededError,
     OrchestraError,
     SessionConflictError,
     StorageConfigurationError,
@@ -121,6 +130,15 @@ async def _run_orchestrator(orchestrator: MultiAgentBase, task: Any, show_table:
     return result
 
 
+# The flag that raises each limit of a budget (BudgetExceededError.limit).
+_BUDGET_FLAGS = {
+    "tokens": "--budget-tokens",
+    "cost_usd": "--budget-cost",
+    "model_calls": "--budget-calls",
+    "wall_seconds": "--budget-seconds",
+}
+
+
 def _storage_hint(exc: BaseException, again: str) -> str:
     """What to do after a storage failure, by its type: everything up to the failed save is stored, so a
     resume goes on from there (a save whose outcome is unknown is settled by reading it back)."""
@@ -178,6 +196,16 @@ def _execute(
             result = anyio.run(main)
     except SessionConflictError as exc:  # another live run of this session: refused before any work
         raise fail(str(exc)) from None
+    if isinstance(result, BudgetExceededError) and isinstance(target, Agent):
+        # A pipeline's budget stop is a result (saved as interrupted); an agent's rolls its turn back.
+        err.print(f"[magenta]stopped[/]: {result}", highlight=False)
+        rerun = resume_command(file, session_id, storage=storage, model=model, verb="run")
+        err.print(
+            f"Run it again with a larger budget: {rerun} --input TEXT {_BUDGET_FLAGS.get(result.limit, '')} N",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_BUDGET)
     if isinstance(result, OrchestraError):
         raise fail(f"{result}{_storage_hint(result, again)}")
     if received:
@@ -369,10 +397,21 @@ def resume(
         budget.apply(target)
     except (OrchestraError, ValueError) as exc:
         raise fail(str(exc)) from None
-    if not isinstance(target, MultiAgentBase):
-        raise fail(f"{file} is a single agent: there is no run to resume (use orchestra run --session-id)")
-    check_resumable(target, file, storage_uri(loaded, storage), session_id, storage=storage)
     task: Any = _parse_responses(respond) or None
+    if isinstance(target, Agent):
+        # A single agent's session resumes the turn it left: answers to its tool's questions, or the
+        # rest of a turn a killed process left open.
+        problem = agent_resume_problem(
+            target, file, storage_uri(loaded, storage), session_id, storage=storage
+        )
+        if problem is not None:
+            raise fail(problem)
+        if task is None and target.open_interrupts():  # a resume without answers changes nothing
+            again = resume_command(file, session_id, storage=storage, model=model, extra=budget.options())
+            raise report_questions(target.open_interrupts(), again)
+        _execute(file, target, task, session_id, storage, model, as_json, budget)
+        return
+    check_resumable(target, file, storage_uri(loaded, storage), session_id, storage=storage)
     if force:
         original = target.invoke_async
 

@@ -93,7 +93,12 @@ class BeforeModelCall(HookEvent):
 
 @dataclass
 class AfterModelCall(HookEvent):
-    """The model answered (``message``, ``stop_reason``, the call's ``usage``) or raised (``exception``)."""
+    """The model answered (``message``, ``stop_reason``, the call's ``usage``) or raised (``exception``).
+
+    When it raised, a hook may set ``retry`` to make the same call again (``BeforeModelCall`` first, as
+    for any call): that is how ``Agent(retry=...)`` retries. A stream's reader may have seen the first
+    chunks of the failed call's reply; the history never holds them.
+    """
 
     agent: Agent
     invocation_state: dict[str, Any]
@@ -101,6 +106,7 @@ class AfterModelCall(HookEvent):
     stop_reason: str | None = None
     exception: BaseException | None = None
     usage: Usage | None = None
+    retry: bool = False
     reverse_order = True
 
 

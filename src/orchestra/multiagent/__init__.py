@@ -1,7 +1,7 @@
 """Multi-agent orchestration: ``Graph`` (nodes along edges) and ``Swarm`` (agents handing off)."""
 
+from orchestra.budget import Budget, Price
 from orchestra.multiagent.base import MultiAgentBase
-from orchestra.multiagent.budget import Budget, Price
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
     AfterNodeCall,
@@ -21,8 +21,8 @@ from orchestra.multiagent.map import Map, MapItem
 from orchestra.multiagent.migrations import SavedRun
 from orchestra.multiagent.nodes import NodeInput, format_input
 from orchestra.multiagent.results import GraphResult, MultiAgentResult, NodeResult, Status, SwarmResult
-from orchestra.multiagent.retry import DEFAULT_RETRY, RetryPolicy
 from orchestra.multiagent.swarm import HANDOFF_TOOL, Swarm
+from orchestra.retry import DEFAULT_RETRY, RetryPolicy
 
 __all__ = [
     "DEFAULT_RETRY",

@@ -17,9 +17,10 @@ from orchestra.messages import Usage
 from orchestra.multiagent import map as maps
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.events import MapItemEvent
+from orchestra.multiagent.map import Map
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
-from orchestra.multiagent.results import NodeResult, Status
-from orchestra.multiagent.retry import DEFAULT_RETRY, attempt_note, describe_failure, run_with_retries
+from orchestra.multiagent.results import NodeResult, Status, output_json
+from orchestra.retry import DEFAULT_RETRY, attempt_note, describe_failure, run_with_retries
 
 if TYPE_CHECKING:
     from orchestra.multiagent.map import Map
@@ -78,10 +79,11 @@ async def run_item_attempt(
 
 
 def item_record(result: NodeResult, elapsed_ms: float, attempts: list[dict[str, Any]]) -> dict[str, Any]:
-    """An item's saved record from its result (``status``, ``output``, ``usage``, its failed attempts)."""
+    """An item's saved record from its result (``status``, ``output`` as JSON, ``usage``, its failed
+    attempts); ``Map.restore_output`` makes a structured output its model again."""
     record: dict[str, Any] = {
         "status": result.status.value,
-        "output": result.output,
+        "output": output_json(result.output),
         "usage": result.usage.model_dump(by_alias=True),
         "execution_time_ms": elapsed_ms,
     }
@@ -94,10 +96,13 @@ def item_record(result: NodeResult, elapsed_ms: float, attempts: list[dict[str, 
     return record
 
 
-def finish_result(orchestrator: MultiAgentBase, node_id: str, key: str | None = None) -> NodeResult:
+def finish_result(
+    orchestrator: MultiAgentBase, node_id: str, key: str | None = None, spec: Map | None = None
+) -> NodeResult:
     """A map node's result from its items' saved results: the completed items' outputs, in item order
-    (``key``: a nested map's, whose result is its outer item's output)."""
+    (``key`` and ``spec``: a nested map's, whose result is its outer item's output)."""
     key = key or node_id
+    spec = spec or orchestrator.nodes[node_id].executor
     count = maps.started(orchestrator, key) or 0
     records = [maps.item_record(orchestrator, key, i) or {} for i in maps.completed(orchestrator, key, count)]
     usage = Usage()
@@ -106,7 +111,7 @@ def finish_result(orchestrator: MultiAgentBase, node_id: str, key: str | None = 
     return NodeResult(
         node_id=node_id,
         status=Status.COMPLETED,
-        output=[record.get("output") for record in records],
+        output=spec.restore_output([record.get("output") for record in records]),
         usage=usage,
     )
 
@@ -145,7 +150,7 @@ class _MapRun:
             items = doc._fields[maps.items_name(key)]
         assert items is not None
         outcome = await self._items(key, spec, items, count)
-        nested = finish_result(doc, self.node_id, key)
+        nested = finish_result(doc, self.node_id, key, spec)
         if outcome.failure is not None:
             return NodeResult(
                 node_id=self.node_id, status=Status.FAILED, error=outcome.failure, usage=nested.usage
@@ -164,7 +169,7 @@ class _MapRun:
         doc = self.orchestrator
         outcome = _Outcome()
         done = [
-            maps.MapItem(i, items[i], (maps.item_record(doc, key, i) or {}).get("output"))
+            maps.MapItem(i, items[i], spec.restore_item((maps.item_record(doc, key, i) or {}).get("output")))
             for i in maps.completed(doc, key, count)
         ]
         queue = deque(maps.pending(doc, key, count))
@@ -191,7 +196,9 @@ class _MapRun:
                 for index, record in finished:
                     self._settle(key, index, record, outcome)
                     if record["status"] == "completed":
-                        done.append(maps.MapItem(index, items[index], record.get("output")))
+                        done.append(
+                            maps.MapItem(index, items[index], spec.restore_item(record.get("output")))
+                        )
                 await doc._save_progress(self.node_id)
                 if self.emit is not None:
                     for index, record in finished:

@@ -11,10 +11,10 @@ import functools
 from typing import Any
 
 from orchestra.agent import Agent
+from orchestra.budget import Budget, Spent, exceeded
 from orchestra.errors import ModelNotConfiguredError
 from orchestra.hooks import AfterModelCall, BeforeModelCall, HookRegistry
 from orchestra.multiagent._orchestrator import Orchestrator
-from orchestra.multiagent.budget import Budget, Spent, exceeded
 from orchestra.multiagent.map import Map
 
 __all__ = ["Meter"]

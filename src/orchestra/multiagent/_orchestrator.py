@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 
 from orchestra.agent.state import JSONState
-from orchestra.multiagent.budget import Budget
+from orchestra.budget import Budget
 from orchestra.multiagent.results import MultiAgentResult, NodeResult
 
 __all__ = ["Orchestrator", "RunOptions"]
@@ -71,6 +71,10 @@ class Orchestrator(Protocol):
     def _elapsed_ms(self) -> float: ...
 
     def node_result(self, node_id: str) -> NodeResult | None: ...
+
+    def output_source(self) -> dict[str, Any] | None: ...
+
+    def restore_output(self, output: Any, source: dict[str, Any] | None) -> Any: ...
 
     def take_changes(
         self, *, include_agents: bool = True

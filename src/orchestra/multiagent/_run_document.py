@@ -122,17 +122,42 @@ class RunDocument:
     def _restored_result(self, node_id: str, data: dict[str, Any]) -> NodeResult:
         """A node result from the run document: a structured output (stored as JSON) is its model again."""
         result = NodeResult.model_validate(data)
-        result.output = self._restored_output(node_id, result.output)
+        result.output = self._restored_output(node_id, result.output, result.output_from)
         return result
 
-    def _restored_output(self, node_id: str, output: Any) -> Any:
-        """A stored output of ``node_id`` as its agent's output type, if it has one. Stored by alias; by
-        field name before aliases were kept (both are accepted, so older runs still resume)."""
+    def _restored_output(self, node_id: str, output: Any, source: dict[str, Any] | None = None) -> Any:
+        """A stored output of ``node_id`` as the model it was: an agent node's by its output type, a nested
+        orchestrator's by the node ``source`` names in it. Stored by alias; by field name before aliases
+        were kept (both are accepted, so older runs still resume)."""
         node = self.nodes.get(node_id)
-        output_type = node.agent.output_type if node is not None and node.kind == "agent" else None
-        if output_type is None or output is None or isinstance(output, BaseModel):
+        if node is None or output is None or isinstance(output, BaseModel):
+            return output
+        if node.kind == "orchestrator":
+            return node.executor.restore_output(output, source)
+        if node.kind == "map":
+            return node.executor.restore_output(output)
+        output_type = node.agent.output_type if node.kind == "agent" else None
+        if output_type is None:
             return output
         return output_type.model_validate(output, by_alias=True, by_name=True)
+
+    def restore_output(self, output: Any, source: dict[str, Any] | None) -> Any:
+        """An output this orchestrator gave, read back from JSON, as the models it held; ``source`` is what
+        ``output_source`` said when the run gave it (None: the output stays as it is)."""
+        if source is None or output is None:
+            return output
+        each = source.get("each")
+        if each is not None:
+            if not isinstance(output, dict):
+                return output
+            return {key: self.restore_output(value, each.get(key)) for key, value in output.items()}
+        return self._restored_output(source["node"], output, source.get("from"))
+
+    def _node_source(self, node_id: str) -> dict[str, Any]:
+        """``output_source`` of an output that is ``node_id``'s (and, for a nested run, its own source)."""
+        record = self._fields.get(f"node/{node_id}") or {}
+        inner = (record.get("result") or {}).get("output_from")
+        return {"node": node_id, "from": inner} if inner is not None else {"node": node_id}
 
     def attach_tool_agent(self, caller: Any, tool_name: str, agent: Any) -> str | None:
         """``agent`` is used as the tool ``tool_name`` by ``caller``, one of this run's agent nodes: it is

@@ -329,14 +329,11 @@ class GraphSchedule(MultiAgentBase):
 
     # -- the outcome --------------------------------------------------------------------------------------
 
-    def _terminal_output(self, order: list[str]) -> Any:
-        """The output of the terminal nodes: one terminal's output, or ``{node id: output}`` for several.
-
-        A terminal is a node that completed and whose out-edges did not fire (or that has none); several
-        are listed in the order they completed.
-        """
+    def _terminals(self, order: list[str]) -> list[str]:
+        """The terminal nodes: those that completed and whose out-edges did not fire (or that have none),
+        in the order they completed."""
         last_completion = {node_id: i for i, node_id in enumerate(order)}
-        terminals = sorted(
+        return sorted(
             (
                 node_id
                 for node_id, record in self._node_records()
@@ -346,9 +343,20 @@ class GraphSchedule(MultiAgentBase):
             ),
             key=lambda node_id: last_completion.get(node_id, -1),
         )
+
+    def _terminal_output(self, order: list[str]) -> Any:
+        """The output of the terminal nodes: one terminal's output, or ``{node id: output}`` for several."""
+        terminals = self._terminals(order)
         if len(terminals) == 1:
             return self._results[terminals[0]].output
         return {node_id: self._results[node_id].output for node_id in terminals} or None
+
+    def output_source(self) -> dict[str, Any] | None:
+        """Which node gave the output of the run that just completed (see ``NodeResult.output_from``)."""
+        terminals = self._terminals(list(self._logs["execution_order"]))
+        if len(terminals) == 1:
+            return self._node_source(terminals[0])
+        return {"each": {node_id: self._node_source(node_id) for node_id in terminals}} if terminals else None
 
     def _build_result(self) -> GraphResult:
         run = self.run

@@ -24,6 +24,7 @@ from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent.state import JSONState
+from orchestra.budget import Budget, Spent, exceeded
 from orchestra.errors import BudgetExceededError, ConcurrencyError, ConfigurationError, RunError
 from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
@@ -32,7 +33,6 @@ from orchestra.multiagent import migrations as _migrations
 from orchestra.multiagent._metering import Meter
 from orchestra.multiagent._orchestrator import RunOptions
 from orchestra.multiagent._run_document import RunDocument
-from orchestra.multiagent.budget import Budget, Spent, exceeded
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
     AfterNodeCall,
@@ -43,7 +43,7 @@ from orchestra.multiagent.events import (
 )
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
-from orchestra.multiagent.retry import (
+from orchestra.retry import (
     DEFAULT_RETRY,
     RetryPolicy,
     attempt_note,
@@ -626,6 +626,10 @@ class MultiAgentBase(RunDocument):
         await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
 
     def _build_result(self) -> MultiAgentResult:
+        raise NotImplementedError
+
+    def output_source(self) -> dict[str, Any] | None:
+        """Which node gave the output of the run that just completed (see ``NodeResult.output_from``)."""
         raise NotImplementedError
 
     async def _run(

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from orchestra.agent import Agent
+from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.multiagent._graph_run import GraphRun
@@ -26,12 +27,11 @@ from orchestra.multiagent._schedule import (
 )
 from orchestra.multiagent._validation import back_edges, validate_graph
 from orchestra.multiagent.base import MultiAgentBase, configure_nodes
-from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.migrations import Migration
 from orchestra.multiagent.nodes import Emit, Join, Node
 from orchestra.multiagent.results import GraphResult
-from orchestra.multiagent.retry import RetryPolicy
+from orchestra.retry import RetryPolicy
 
 __all__ = ["Condition", "Edge", "Graph", "GraphBuilder", "GraphState"]
 

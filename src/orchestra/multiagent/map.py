@@ -165,6 +165,21 @@ class Map:
             return copy_agent(self.node)
         return self.node
 
+    def restore_output(self, outputs: Any) -> Any:
+        """The items' outputs read back from JSON (see ``restore_item``), in a list as the map gives them."""
+        return [self.restore_item(output) for output in outputs] if isinstance(outputs, list) else outputs
+
+    def restore_item(self, output: Any) -> Any:
+        """An item's output read back from JSON as the model it was: an ``Agent`` template's structured
+        output, or a nested map's items'. (What a ``factory`` builds is not known before it runs: its
+        items' outputs stay JSON.)"""
+        if output is None or isinstance(output, BaseModel):
+            return output
+        if isinstance(self.node, Map):
+            return self.node.restore_output(output)
+        output_type = self.node.output_type if isinstance(self.node, Agent) else None
+        return output_type.model_validate(output, by_alias=True, by_name=True) if output_type else output
+
     def satisfied(self, done: list[MapItem], count: int) -> bool:
         """Whether the map is done, with the ``done`` items completed out of ``count`` (an ``until``
         condition sees them in item order)."""
@@ -215,6 +230,8 @@ def copy_agent(agent: Agent) -> Agent:
         max_output_retries=agent.max_output_retries,
         state=agent.state.to_dict(),
         record_direct_tool_call=agent.record_direct_tool_call,
+        budget=agent.budget,
+        retry=agent.retry,
     )
     clone.hooks = agent.hooks
     return clone

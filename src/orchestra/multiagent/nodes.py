@@ -20,14 +20,14 @@ from orchestra._context import current_orchestrator
 from orchestra._logging import get_logger
 from orchestra.agent import Agent, AgentData, AgentResult, ResultEvent
 from orchestra.agent.state import JSONState
+from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
-from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
-from orchestra.multiagent.retry import RetryPolicy
+from orchestra.retry import RetryPolicy
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
 
@@ -342,6 +342,8 @@ class Node:
             node_id=self.node_id,
             status=outcome.status,
             output=outcome.output,
+            # Where a structured output came from, so that a resumed run gives it back as its model.
+            output_from=nested.output_source() if outcome.status == Status.COMPLETED else None,
             # A failure's reason, or a budget's (an interrupted run without questions: see budget.py).
             error=outcome.reason if outcome.status == Status.FAILED or not outcome.interrupts else None,
             usage=outcome.usage,

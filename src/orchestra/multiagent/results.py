@@ -45,8 +45,15 @@ def output_text(output: Any) -> str:
 
 def output_json(output: Any) -> Any:
     """An output as it is stored: a structured output (a pydantic model) as its JSON, aliases included
-    (the form its schema describes, which validating it again accepts)."""
-    return output.model_dump(mode="json", by_alias=True) if isinstance(output, BaseModel) else output
+    (the form its schema describes, which validating it again accepts); so are the models in a list (a
+    map's items) or a dict (a graph's terminals)."""
+    if isinstance(output, BaseModel):
+        return output.model_dump(mode="json", by_alias=True)
+    if isinstance(output, list):
+        return [output_json(item) for item in output]
+    if isinstance(output, dict):
+        return {key: output_json(value) for key, value in output.items()}
+    return output
 
 
 def _jsonable(value: Any) -> Any:
@@ -66,6 +73,9 @@ class NodeResult(BaseModel):
         execution_time_ms: wall time of this execution.
         execution_count: which execution of the node this was (nodes in cycles run more than once).
         interrupts: what the node asks when it is INTERRUPTED.
+        output_from: for a nested Graph or Swarm, which of its nodes gave the output (``{"node": id}``, with
+            ``"from"`` when that node is nested too, or ``{"each": {terminal: ...}}`` for a graph's several
+            terminals): how a resumed run gives a structured output back as its model.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -79,6 +89,7 @@ class NodeResult(BaseModel):
     execution_time_ms: float = 0.0
     execution_count: int = 1
     interrupts: list[Interrupt] = Field(default_factory=list)
+    output_from: dict[str, Any] | None = None
 
     @field_serializer("output", when_used="json")
     def _output_json(self, output: Any) -> Any:

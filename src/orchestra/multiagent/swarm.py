@@ -29,11 +29,11 @@ from typing import Any, Literal
 import anyio
 
 from orchestra.agent import Agent
+from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent.base import MultiAgentBase, configure_nodes
-from orchestra.multiagent.budget import Budget
 from orchestra.multiagent.events import (
     AfterNodeCall,
     BeforeNodeCall,
@@ -44,7 +44,7 @@ from orchestra.multiagent.events import (
 from orchestra.multiagent.migrations import Migration
 from orchestra.multiagent.nodes import Emit, Node, NodeInput
 from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json, output_text
-from orchestra.multiagent.retry import RetryPolicy
+from orchestra.retry import RetryPolicy
 from orchestra.tools import FunctionTool, ToolContext
 
 __all__ = ["HANDOFF_TOOL", "Swarm"]
@@ -301,6 +301,11 @@ class Swarm(MultiAgentBase):
             }
             self._logs["conversation"] = [*self._logs.get("conversation", []), entry][-_CONVERSATION_KEPT:]
             self._dirty_logs.add("conversation")
+
+    def output_source(self) -> dict[str, Any] | None:
+        """Which agent gave the output of the run that just completed (see ``NodeResult.output_from``)."""
+        order = self._logs.get("execution_order")
+        return self._node_source(order[-1]) if order else None
 
     # -- the run --------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ a client that reconnects with ``Last-Event-ID`` gets exactly the events after it
   ``error``).
 
 Bounded: past ``max_events`` a run keeps (and sends) one ``truncated`` event and then only its lifecycle
-events (``status``, node and handoff events, the terminal event).
+events (``status``, ``state``, node and handoff events, the terminal event).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ Event = tuple[int, str, Any]
 """An event as kept: its id (1, 2, ... within the run), its name and its JSON data."""
 
 TERMINAL = frozenset({"result", "error"})
-LIFECYCLE = frozenset({"status", "node_start", "node_stop", "handoff", "truncated", *TERMINAL})
+LIFECYCLE = frozenset({"status", "state", "node_start", "node_stop", "handoff", "truncated", *TERMINAL})
 
 
 def _prefix(run_id: str) -> str:

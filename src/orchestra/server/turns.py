@@ -3,6 +3,7 @@ apply a stop the way its mode says (``signals.py``), and fill in the record and 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from orchestra._concurrency import unwrap_group
 from orchestra.agent import Agent, AgentResult
 from orchestra.agent.result import ResultEvent
+from orchestra.agent.state import JSONState
 from orchestra.errors import SessionConflictError, StorageError
 from orchestra.history import history_problems
 from orchestra.messages import MessageDict
@@ -81,7 +83,9 @@ async def run_target(
         if log is None:
             return await target.invoke_async(prompt, **options)
         outcome: Any = None
+        watch = _StateWatch(target.state, log)
         async for event in target.stream_async(prompt, **options):
+            watch.check()
             if isinstance(event, ResultEvent | MultiAgentResultEvent):
                 outcome = event.result
                 continue
@@ -91,6 +95,28 @@ async def run_target(
         return outcome
     assert stop.request is not None
     return Stopped(stop.request, stop.partial)
+
+
+class _StateWatch:
+    """Sends a run's state (an agent's, a pipeline's shared state) as ``state`` events: as the run starts
+    (unless empty), then whole after each change, checked as each of the run's events arrives."""
+
+    def __init__(self, state: JSONState, log: EventLog) -> None:
+        self.state = state
+        self.log = log
+        self.version = state.version
+        self.sent = "{}"
+        self.check(force=True)
+
+    def check(self, *, force: bool = False) -> None:
+        if self.state.version == self.version and not force:
+            return
+        self.version = self.state.version
+        now = self.state.to_dict()
+        text = json.dumps(now, sort_keys=True)  # as JSON: 1 and true differ
+        if text != self.sent:
+            self.sent = text
+            self.log.append("state", now)
 
 
 def _check_something_to_resume(target: Agent | MultiAgentBase) -> None:

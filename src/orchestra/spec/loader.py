@@ -35,7 +35,7 @@ from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import scripted_reply
 from orchestra.multiagent import Budget, Graph, Map, MultiAgentBase, RetryPolicy, Swarm
 from orchestra.multiagent._validation import back_edges
-from orchestra.multiagent.retry import error_types
+from orchestra.retry import error_types
 from orchestra.spec._yaml import Located, load_located
 from orchestra.spec.conditions import SpecCondition
 from orchestra.spec.models import (
@@ -236,9 +236,10 @@ def _check(
         for key in ("nodes", "edges", "entry_points"):
             if getattr(spec, key):
                 problem((key,), f"a pipeline of kind agent has no {key}")
-        for key in ("budget", "retry", "migrations"):
-            if getattr(spec, key) is not None:
-                problem((key,), f"{key} is for graphs and swarms (a single agent has no run to pin or cap)")
+        if spec.migrations is not None:
+            problem(
+                ("migrations",), "migrations are for graphs and swarms (a single agent has no run to pin)"
+            )
         if spec.agent is not None:
             if spec.agent not in agents:
                 problem(("agent",), f"unknown agent {spec.agent!r}{_suggest(spec.agent, agents)}")
@@ -668,7 +669,12 @@ def _build(
     agents = {**outer_agents, **{a.name: a for a in spec.agents}}
     limits = spec.limits
     if spec.kind == "agent":
-        return _build_agent(agents[spec.agent or spec.agents[0].name], override, agent_session)
+        single = agents[spec.agent or spec.agents[0].name]
+        built = _build_agent(single, override, agent_session)
+        # The agent's own budget and retry policy (or the file's): each invocation's, each model call's.
+        built.budget = _budget(single.budget or spec.budget)
+        built.retry = _retry(single.retry or spec.retry)
+        return built
     if spec.kind == "swarm":
         members = [n.agent for n in spec.nodes if n.agent] if spec.nodes else [a.name for a in spec.agents]
         options = {

@@ -185,8 +185,12 @@ class AgentSpec(_Spec):
         default=None, description="Structured output: an inline JSON Schema object (or use output_type)."
     )
     max_output_retries: int = Field(default=3, ge=0)
-    retry: RetryPolicySpec | None = Field(default=None, description="The retry policy of its nodes or turns.")
-    budget: BudgetSpec | None = Field(default=None, description="What each of its nodes may spend in a run.")
+    retry: RetryPolicySpec | None = Field(
+        default=None, description="The retry policy of its nodes or turns (kind agent: of its model calls)."
+    )
+    budget: BudgetSpec | None = Field(
+        default=None, description="What each of its nodes may spend in a run (kind agent: in one invocation)."
+    )
 
     @model_validator(mode="after")
     def _one_output(self) -> AgentSpec:
@@ -389,9 +393,12 @@ class PipelineSpec(_Spec):
     session: SessionSpec | None = None
     temporal: TemporalSpec = Field(default_factory=TemporalSpec)
     retry: RetryPolicySpec | None = Field(
-        default=None, description="The retry policy of every node without one of its own."
+        default=None,
+        description="The retry policy of every node without one of its own (kind agent: of its model calls).",
     )
-    budget: BudgetSpec | None = Field(default=None, description="What one run may spend.")
+    budget: BudgetSpec | None = Field(
+        default=None, description="What one run may spend (kind agent: one invocation)."
+    )
     pipeline_version: str | None = Field(
         default=None,
         pattern=ID_PATTERN,

@@ -36,7 +36,7 @@ from orchestra.multiagent import DEFAULT_RETRY, Graph, MultiAgentBase, NodeInput
 from orchestra.multiagent import map as maps
 from orchestra.multiagent._map_run import finish_result, item_record, run_item_attempt
 from orchestra.multiagent._schedule import ConditionError
-from orchestra.multiagent.retry import attempt_note, describe_failure
+from orchestra.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._document import Document, decode_messages
 from orchestra.session._journal import Journal

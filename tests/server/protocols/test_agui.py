@@ -2,13 +2,19 @@
 
 import uuid
 
+import anyio
 import httpx
+import jsonpatch
 import pytest
 from ag_ui.core import Event, EventType, RunAgentInput, UserMessage
 from ag_ui.core.types import ResumeEntry
 from pydantic import TypeAdapter
 
-from tests.server.conftest import auth
+from orchestra.server import hash_key
+from orchestra.server.protocols.agui import state_delta
+from orchestra.session import admin
+from orchestra.storage import LocalFileStorage, PrefixedStorage
+from tests.server.conftest import KEYS, Server, auth
 
 pytestmark = pytest.mark.timeout(120)
 EVENTS = TypeAdapter(Event)
@@ -68,21 +74,6 @@ def check_lifecycle(events, body):
     assert not open_messages
 
 
-def final_state(events):
-    """The state a client holds: the first snapshot with every delta applied, until the next snapshot."""
-    state = None
-    for event in events:
-        if event.type == EventType.STATE_SNAPSHOT:
-            state = dict(event.snapshot)
-            state["nodes"] = dict(state["nodes"])
-        elif event.type == EventType.STATE_DELTA:
-            for op in event.delta:
-                assert op.op in ("add", "replace")
-                _, key, node = op.path.split("/")
-                state[key][node] = op.value
-    return state
-
-
 def test_an_agent_s_text_streams_as_text_messages(server):
     body = run_input("hello")
     events = run(server, "chat", body)
@@ -101,6 +92,14 @@ def test_tool_calls_and_results(server):
     body = run_input("remember to buy milk")
     events = run(server, "helper", body)
     check_lifecycle(events, body)
+    # The agent's state starts empty (a snapshot of {} before the tool call); the notebook writes it.
+    assert kinds(events)[1:3] == [EventType.STATE_SNAPSHOT, EventType.TOOL_CALL_START]
+    state, deltas = client_state(events)
+    with httpx.Client(timeout=30) as http:
+        stored = http.get(f"{server.url}/api/v1/agents/helper/sessions/{body.thread_id}", headers=auth())
+    assert state == stored.json()["state"] != {}
+    assert deltas == 1
+    events = [e for e in events if e.type not in (EventType.STATE_SNAPSHOT, EventType.STATE_DELTA)]
     order = kinds(events)
     start = order.index(EventType.TOOL_CALL_START)
     assert order[start : start + 4] == [
@@ -114,7 +113,7 @@ def test_tool_calls_and_results(server):
     assert events[start + 3].tool_call_id == events[start].tool_call_id
 
 
-def test_a_graph_s_nodes_are_steps_with_state_deltas_and_an_interrupt_outcome_that_resume_answers(server):
+def test_a_graph_s_nodes_are_steps_and_an_interrupt_outcome_that_resume_answers(server):
     body = run_input("ship v2")
     events = run(server, "approval", body)
     check_lifecycle(events, body)
@@ -122,8 +121,7 @@ def test_a_graph_s_nodes_are_steps_with_state_deltas_and_an_interrupt_outcome_th
         (e.type, e.step_name) for e in events if e.type in (EventType.STEP_STARTED, EventType.STEP_FINISHED)
     ]
     assert steps[:2] == [(EventType.STEP_STARTED, "draft"), (EventType.STEP_FINISHED, "draft")]
-    assert final_state(events)["nodes"] == {"draft": "completed", "approve": "interrupted"}
-    assert final_state(events)["status"] == "interrupted"
+    assert steps[2:] == [(EventType.STEP_STARTED, "approve"), (EventType.STEP_FINISHED, "approve")]
     finished = events[-1]
     assert finished.type == EventType.RUN_FINISHED
     assert finished.outcome.type == "interrupt"
@@ -159,3 +157,126 @@ def test_keys_workspaces_and_bad_bodies_are_refused(server):
     assert other.status_code == 404
     assert bad.status_code == 422
     assert bad.json()["error"]["code"] == "invalid_request"
+
+
+# -- the agent's state as AG-UI's state ----------------------------------------------------------------
+
+STAGES = """version: 1
+kind: agent
+id: stages
+agents:
+  - name: stager
+    state: {stage: new, scratch: [1, 2], reviewer: ann}
+    tools: ['tests.server.agents:advance']
+    model:
+      provider: scripted
+      follow_history: true
+      replies:
+        - {tool: advance, input: {stage: drafting}}
+        - {tool: advance, input: {stage: review, finish: true}}
+        - Reviewed.
+"""
+
+SHARED = """version: 1
+kind: graph
+id: shared
+state: {stage: new, draft: v0}
+nodes:
+  - {id: write, function: 'tests.server.agents:shared_stage'}
+  - {id: edit, function: 'tests.server.agents:shared_stage'}
+  - {id: publish, function: 'tests.server.agents:shared_stage'}
+edges:
+  - {from: write, to: edit}
+  - {from: edit, to: publish}
+"""
+
+
+@pytest.fixture
+def stateful(tmp_path):
+    (tmp_path / "stages.yaml").write_text(STAGES)
+    (tmp_path / "shared.yaml").write_text(SHARED)
+    config = tmp_path / "server.yaml"
+    config.write_text(
+        f"""version: 1
+storage: file:{tmp_path}/store
+agents:
+  - {{id: stages, spec: stages.yaml, workspace: acme}}
+  - {{id: shared, spec: shared.yaml, workspace: acme}}
+api_keys:
+  - {{workspace: acme, sha256: {hash_key(KEYS["acme"])}}}
+"""
+    )
+    with Server(config) as running:
+        running.store = tmp_path / "store"
+        yield running
+
+
+def client_state(events):
+    """What an AG-UI client holds: the snapshot, then each delta applied with jsonpatch (RFC 6902), an
+    implementation this project did not write. Returns the state and how many deltas changed it."""
+    state, deltas = None, 0
+    for event in events:
+        if event.type == EventType.STATE_SNAPSHOT:
+            assert state is None, "one snapshot, then deltas"
+            state = event.snapshot
+        elif event.type == EventType.STATE_DELTA:
+            assert state is not None, "a delta before any snapshot"
+            patch = [op.model_dump(mode="json", by_alias=True) for op in event.delta]
+            state = jsonpatch.apply_patch(state, patch)
+            deltas += 1
+    return state, deltas
+
+
+def stored_run_state(store, agent_id, session_id, orchestrator_id):
+    storage = PrefixedStorage(LocalFileStorage(store), f"ws/acme/agents/{agent_id}")
+    doc = anyio.run(admin.load_scope, storage, session_id, "multiAgent", orchestrator_id)
+    return doc.fields["state"]
+
+
+def test_the_agents_state_is_the_clients_state_a_snapshot_then_deltas(stateful):
+    body = run_input("draft it, then review it")
+    events = run(stateful, "stages", body)  # every event decoded by the package's own models
+    check_lifecycle(events, body)
+    first = next(e for e in events if e.type == EventType.STATE_SNAPSHOT)
+    assert first.snapshot == {"stage": "new", "scratch": [1, 2], "reviewer": "ann"}  # as the run starts
+    assert kinds(events).index(EventType.STATE_SNAPSHOT) == 1  # right after RUN_STARTED
+
+    state, deltas = client_state(events)
+    assert deltas == 2  # one per tool call that changed it
+    with httpx.Client(timeout=30) as http:
+        stored = http.get(f"{stateful.url}/api/v1/agents/stages/sessions/{body.thread_id}", headers=auth())
+    assert stored.json()["state"] == state  # the agent's final state, as its session kept it
+    assert state["stage"] == "review"
+    assert "scratch" not in state
+    assert state["reviewer"] is None
+    assert state["a/b~c"] == {"escaped": True}
+    # The stage is in the state before the tool's result reaches the client.
+    order = kinds(events)
+    first_delta = order.index(EventType.STATE_DELTA)
+    assert first_delta < order.index(EventType.TOOL_CALL_RESULT)
+
+    # The next run on the thread starts from where the last one left the state.
+    again = run(stateful, "stages", run_input("and again", thread_id=body.thread_id))
+    assert next(e for e in again if e.type == EventType.STATE_SNAPSHOT).snapshot == state
+
+
+def test_a_pipelines_shared_state_is_the_clients_state(stateful):
+    body = run_input("write, edit, publish")
+    events = run(stateful, "shared", body)
+    check_lifecycle(events, body)
+    assert events[-1].outcome.type == "success"
+    state, deltas = client_state(events)
+    assert deltas >= 3  # each node changed it
+    assert state == stored_run_state(stateful.store, "shared", body.thread_id, "shared")
+    assert state == {"stage": "publish", "done": ["write", "edit", "publish"]}
+    steps = [e.step_name for e in events if e.type == EventType.STEP_FINISHED]
+    assert steps == ["write", "edit", "publish"]
+
+
+def test_state_deltas_are_json_patches_any_implementation_applies():
+    before = {"keep": 1, "gone": [1], "changed": {"a": 1}, "flag": 1, "~/": "x"}
+    after = {"keep": 1, "changed": {"a": 2}, "flag": True, "~/": "y", "new": None}
+    delta = state_delta(before, after)
+    assert jsonpatch.apply_patch(before, delta) == after
+    assert {op["op"] for op in delta} == {"remove", "replace", "add"}
+    assert state_delta(after, after) == []

@@ -3,15 +3,17 @@ as AG-UI events (server-sent), built with the ``ag-ui-protocol`` package's own e
 
 | runtime event | AG-UI events |
 | --- | --- |
-| the run starts | ``RUN_STARTED``, then ``STATE_SNAPSHOT`` of the run's view (``status``, ``nodes``) |
+| the run starts | ``RUN_STARTED`` |
+| ``state``: the agent's state (a pipeline's shared state) | ``STATE_SNAPSHOT`` the first time (``{}`` before the run's first other event if none came: an empty state is not sent), then a ``STATE_DELTA`` (JSON Patch, RFC 6902) of each change |
 | text | ``TEXT_MESSAGE_START`` (once per message), ``TEXT_MESSAGE_CONTENT``, ``TEXT_MESSAGE_END`` |
 | a tool call, its result | ``TOOL_CALL_START``, ``TOOL_CALL_ARGS``, ``TOOL_CALL_END``; ``TOOL_CALL_RESULT`` |
-| a graph's or swarm's node starts, stops | ``STEP_STARTED``, ``STEP_FINISHED``, each with a ``STATE_DELTA`` (JSON Patch) of the node's status |
+| a graph's or swarm's node starts, stops | ``STEP_STARTED``, ``STEP_FINISHED`` |
 | a handoff | ``CUSTOM`` named ``handoff`` |
-| the end | ``STATE_SNAPSHOT``, then ``RUN_FINISHED`` (``result`` the output; an interrupt outcome listing what is asked) or ``RUN_ERROR`` |
+| the end | ``RUN_FINISHED`` (``result`` the output; an interrupt outcome listing what is asked) or ``RUN_ERROR`` |
 
 The thread id is the session, so a thread goes on from run to run; the newest user message is the task
-(the server keeps the history), and ``resume`` entries answer an interrupted run's questions.
+(the server keeps the history), and ``resume`` entries answer an interrupted run's questions. The state
+is the server's: the request's ``state`` is not written into the agent's.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
 from orchestra.server.runtime import Invocation, Runtime
 
-__all__ = ["AgUiRun", "mount_agui"]
+__all__ = ["AgUiRun", "mount_agui", "state_delta"]
 
 
 class AgUiRun:
@@ -64,14 +66,11 @@ class AgUiRun:
     def __init__(self, thread_id: str, run_id: str) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
-        self.view: dict[str, Any] = {"status": "executing", "nodes": {}}
+        self.state: dict[str, Any] | None = None  # the state the client holds (None: no snapshot yet)
         self._message: str | None = None  # the text message being streamed, if any
 
     def start(self) -> list[BaseEvent]:
-        return [
-            RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, timestamp=_now()),
-            StateSnapshotEvent(snapshot=json.loads(json.dumps(self.view))),
-        ]
+        return [RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, timestamp=_now())]
 
     def _end_text(self) -> list[BaseEvent]:
         if self._message is None:
@@ -85,13 +84,17 @@ class AgUiRun:
         if name == "text":
             if not data["text"]:
                 return []
-            out: list[BaseEvent] = []
+            out: list[BaseEvent] = [] if self.state is not None else self._state({})
             if self._message is None:
                 self._message = str(uuid.uuid4())
                 out.append(TextMessageStartEvent(message_id=self._message, role="assistant"))
             out.append(TextMessageContentEvent(message_id=self._message, delta=data["text"]))
             return out
-        out = self._end_text()
+        out = self._end_text()  # a text message is closed before anything else is sent
+        if name == "state":
+            return out + self._state(data)
+        if self.state is None and name != "status":
+            out += self._state({})  # the run is under way and sent no state: it is empty
         if name == "tool_call":
             call_id = data["toolUseId"]
             out += [
@@ -107,36 +110,33 @@ class AgUiRun:
                 )
             )
         elif name == "node_start":
-            out += [StepStartedEvent(step_name=data["node_id"]), self._node(data["node_id"], "executing")]
+            out.append(StepStartedEvent(step_name=data["node_id"]))
         elif name == "node_stop":
-            out += [self._node(data["node_id"], data["status"]), StepFinishedEvent(step_name=data["node_id"])]
+            out.append(StepFinishedEvent(step_name=data["node_id"]))
         elif name == "handoff":
             out.append(CustomEvent(name="handoff", value=data))
         return out
 
-    def _node(self, node_id: str, status: str) -> StateDeltaEvent:
-        pointer = "/nodes/" + node_id.replace("~", "~0").replace("/", "~1")
-        known = node_id in self.view["nodes"]
-        self.view["nodes"][node_id] = status
-        # A JSON Patch (RFC 6902) operation, validated into the package's own operation model.
-        return StateDeltaEvent.model_validate(
-            {"delta": [{"op": "replace" if known else "add", "path": pointer, "value": status}]}
-        )
+    def _state(self, state: dict[str, Any]) -> list[BaseEvent]:
+        """The client's state becomes ``state``: a snapshot the first time, then what changed."""
+        before, self.state = self.state, state
+        if before is None:
+            return [StateSnapshotEvent(snapshot=state)]
+        delta = state_delta(before, state)
+        # JSON Patch operations, validated into the package's own operation models.
+        return [StateDeltaEvent.model_validate({"delta": delta})] if delta else []
 
     def finish(self, name: str, data: Any) -> list[BaseEvent]:
-        """The last events: the final state and ``RUN_FINISHED``, or ``RUN_ERROR``."""
+        """The last events: ``RUN_FINISHED``, or ``RUN_ERROR``."""
         out = self._end_text()
+        if self.state is None and name != "error":
+            out += self._state({})  # a run that sent no state has an empty one
         if name == "error":
-            record, failure = data if data is not None else (None, None)
-            if record is not None:
-                self.view["status"] = record.status
-                out.append(StateSnapshotEvent(snapshot=json.loads(json.dumps(self.view))))
+            _, failure = data if data is not None else (None, None)
             message = failure.message if failure is not None else "the run ended without an answer"
             code = failure.code if failure is not None else "run_failed"
             return [*out, RunErrorEvent(message=message, code=code, timestamp=_now())]
         record = data
-        self.view["status"] = record.status
-        out.append(StateSnapshotEvent(snapshot=json.loads(json.dumps(self.view))))
         outcome: Any = RunFinishedSuccessOutcome()
         if record.status == "interrupted":
             outcome = RunFinishedInterruptOutcome(
@@ -156,6 +156,30 @@ class AgUiRun:
             )
         )
         return out
+
+
+def state_delta(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch (RFC 6902) that turns ``before`` into ``after``, key by key: ``remove`` for a key
+    that went, ``add`` for a new one, ``replace`` for a changed value (compared as JSON, so 1 and true
+    differ)."""
+    delta: list[dict[str, Any]] = [
+        {"op": "remove", "path": _pointer(key)} for key in before if key not in after
+    ]
+    for key, value in after.items():
+        if key not in before:
+            delta.append({"op": "add", "path": _pointer(key), "value": value})
+        elif _json(before[key]) != _json(value):
+            delta.append({"op": "replace", "path": _pointer(key), "value": value})
+    return delta
+
+
+def _pointer(key: str) -> str:
+    """A JSON Pointer (RFC 6901) to a top-level key."""
+    return "/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def _now() -> int:
