@@ -255,16 +255,21 @@ def test_a_bug_in_a_commit_fails_its_batch_instead_of_hanging_the_followers():
 
 
 class WatchedCondition(threading.Condition):
-    """A condition that counts the waits begun on it (under its lock), so a test can tell that a woken
-    thread has looked at its change again and gone back to waiting."""
+    """A condition that counts the waits begun on it and the threads waiting now (under its lock), so a
+    test can tell that a woken thread has looked at its change again and gone back to waiting."""
 
     def __init__(self) -> None:
         super().__init__()
         self.waits = 0
+        self.waiting = 0
 
     def wait(self, timeout: float | None = None) -> bool:
         self.waits += 1
-        return super().wait(timeout)
+        self.waiting += 1
+        try:
+            return super().wait(timeout)
+        finally:  # the lock is held again here
+            self.waiting -= 1
 
 
 @pytest.mark.parametrize("commit", ["succeeds", "fails"])
