@@ -42,7 +42,7 @@ from orchestra.errors import (
     StorageError,
     StorageOutcomeUnknownError,
 )
-from orchestra.session._commit import housekeeping, read_back
+from orchestra.session._commit import housekeeping, write_outcome
 from orchestra.session._document import Document, decode_messages, diff_log, is_message_log, op_json
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import (
@@ -548,20 +548,30 @@ class Journal:
             await self._write(key, update.data, ABSENT)
         except StorageConflictError as exc:
             raise self._conflict(f"journal record {update.seq} already exists") from exc
-        except StorageError as exc:
-            stored = exc.stored if exc.stored is not None else await read_back(self.storage, key, update.data)
+        except Exception as exc:  # a StorageError, or anything a storage users wrote raises
+            stored = await write_outcome(self.storage, key, update.data, exc)
+            reason = exc.reason if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
+            said = exc if isinstance(exc, StorageError) else f"the storage raised {reason}"
             if stored is None:
                 # Keep what was tried: the next save reads the record back and settles it.
                 self._uncertain = update.materialized()
                 raise StorageOutcomeUnknownError(
-                    f"{where}: {exc}. Whether it was stored is not known: the next save of this scope reads "
+                    f"{where}: {said}. Whether it was stored is not known: the next save of this scope reads "
                     "it back first (and keeps it if it is there)",
                     operation="write",
                     key=key,
-                    reason=exc.reason,
+                    reason=reason,
                 ) from exc
             if not stored:
-                raise exc.in_context(f"{where} (nothing was stored)", stored=False) from exc
+                if isinstance(exc, StorageError):
+                    raise exc.in_context(f"{where} (nothing was stored)", stored=False) from exc
+                raise StorageError(
+                    f"{where}: {said}; read back, nothing was stored",
+                    operation="write",
+                    key=key,
+                    reason=reason,
+                    stored=False,
+                ) from exc
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 # Cancelled while the write may be under way (a worker thread finishes it regardless):
