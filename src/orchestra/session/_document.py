@@ -74,10 +74,23 @@ def _has_binary(message: Any) -> bool:
 
 
 def decode_messages(items: list[Any], key: str) -> list[Any]:
-    """Messages as stored (base64 strings for bytes) back to their plain form (bytes)."""
+    """Messages as stored (base64 strings for bytes) back to their plain form (bytes). Each must have
+    the shape of a message (a role, a list of content blocks): in a file written before checksums, a
+    damaged name is refused here, naming the file, instead of failing later wherever it is read."""
     out = []
-    for item in items:
-        if isinstance(item, dict) and _has_binary(item):
+    for index, item in enumerate(items):
+        if (
+            not isinstance(item, dict)
+            or item.get("role") not in ("user", "assistant")
+            or not isinstance(item.get("content"), list)
+            or not all(isinstance(block, dict) for block in item["content"])
+        ):
+            raise SnapshotError(
+                f"{key}: item {index} of a message log is not a message (a role, user or assistant, and a "
+                "list of content blocks): the file is damaged. Nothing was loaded; restore the session "
+                "from an export or an immutable snapshot"
+            )
+        if _has_binary(item):
             try:
                 item = Message.model_validate_json(json.dumps(item)).model_dump(
                     by_alias=True, exclude_none=True

@@ -46,6 +46,7 @@ from orchestra.session._commit import housekeeping, write_outcome
 from orchestra.session._document import Document, decode_messages, diff_log, is_message_log, op_json
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import (
+    CHECKSUM,
     JournalInfo,
     LogOp,
     Record,
@@ -54,6 +55,8 @@ from orchestra.session.snapshot import (
     decode_model,
     encode_model,
     encode_snapshot,
+    seal,
+    unseal,
 )
 from orchestra.storage import ABSENT, Storage
 from orchestra.storage._base import delete_many, read_many
@@ -531,7 +534,7 @@ class Journal:
                 + ",".join(f"{dumps(name)}:{op_json(op, added[name])}" for name, op in ops.items())
                 + "}"
             )
-        data = ("{" + ",".join(body) + "}").encode()
+        data = seal(("{" + ",".join(body) + "}").encode())
         update = _Update(self.seq + 1, t, data, texts, removed, ops, logs)
         if time.monotonic() - self._synced_at >= self._recheck_limit():
             await self._check_still_newest()
@@ -826,7 +829,9 @@ class Journal:
                 if found is None:
                     break
                 data, version = found
+                unseal(data, key)  # a damaged file is not rewritten (its checksum would hide the damage)
                 document = json.loads(data)
+                document.pop(CHECKSUM, None)
                 if key in snapshots:
                     logs = [v for v in (document.get("data") or {}).values() if isinstance(v, list)]
                 else:
@@ -835,7 +840,7 @@ class Journal:
                 if not any(hits):
                     break
                 try:
-                    version = await self._write(key, dumps(document).encode(), version)
+                    version = await self._write(key, seal(dumps(document).encode()), version)
                 except StorageConflictError:
                     continue  # compacted meanwhile: read the new snapshot and scrub it too
                 if key == self.layout.latest:
