@@ -185,3 +185,20 @@ def test_a_changed_byte_in_a_file_written_before_checksums_is_never_a_raw_except
             await Agent.create(model=ScriptedModel([]), session_manager=manager)
 
     anyio.run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(b'"role"', b'"rolg"'), (b'"content"', b'"contenu"'), (b'"assistant"', b'"`ssistant"')],
+)
+def test_a_damaged_message_in_a_file_written_before_checksums_names_the_file(tmp_path, before, after):
+    """Without a checksum a changed byte can only be caught by what it breaks: a message that lost its
+    role or content list (a raw KeyError before), or whose role is no role, is refused naming the file."""
+    shutil.copytree(CORPUS / "v1", tmp_path, dirs_exist_ok=True)
+    record = tmp_path / "session/corpus/scopes/agent/default/journal/000000000006.json"
+    data = record.read_bytes()
+    assert before in data
+    record.write_bytes(data.replace(before, after, 1))
+    manager = SnapshotSessionManager("corpus", storage=LocalFileStorage(tmp_path))
+    with pytest.raises(SnapshotError, match="000000000006.json: item 0 of a message log is not a message"):
+        Agent(model=ScriptedModel([]), session_manager=manager)

@@ -167,7 +167,7 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
     if isinstance(raw, dict) and (sealed or CHECKSUM in raw):
         if not sealed:  # the member is there, but not where and as a checksum is written: damage
             raise SnapshotError(f"{key}: damaged: its {CHECKSUM!r} member is not a checksum. {_RESTORE}")
-        del raw[CHECKSUM]
+        raw.pop(CHECKSUM, None)
     if isinstance(raw, dict):
         version = raw.get("schema_version", SCHEMA_VERSION)
         if not isinstance(version, int) or isinstance(version, bool):
