@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestra.errors import SnapshotError
 from orchestra.messages import Message
 from orchestra.session.snapshot import LogOp, Record
@@ -73,10 +75,13 @@ def _has_binary(message: Any) -> bool:
     return False
 
 
-def decode_messages(items: list[Any], key: str) -> list[Any]:
-    """Messages as stored (base64 strings for bytes) back to their plain form (bytes). Each must have
-    the shape of a message (a role, a list of content blocks): in a file written before checksums, a
-    damaged name is refused here, naming the file, instead of failing later wherever it is read."""
+def decode_messages(items: list[Any], key: str, *, checked: bool = True) -> list[Any]:
+    """Messages as stored (base64 strings for bytes) back to their plain form (bytes).
+
+    Each must have the shape of a message (a role, a list of content blocks). A file whose bytes are
+    not ``checked`` (one written before checksums) has each message validated whole (``Message``), so
+    that a damaged name is refused here, naming the file, instead of failing wherever it is read later;
+    a checked file's messages are as orchestra wrote them, and only their shape is looked at."""
     out = []
     for index, item in enumerate(items):
         if (
@@ -90,6 +95,17 @@ def decode_messages(items: list[Any], key: str) -> list[Any]:
                 "list of content blocks): the file is damaged. Nothing was loaded; restore the session "
                 "from an export or an immutable snapshot"
             )
+        if not checked:
+            try:
+                Message.model_validate_json(json.dumps(item))
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise SnapshotError(
+                    f"{key}: item {index} of a message log is not a valid message ({where}: {first['msg']}): "
+                    "the file is damaged. Nothing was loaded; restore the session from an export or an "
+                    "immutable snapshot"
+                ) from None
         if _has_binary(item):
             try:
                 item = Message.model_validate_json(json.dumps(item)).model_dump(

@@ -171,7 +171,10 @@ class Journal:
             if name in logs:
                 if not isinstance(value, list):
                     raise SnapshotError(f"{key}: log {name!r} is not a list")
-                doc.logs[name] = decode_messages(value, key) if is_message_log(name) else value
+                checked = snapshot.checksummed
+                doc.logs[name] = (
+                    decode_messages(value, key, checked=checked) if is_message_log(name) else value
+                )
             else:
                 doc.fields[name] = value
         return doc
@@ -198,7 +201,7 @@ class Journal:
             record = decode_model(Record, found[0], key)
             for name, op in record.logs.items():
                 if is_message_log(name):
-                    op.add = decode_messages(op.add, key)
+                    op.add = decode_messages(op.add, key, checked=record.checksummed)
             return _Read(self.layout.seq_of(key), record, len(found[0]), key)
 
         records = [

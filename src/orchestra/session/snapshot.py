@@ -28,7 +28,7 @@ import zlib
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from orchestra.errors import SnapshotError
 
@@ -50,7 +50,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound="_Model")
 
 
 def now_iso() -> str:
@@ -59,6 +59,12 @@ def now_iso() -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    _checksummed: bool = PrivateAttr(default=False)
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether the file this was read from carried a checksum (which held: ``decode_model`` checks it)."""
+        return self._checksummed
 
 
 class JournalInfo(_Model):
@@ -183,7 +189,7 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
                 f"{SCHEMA_VERSION}); upgrade orchestra to load it"
             )
     try:
-        return cls.model_validate(raw)
+        model = cls.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
@@ -192,6 +198,8 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
         raise SnapshotError(
             f"{key}: not a valid {cls.__name__} ({problems}); nothing was overwritten"
         ) from None
+    model._checksummed = sealed
+    return model
 
 
 def encode_snapshot(snapshot: Snapshot, data_json: str | None = None) -> bytes:
