@@ -200,5 +200,7 @@ def test_a_damaged_message_in_a_file_written_before_checksums_names_the_file(tmp
     assert before in data
     record.write_bytes(data.replace(before, after, 1))
     manager = SnapshotSessionManager("corpus", storage=LocalFileStorage(tmp_path))
-    with pytest.raises(SnapshotError, match="000000000006.json: item 0 of a message log is not a message"):
+    with pytest.raises(
+        SnapshotError, match="000000000006.json: item 0 of a message log is not a valid message"
+    ):
         Agent(model=ScriptedModel([]), session_manager=manager)
