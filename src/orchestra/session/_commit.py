@@ -9,10 +9,10 @@ writes it). The rules around it are the promise every error keeps:
   or in storage.
 - **At the commit point**, a write whose answer was lost (a timeout, a reset, a 5xx after the request
   was sent, or any exception that is not a ``StorageError``, which a storage users wrote may raise after
-  its write took effect) is read back before anyone is told: the record holding our bytes means it was stored. If the
-  read fails too, the error says that the outcome is unknown (``stored`` is None) and the journal keeps
-  the record it tried: its next save reads it back first, adopts it if it is there, and never takes its
-  own record for another writer's.
+  its write took effect) is read back before anyone is told: the record holding our bytes means it was
+  stored. If the read fails too, the error says that the outcome is unknown (``stored`` is None) and the
+  journal keeps the record it tried: its next save reads it back first, adopts it if it is there, and
+  never takes its own record for another writer's.
 - **After the commit point**, nothing raises to the caller. Compaction (the ``snapshot_latest.json``
   rewrite and the manifest), folding (``snapshot_base.json`` and deleting old records) and deleting old
   snapshots are housekeeping: a failure is logged as ``session_housekeeping_failed`` and retried by the

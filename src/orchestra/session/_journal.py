@@ -167,11 +167,11 @@ class Journal:
     def _doc_from_snapshot(self, snapshot: Snapshot, key: str) -> Document:
         logs = set(snapshot.journal.logs) if snapshot.journal else set()
         doc = Document(origins=dict.fromkeys(snapshot.data, key))
+        checked = snapshot.checksummed
         for name, value in snapshot.data.items():
             if name in logs:
                 if not isinstance(value, list):
                     raise SnapshotError(f"{key}: log {name!r} is not a list")
-                checked = snapshot.checksummed
                 doc.logs[name] = (
                     decode_messages(value, key, checked=checked) if is_message_log(name) else value
                 )

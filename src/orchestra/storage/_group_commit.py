@@ -153,8 +153,9 @@ class Committer(Protocol):
         Settle each change that was decided (``Pending.succeed`` with the write's ``Pending.version``, a
         delete's None, a prefix's count; ``Pending.fail`` with a ``StorageConflictError`` for a condition
         that did not hold), before or after the commit itself: settling tells no caller anything, the
-        group commit answers the batch's callers once ``commit`` has returned or raised. Raise a ``StorageError`` if the commit as a whole failed: ``stored=False``
-        when it is known that nothing was committed, ``stored=None`` when the answer was lost.
+        group commit answers the batch's callers once ``commit`` has returned or raised. Raise a
+        ``StorageError`` if the commit as a whole failed: ``stored=False`` when it is known that nothing
+        was committed, ``stored=None`` when the answer was lost.
         """
         ...
 
