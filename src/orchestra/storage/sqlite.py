@@ -15,7 +15,8 @@
   that switch, which SQLite does not cover by its busy timeout, is tried again until ``timeout`` too, so
   no call fails at once because another process holds the file. A killed process leaves the log, which
   the next opener replays: the database opens with every committed transaction, and nothing of an
-  unfinished one. The file must be on a local file system (WAL needs shared memory between the processes; not NFS).
+  unfinished one. The file must be on a local file system (WAL needs shared memory between the
+  processes; not NFS).
 - The file and its ``-wal`` and ``-shm`` companions are created 0600, its folder 0700.
 
 Errors name the file, the operation and the key: a full disk is ``StorageFullError``, a database locked
