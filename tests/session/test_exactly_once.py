@@ -15,6 +15,7 @@ from orchestra import Agent
 from orchestra.errors import (
     SessionConflictError,
     SnapshotError,
+    StorageError,
     StorageFullError,
     StorageOutcomeUnknownError,
     StorageUnavailableError,
@@ -323,3 +324,92 @@ async def test_a_second_writer_is_still_a_conflict_not_taken_for_our_own_record(
     with pytest.raises(SessionConflictError, match="another writer"):
         await agent.invoke_async("mine")
     assert texts(agent_on(LocalFileStorage(tmp_path))) == ["first", "a0", "their turn", "theirs"]
+
+
+class HomemadeStorage:
+    """A storage a user wrote: its client raises what it raises (``ConnectionResetError``), not a
+    ``StorageError``. ``reset_record`` makes the next journal record's write raise, before or after it
+    takes effect; ``reads_fail`` makes reads raise too."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStorage()
+        self.reset_record: str | None = None  # "before" | "after"
+        self.reads_fail = False
+
+    async def read(self, key):
+        if self.reads_fail:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return await self.inner.read(key)
+
+    async def write(self, key, data, *, expect=None):
+        when, self.reset_record = (
+            (self.reset_record, None) if "/journal/" in key else (None, self.reset_record)
+        )
+        if when == "before":
+            raise ConnectionResetError(104, "Connection reset by peer")
+        version = await self.inner.write(key, data, expect=expect)
+        if when == "after":
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return version
+
+    async def delete(self, key):
+        await self.inner.delete(key)
+
+    async def list(self, prefix="", *, start_after=None, limit=None):
+        return await self.inner.list(prefix, start_after=start_after, limit=limit)
+
+    async def delete_prefix(self, prefix):
+        return await self.inner.delete_prefix(prefix)
+
+
+def user_prompts(storage):
+    found = Agent(
+        model=ScriptedModel([]), session_manager=SnapshotSessionManager("s1", storage=storage.inner)
+    )
+    return [m["content"][0]["text"] for m in found.messages if m["role"] == "user"]
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+async def test_an_exception_that_is_not_a_storage_error_at_the_commit_point_is_read_back(when):
+    """A homemade storage raises ConnectionResetError at the journal record: after the write took effect
+    the turn is stored, so the call succeeds; before, nothing was stored, so the error says so (a
+    StorageError, stored False). A caller that retries what failed stores the turn once either way."""
+    storage = HomemadeStorage()
+    agent = agent_on(storage)
+    await agent.invoke_async("first")
+    storage.reset_record = when
+    errors = []
+    try:
+        await agent.invoke_async("q")
+    except Exception as exc:
+        errors.append(exc)
+        await agent.invoke_async("q")  # the caller's retry
+    assert user_prompts(storage) == ["first", "q"]
+    if when == "after":
+        assert errors == []
+    else:
+        [failed] = errors
+        assert isinstance(failed, StorageError)
+        assert failed.stored is False
+        assert "ConnectionResetError" in str(failed)
+        assert "nothing was stored" in str(failed)
+    await agent.invoke_async("next")
+    assert user_prompts(storage) == ["first", "q", "next"]
+
+
+async def test_an_exception_at_the_commit_point_that_cannot_be_read_back_is_an_unknown_outcome():
+    """The record's write raises ConnectionResetError after it took effect, and reading it back raises
+    too: the error says the outcome is not known (stored None), and the caller's retry, once the storage
+    answers again, stores the turn once."""
+    storage = HomemadeStorage()
+    agent = agent_on(storage)
+    await agent.invoke_async("first")
+    storage.reset_record, storage.reads_fail = "after", True
+    with pytest.raises(StorageOutcomeUnknownError) as failed:
+        await agent.invoke_async("q")
+    assert failed.value.stored is None
+    assert "ConnectionResetError" in str(failed.value)
+    storage.reads_fail = False
+    await agent.invoke_async("q")  # the caller's retry
+    assert user_prompts(storage) == ["first", "q"]
+    assert texts(agent)[-2] == "q"

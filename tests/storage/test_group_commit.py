@@ -11,7 +11,7 @@ import functools
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import pytest
@@ -39,19 +39,20 @@ class Table:
     def __init__(self) -> None:
         self.rows: dict[str, tuple[bytes, str]] = {}
         self.batches: list[list[str]] = []
-        self.faults: list[
-            tuple[str, object]
-        ] = []  # ("lose-answer-after" | "lose-answer-before" | "raise", error)
+        # ("lose-answer-after" | "lose-answer-before" | "raise" | "fail-at-commit", error)
+        self.faults: list[tuple[str, object]] = []
         self.read_back_fails = False
         self.gate: threading.Event | None = None  # a commit waits for it (then it is cleared)
         self.entered = threading.Event()
+        # Called inside a commit once its changes are settled and before they take effect ("COMMIT").
+        self.before_commit: Callable[[Sequence[Pending]], None] | None = None
 
     def commit(self, batch: Sequence[Pending]) -> None:
+        fault = self.faults.pop(0) if self.faults else None
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(30)
             self.gate = None
-        fault = self.faults.pop(0) if self.faults else None
         if fault is not None and fault[0] == "raise":
             raise fault[1]
         if fault is not None and fault[0] == "lose-answer-before":
@@ -71,6 +72,10 @@ class Table:
             elif isinstance(change, Delete):
                 rows.pop(change.key, None)
                 pending.succeed(None)
+        if self.before_commit is not None:
+            self.before_commit(batch)
+        if fault is not None and fault[0] == "fail-at-commit":  # COMMIT refused: nothing takes effect
+            raise fault[1]
         self.rows = rows
         self.batches.append([p.key for p in batch])
         if fault is not None:  # lose-answer-after: committed, but the caller hears a reset
@@ -247,6 +252,76 @@ def test_a_bug_in_a_commit_fails_its_batch_instead_of_hanging_the_followers():
     assert isinstance(leader_result[0], ZeroDivisionError)
     assert isinstance(follower_result[0], ZeroDivisionError)
     assert commits.run([Write("c", b"1")])[0].error is None  # and the next writer still commits
+
+
+class WatchedCondition(threading.Condition):
+    """A condition that counts the waits begun on it and the threads waiting now (under its lock), so a
+    test can tell that a woken thread has looked at its change again and gone back to waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+        self.waiting = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        self.waiting += 1
+        try:
+            return super().wait(timeout)
+        finally:  # the lock is held again here
+            self.waiting -= 1
+
+
+@pytest.mark.parametrize("commit", ["succeeds", "fails"])
+def test_a_follower_woken_while_its_batch_commits_waits_for_the_commit(commit):
+    """Two writers queue behind a commit and then share the next batch, led by one of them. While that
+    batch is inside its transaction (every change settled, COMMIT not yet run), the other writer is woken
+    (as an earlier batch's notify can wake it late). It must go back to waiting: told "stored" before
+    COMMIT, a reader would not find its write, and a COMMIT that then fails would make it a lie."""
+    table = Table()
+    table.gate = threading.Event()
+    commits = group(table)
+    commits._cond = WatchedCondition()
+    results: dict[str, list[Pending]] = {}
+    returned_during_commit: list[str] = []
+
+    def write(key: str) -> None:
+        results[key] = commits.run([Write(key, b"v")])
+
+    def wake_the_follower(batch: Sequence[Pending]) -> None:
+        if [p.key for p in batch] == ["first"]:
+            return
+        with commits._cond:
+            waits = commits._cond.waits
+            commits._cond.notify_all()
+        # The follower looks at its change again (under the lock, after this notify): it returns, or
+        # it waits again.
+        wait_until(lambda: commits._cond.waits > waits or len(results) > 1, "the follower looked again")
+        returned_during_commit.extend(key for key in results if key != "first")
+
+    table.before_commit = wake_the_follower
+    first = threading.Thread(target=write, args=("first",))
+    first.start()
+    table.entered.wait(30)
+    if commit == "fails":  # the second batch's COMMIT is refused
+        table.faults.append(("fail-at-commit", StorageFullError("COMMIT failed: disk full")))
+    followers = [threading.Thread(target=write, args=(key,)) for key in ("f", "g")]
+    for thread in followers:
+        thread.start()
+    wait_until(lambda: len(commits._queue) == 2, "two writers queued behind the first commit")
+    table.gate.set()
+    for thread in [first, *followers]:
+        thread.join(30)
+    assert returned_during_commit == [], "a writer was answered while its batch was still committing"
+    for key in ("f", "g"):
+        [pending] = results[key]
+        if commit == "succeeds":
+            assert pending.error is None
+            assert table.rows[key][1] == pending.result
+        else:
+            assert isinstance(pending.error, StorageFullError)
+            assert pending.error.stored is False
+            assert key not in table.rows
 
 
 def _catch(call):

@@ -4,6 +4,7 @@ and processes killed while they write."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sqlite3
@@ -88,6 +89,51 @@ async def test_a_database_held_by_another_process_is_unavailable_then_usable(tmp
     holder.execute("COMMIT")
     await storage.write("k2", b"v")
     assert await storage.list("") == ["k", "k2"]
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sqlite3, sys, time
+
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")  # the file's write lock (on a new file: in rollback mode)
+    conn.execute("CREATE TABLE IF NOT EXISTS theirs (x)")
+    print("held", flush=True)
+    time.sleep(1.5)
+    conn.execute("COMMIT")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("file", "operation"),
+    [("new", "read"), ("new", "list"), ("new", "write"), ("in use", "read"), ("in use", "write")],
+)
+def test_a_first_call_waits_for_another_process_that_holds_the_write_lock(tmp_path, file, operation):
+    """Another process holds the file's write lock for 1.5 s while this one's first call runs (new
+    connections): the call waits for it, as the busy timeout says, and succeeds. (The switch to WAL of a
+    new file answered SQLITE_BUSY at once, which SQLite's busy timeout does not cover.)"""
+    path = tmp_path / "db.sqlite"
+    if file == "in use":  # made by orchestra before: WAL, the table there
+        anyio.run(SQLiteStorage(path).write, "earlier", b"x")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        storage = SQLiteStorage(path)
+        if operation == "read":
+            assert anyio.run(storage.read, "k") is None
+        elif operation == "list":
+            assert anyio.run(storage.list, "k") == []
+        else:
+            anyio.run(functools.partial(storage.write, "k", b"v", expect=ABSENT))
+            assert anyio.run(storage.read, "k") is not None
+        storage.close()
+    finally:
+        assert holder.wait(timeout=30) == 0
+        holder.stdout.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
 
 
 async def test_a_full_database_is_storage_full_and_nothing_of_the_batch_is_stored(tmp_path):

@@ -376,6 +376,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         storage = runtime.agent_storage(ws, target.id)
         try:
             info = await admin.describe_session(storage, session_id)
+        except SnapshotError:
+            # Damaged, not absent: 500 session_damaged (the handler below). A kept agent must not write
+            # on from it either: the next message loads it, and is refused the same way.
+            runtime.sessions.forget(ws, target.id, session_id)
+            raise
         except (OrchestraError, ValueError):
             raise ApiError(
                 404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}"

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestra.errors import SnapshotError
 from orchestra.messages import Message
 from orchestra.session.snapshot import LogOp, Record
@@ -73,8 +75,15 @@ def _has_binary(message: Any) -> bool:
     return False
 
 
-def decode_messages(items: list[Any], key: str) -> list[Any]:
-    """Messages as stored (base64 strings for bytes) back to their plain form (bytes)."""
+def decode_messages(items: list[Any], key: str, *, checked: bool = True) -> list[Any]:
+    """Messages as stored (base64 strings for bytes) back to their plain form (bytes).
+
+    A file whose bytes are not ``checked`` (one written before checksums) has each message validated
+    (``Message``), so that a damaged name is refused here, naming the file, instead of failing wherever
+    it is read later; a checked file's messages are exactly as orchestra wrote them."""
+    if not checked:
+        for index, item in enumerate(items):
+            _check_message(item, index, key)
     out = []
     for item in items:
         if isinstance(item, dict) and _has_binary(item):
@@ -86,6 +95,23 @@ def decode_messages(items: list[Any], key: str) -> list[Any]:
                 raise SnapshotError(f"{key}: a stored message is not valid: {exc}") from None
         out.append(item)
     return out
+
+
+def _check_message(item: Any, index: int, key: str) -> None:
+    problem = None
+    if not isinstance(item, dict) or item.get("role") not in ("user", "assistant"):
+        problem = "it has no role, user or assistant"
+    else:
+        try:
+            Message.model_validate_json(json.dumps(item))
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            problem = f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    if problem is not None:
+        raise SnapshotError(
+            f"{key}: item {index} of a message log is not a valid message ({problem}): the file is damaged. "
+            "Nothing was loaded; restore the session from an export or an immutable snapshot"
+        )
 
 
 def diff_log(old: Sequence[Any], new: Sequence[Any]) -> LogOp | None:

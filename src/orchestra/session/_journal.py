@@ -42,10 +42,11 @@ from orchestra.errors import (
     StorageError,
     StorageOutcomeUnknownError,
 )
-from orchestra.session._commit import housekeeping, read_back
+from orchestra.session._commit import housekeeping, write_outcome
 from orchestra.session._document import Document, decode_messages, diff_log, is_message_log, op_json
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import (
+    CHECKSUM,
     JournalInfo,
     LogOp,
     Record,
@@ -54,6 +55,8 @@ from orchestra.session.snapshot import (
     decode_model,
     encode_model,
     encode_snapshot,
+    seal,
+    unseal,
 )
 from orchestra.storage import ABSENT, Storage
 from orchestra.storage._base import delete_many, read_many
@@ -164,11 +167,14 @@ class Journal:
     def _doc_from_snapshot(self, snapshot: Snapshot, key: str) -> Document:
         logs = set(snapshot.journal.logs) if snapshot.journal else set()
         doc = Document(origins=dict.fromkeys(snapshot.data, key))
+        checked = snapshot.checksummed
         for name, value in snapshot.data.items():
             if name in logs:
                 if not isinstance(value, list):
                     raise SnapshotError(f"{key}: log {name!r} is not a list")
-                doc.logs[name] = decode_messages(value, key) if is_message_log(name) else value
+                doc.logs[name] = (
+                    decode_messages(value, key, checked=checked) if is_message_log(name) else value
+                )
             else:
                 doc.fields[name] = value
         return doc
@@ -195,7 +201,7 @@ class Journal:
             record = decode_model(Record, found[0], key)
             for name, op in record.logs.items():
                 if is_message_log(name):
-                    op.add = decode_messages(op.add, key)
+                    op.add = decode_messages(op.add, key, checked=record.checksummed)
             return _Read(self.layout.seq_of(key), record, len(found[0]), key)
 
         records = [
@@ -531,7 +537,7 @@ class Journal:
                 + ",".join(f"{dumps(name)}:{op_json(op, added[name])}" for name, op in ops.items())
                 + "}"
             )
-        data = ("{" + ",".join(body) + "}").encode()
+        data = seal(("{" + ",".join(body) + "}").encode())
         update = _Update(self.seq + 1, t, data, texts, removed, ops, logs)
         if time.monotonic() - self._synced_at >= self._recheck_limit():
             await self._check_still_newest()
@@ -548,20 +554,30 @@ class Journal:
             await self._write(key, update.data, ABSENT)
         except StorageConflictError as exc:
             raise self._conflict(f"journal record {update.seq} already exists") from exc
-        except StorageError as exc:
-            stored = exc.stored if exc.stored is not None else await read_back(self.storage, key, update.data)
+        except Exception as exc:  # a StorageError, or anything a storage users wrote raises
+            stored = await write_outcome(self.storage, key, update.data, exc)
+            reason = exc.reason if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
+            said = exc if isinstance(exc, StorageError) else f"the storage raised {reason}"
             if stored is None:
                 # Keep what was tried: the next save reads the record back and settles it.
                 self._uncertain = update.materialized()
                 raise StorageOutcomeUnknownError(
-                    f"{where}: {exc}. Whether it was stored is not known: the next save of this scope reads "
+                    f"{where}: {said}. Whether it was stored is not known: the next save of this scope reads "
                     "it back first (and keeps it if it is there)",
                     operation="write",
                     key=key,
-                    reason=exc.reason,
+                    reason=reason,
                 ) from exc
             if not stored:
-                raise exc.in_context(f"{where} (nothing was stored)", stored=False) from exc
+                if isinstance(exc, StorageError):
+                    raise exc.in_context(f"{where} (nothing was stored)", stored=False) from exc
+                raise StorageError(
+                    f"{where}: {said}; read back, nothing was stored",
+                    operation="write",
+                    key=key,
+                    reason=reason,
+                    stored=False,
+                ) from exc
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 # Cancelled while the write may be under way (a worker thread finishes it regardless):
@@ -816,7 +832,9 @@ class Journal:
                 if found is None:
                     break
                 data, version = found
+                unseal(data, key)  # a damaged file is not rewritten (its checksum would hide the damage)
                 document = json.loads(data)
+                document.pop(CHECKSUM, None)
                 if key in snapshots:
                     logs = [v for v in (document.get("data") or {}).values() if isinstance(v, list)]
                 else:
@@ -825,7 +843,7 @@ class Journal:
                 if not any(hits):
                     break
                 try:
-                    version = await self._write(key, dumps(document).encode(), version)
+                    version = await self._write(key, seal(dumps(document).encode()), version)
                 except StorageConflictError:
                     continue  # compacted meanwhile: read the new snapshot and scrub it too
                 if key == self.layout.latest:

@@ -8,6 +8,12 @@ A ``Snapshot`` is what ``snapshot_latest.json``, an immutable snapshot and an ex
      "app_data": {},
      "journal": {"seq": 41, "logs": ["messages"], "t": 1764601234567}}
 
+Every snapshot, journal record and manifest ends with a checksum, ``"crc32":"<8 hex digits>"``: the
+CRC-32 of the file's bytes without that member (``{...}`` as it was before the member was put last).
+A load checks it before it parses anything, so a changed byte anywhere (in a message's text, in a field
+name) is a ``SnapshotError`` naming the file, never different content or a raw exception. Files written
+before checksums have none and load as they are.
+
 ``journal`` says which journal record the snapshot reflects (``t`` is that record's time, so a load can
 tell that the snapshot and the journal agree) and which ``data`` keys are append-mostly logs. An export has ``journal: null``, names its ``scope_id`` and ``session_id``, and is
 self-contained. An immutable snapshot written by a running session has ``data: {}`` and
@@ -18,14 +24,16 @@ the data instead of copying it.
 from __future__ import annotations
 
 import json
+import zlib
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from orchestra.errors import SnapshotError
 
 __all__ = [
+    "CHECKSUM",
     "SCHEMA_VERSION",
     "JournalInfo",
     "LogOp",
@@ -36,11 +44,13 @@ __all__ = [
     "encode_model",
     "encode_snapshot",
     "now_iso",
+    "seal",
+    "unseal",
 ]
 
 SCHEMA_VERSION = 1
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound="_Model")
 
 
 def now_iso() -> str:
@@ -49,6 +59,12 @@ def now_iso() -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    _checksummed: bool = PrivateAttr(default=False)
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether the file this was read from carried a checksum (which held: ``decode_model`` checks it)."""
+        return self._checksummed
 
 
 class JournalInfo(_Model):
@@ -105,12 +121,48 @@ class Record(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+CHECKSUM = "crc32"
+_MEMBER = b',"crc32":"'
+_SEALED_TAIL = len(_MEMBER) + 8 + 2  # the member's bytes at the end: ,"crc32":"<8 hex>"}
+_RESTORE = (
+    "Nothing was loaded or overwritten: restore the session from an export or an immutable snapshot, or "
+    "delete it to start over"
+)
+
+
+def seal(data: bytes) -> bytes:
+    """A JSON object's bytes with its checksum member put last (see the module docstring)."""
+    if not data.endswith(b"}") or data == b"{}":
+        raise ValueError("only a JSON object with members can be sealed")
+    return b'%s,"crc32":"%08x"}' % (data[:-1], zlib.crc32(data))
+
+
+def unseal(data: bytes, key: str) -> bool:
+    """Check a file's checksum: True if it has one and it holds, False if it has none (a file written
+    before checksums). Raises ``SnapshotError`` naming ``key`` if the bytes are not the ones sealed."""
+    tail = data[-_SEALED_TAIL:]
+    if len(data) <= _SEALED_TAIL or not tail.startswith(_MEMBER) or not tail.endswith(b'"}'):
+        return False
+    # The CRC of the bytes before the member, then of the "}" that closed them: no copy of the file.
+    expected = b"%08x" % zlib.crc32(b"}", zlib.crc32(memoryview(data)[: len(data) - _SEALED_TAIL]))
+    if tail[len(_MEMBER) : -2] != expected:
+        raise SnapshotError(
+            f"{key}: damaged: its checksum ({CHECKSUM} {tail[len(_MEMBER) : -2].decode(errors='replace')}) "
+            f"does not match its content ({expected.decode()}), so at least one byte changed after it was "
+            f"written (a disk or copy error, or an edit by hand; to keep an edit, remove the file's "
+            f'"{CHECKSUM}" member). {_RESTORE}'
+        )
+    return True
+
+
 def encode_model(model: BaseModel) -> bytes:
-    return model.model_dump_json(by_alias=True, exclude_defaults=False).encode()
+    return seal(model.model_dump_json(by_alias=True, exclude_defaults=False).encode())
 
 
 def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
-    """Parse stored JSON into ``cls``, or raise ``SnapshotError`` naming the key and the problem."""
+    """Parse stored JSON into ``cls``, or raise ``SnapshotError`` naming the key and the problem (a
+    checksum that does not match included)."""
+    sealed = unseal(data, key)
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -118,6 +170,10 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
             f"{key}: not valid JSON ({exc}); the file is corrupt or truncated. Nothing was overwritten: "
             "restore it from a backup or an export, or delete the session to start over"
         ) from None
+    if isinstance(raw, dict) and (sealed or CHECKSUM in raw):
+        if not sealed:  # the member is there, but not where and as a checksum is written: damage
+            raise SnapshotError(f"{key}: damaged: its {CHECKSUM!r} member is not a checksum. {_RESTORE}")
+        raw.pop(CHECKSUM, None)
     if isinstance(raw, dict):
         version = raw.get("schema_version", SCHEMA_VERSION)
         if not isinstance(version, int) or isinstance(version, bool):
@@ -133,7 +189,7 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
                 f"{SCHEMA_VERSION}); upgrade orchestra to load it"
             )
     try:
-        return cls.model_validate(raw)
+        model = cls.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
@@ -142,6 +198,8 @@ def decode_model(cls: type[_M], data: bytes, key: str) -> _M:
         raise SnapshotError(
             f"{key}: not a valid {cls.__name__} ({problems}); nothing was overwritten"
         ) from None
+    model._checksummed = sealed
+    return model
 
 
 def encode_snapshot(snapshot: Snapshot, data_json: str | None = None) -> bytes:
@@ -155,4 +213,4 @@ def encode_snapshot(snapshot: Snapshot, data_json: str | None = None) -> bytes:
         f"{dumps(name)}:{(data_json or dumps(snapshot.data)) if name == 'data' else dumps(head[name])}"
         for name in Snapshot.model_fields
     ]
-    return ("{" + ",".join(parts) + "}").encode()
+    return seal(("{" + ",".join(parts) + "}").encode())

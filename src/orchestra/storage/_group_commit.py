@@ -11,6 +11,9 @@ nodes of one run, the run records beside them - share commits:
   the next batch. No thread waits on a timer: a writer alone commits at once.
 - A caller is answered only when its batch's commit returned: its change is then durable, or written when
   the storage is configured for less (``synchronous=NORMAL`` on SQLite, ``durable=False`` on PostgreSQL).
+  A committer settles each change inside the transaction, but a change is *done* (its caller may be
+  told) only once the commit is over, for the whole batch at once: a waiting caller woken meanwhile goes
+  back to waiting, and a COMMIT that fails after its statements ran tells every caller so.
 - Within a batch the changes are applied in arrival order, and each keeps its own condition: a ``Write``
   with ``expect=ABSENT`` or a version that does not hold fails that write alone
   (``StorageConflictError``), never the batch. A caller's changes stay together, in one batch.
@@ -106,10 +109,16 @@ def new_version() -> str:
 
 @dataclass(eq=False, slots=True)
 class Pending:
-    """One change on its way through a batch, with the version it will have (writes) and its outcome."""
+    """One change on its way through a batch, with the version it will have (writes) and its outcome.
+
+    ``settled`` says its outcome is decided (a committer settles each change as its statement runs,
+    inside the transaction); ``done`` says its caller may be told: only ``GroupCommit`` sets it, once the
+    batch's commit is over (committed, failed, or settled by reading back). A change settled inside a
+    transaction whose COMMIT then fails is not done: it is settled again, as failed."""
 
     change: Change
     version: str = field(default_factory=new_version)
+    settled: bool = False
     done: bool = False
     result: str | int | None = None
     error: StorageError | None = None
@@ -119,10 +128,14 @@ class Pending:
         return self.change.prefix if isinstance(self.change, DeletePrefix) else self.change.key
 
     def succeed(self, result: str | int | None) -> None:
-        self.result, self.error, self.done = result, None, True
+        self.result, self.error, self.settled = result, None, True
 
     def fail(self, error: StorageError) -> None:
-        self.result, self.error, self.done = None, error, True
+        self.result, self.error, self.settled = None, error, True
+
+    def unsettle(self) -> None:
+        """Forget what a commit that failed said about this change."""
+        self.result, self.error, self.settled = None, None, False
 
     def outcome(self) -> Outcome:
         return self.error if self.error is not None else self.result
@@ -139,8 +152,10 @@ class Committer(Protocol):
 
         Settle each change that was decided (``Pending.succeed`` with the write's ``Pending.version``, a
         delete's None, a prefix's count; ``Pending.fail`` with a ``StorageConflictError`` for a condition
-        that did not hold). Raise a ``StorageError`` if the commit as a whole failed: ``stored=False``
-        when it is known that nothing was committed, ``stored=None`` when the answer was lost.
+        that did not hold), before or after the commit itself: settling tells no caller anything, the
+        group commit answers the batch's callers once ``commit`` has returned or raised. Raise a
+        ``StorageError`` if the commit as a whole failed: ``stored=False`` when it is known that nothing
+        was committed, ``stored=None`` when the answer was lost.
         """
         ...
 
@@ -203,13 +218,17 @@ class GroupCommit:
                     self._commit(batch)
                 except BaseException as exc:  # a bug or an interrupt: nobody may wait for this batch forever
                     for pending in batch:
-                        if not pending.done:
+                        if not pending.settled:
                             pending.fail(
                                 self._error_for(pending, StorageOutcomeUnknownError(repr(exc)), stored=None)
                             )
                     raise
                 finally:
                     self._cond.acquire()
+                    # Only now, with the commit over: a follower woken meanwhile (by an earlier batch's
+                    # notify) must not take a change settled inside the transaction for a committed one.
+                    for pending in batch:
+                        pending.done = True
                     self._leading = False
                     self._cond.notify_all()
         return mine
@@ -230,7 +249,7 @@ class GroupCommit:
                 self.committer.commit(todo)
             except StorageError as exc:
                 for pending in todo:  # what a failed commit said about a change counts for nothing
-                    pending.done, pending.error, pending.result = False, None, None
+                    pending.unsettle()
                 if exc.stored is None:  # the answer was lost: read back before anyone is told
                     todo = self._read_back(todo, exc)
                     if not todo:
@@ -253,7 +272,7 @@ class GroupCommit:
             self.commits += 1
             self.changes += len(todo)
             for pending in todo:
-                if not pending.done:  # the committer settles each change; a write it did not is made
+                if not pending.settled:  # the committer settles each change; a write it did not is made
                     pending.succeed(pending.version if isinstance(pending.change, Write) else None)
             return
 

@@ -96,7 +96,8 @@ class SQLStorage(abc.ABC):
         return "delete_range", (low, high)
 
     def settle(self, pending: Pending, rows: int) -> None:
-        """Record a change's outcome from how many rows its statement changed."""
+        """Record a change's outcome from how many rows its statement changed (inside the transaction:
+        its caller is told only once the batch's COMMIT is over, by ``GroupCommit``)."""
         change = pending.change
         if isinstance(change, Write):
             if rows or change.expect is None:

@@ -11,9 +11,12 @@
 - **Several processes on one file** (a CLI beside a server): each transaction takes SQLite's write lock
   (``BEGIN IMMEDIATE``, waiting up to ``timeout`` for another process's transaction), so a conditional
   write holds across processes and a second writer of a session is refused exactly as on files and S3.
-  Readers never wait for a writer (WAL). A killed process leaves the log, which the next opener
-  replays: the database opens with every committed transaction, and nothing of an unfinished one.
-  The file must be on a local file system (WAL needs shared memory between the processes; not NFS).
+  Readers never wait for a writer (WAL). A new file is switched to WAL once, by its first connection;
+  that switch, which SQLite does not cover by its busy timeout, is tried again until ``timeout`` too, so
+  no call fails at once because another process holds the file. A killed process leaves the log, which
+  the next opener replays: the database opens with every committed transaction, and nothing of an
+  unfinished one. The file must be on a local file system (WAL needs shared memory between the
+  processes; not NFS).
 - The file and its ``-wal`` and ``-shm`` companions are created 0600, its folder 0700.
 
 Errors name the file, the operation and the key: a full disk is ``StorageFullError``, a database locked
@@ -27,6 +30,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
@@ -105,20 +109,55 @@ class SQLiteStorage(SQLStorage):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            # WAL is a property of the file, set once: a connection to a file already in WAL sends nothing
+            # that needs a lock, so it never meets another process's write lock here.
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise StorageConfigurationError(
-                    f"{self.where}: SQLite could not switch the database to WAL mode (it is in {mode!r} "
-                    "mode); put the file on a local file system",
-                    operation="open",
-                    reason=f"journal_mode={mode}",
-                )
+                self._switch_to_wal(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute(_CREATE)
+            if (
+                conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
+                ).fetchone()
+                is None
+            ):
+                # Under the write lock taken up front (which waits for another process's), not by upgrading
+                # a read, which SQLite would refuse at once if another process wrote meanwhile.
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(_CREATE)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        """Put a new file (SQLite starts it in rollback mode) in WAL mode. The switch needs the file to
+        itself, and SQLite answers SQLITE_BUSY at once, without its busy timeout, while another connection
+        holds a lock: so it is tried again until ``timeout``, as every other statement waits."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        if str(mode).lower() != "wal":
+            raise StorageConfigurationError(
+                f"{self.where}: SQLite could not switch the database to WAL mode (it is in {mode!r} "
+                "mode); put the file on a local file system",
+                operation="open",
+                reason=f"journal_mode={mode}",
+            )
 
     def _forked(self) -> None:
         """A child process must not use its parent's connections: it opens its own."""
@@ -162,7 +201,11 @@ class SQLiteStorage(SQLStorage):
 
     # -- errors ------------------------------------------------------------------------------------------
 
-    def _error(self, exc: sqlite3.Error, operation: str, key: str, *, stored: bool | None) -> StorageError:
+    def _error(
+        self, exc: sqlite3.Error, operation: str, key: str, *, stored: bool | None, started: float
+    ) -> StorageError:
+        """``exc`` as the storage error it means; ``started``: when the operation began (``time.monotonic``),
+        so that a busy database is said to have been held as long as it was waited for, no longer."""
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         name = getattr(exc, "sqlite_errorname", type(exc).__name__)
         reason = f"{exc} ({name})"
@@ -172,9 +215,13 @@ class SQLiteStorage(SQLStorage):
         if code in _FULL:
             kind, hint = StorageFullError, "; free disk space"
         elif code in _BUSY:
+            waited = time.monotonic() - started
             kind, hint = (
                 StorageUnavailableError,
-                f"; another process held the database for over {self.timeout}s",
+                f"; another process held the database for over {self.timeout}s"
+                if waited >= 0.9 * self.timeout  # SQLite's busy handler may give up a little early
+                else f"; another process held a lock on the database (SQLite answered after {waited:.2f}s, "
+                f"without waiting the {self.timeout}s timeout)",
             )
         elif code in _MISCONFIGURED:
             kind, hint = (
@@ -194,11 +241,12 @@ class SQLiteStorage(SQLStorage):
 
     def commit(self, batch: Sequence[Pending]) -> None:
         first = batch[0]
+        started = time.monotonic()
         try:
             conn = self._writer_connection()
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise self._error(exc, "commit", first.key, stored=False) from None
+            raise self._error(exc, "commit", first.key, stored=False, started=started) from None
         try:
             for pending in batch:
                 kind, params = self.statement(pending)
@@ -214,19 +262,20 @@ class SQLiteStorage(SQLStorage):
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            raise self._error(exc, "commit", first.key, stored=False) from None
+            raise self._error(exc, "commit", first.key, stored=False, started=started) from None
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:  # the transaction is still open: nothing of it was made
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                raise self._error(exc, "commit", first.key, stored=False) from None
+                raise self._error(exc, "commit", first.key, stored=False, started=started) from None
             # SQLite ended the transaction itself (an I/O error while committing): read it back.
-            raise self._error(exc, "commit", first.key, stored=None) from None
+            raise self._error(exc, "commit", first.key, stored=None, started=started) from None
 
     def _select(self, keys: Sequence[str]) -> dict[str, tuple[bytes, str]]:
         found: dict[str, tuple[bytes, str]] = {}
+        started = time.monotonic()
         try:
             with self._reader() as conn:
                 for start in range(0, len(keys), _MAX_PARAMS):
@@ -237,7 +286,7 @@ class SQLiteStorage(SQLStorage):
                     ):
                         found[key] = (bytes(data), version)
         except sqlite3.Error as exc:
-            raise self._error(exc, "read", keys[0] if keys else "", stored=False) from None
+            raise self._error(exc, "read", keys[0] if keys else "", stored=False, started=started) from None
         return found
 
     def _select_keys(
@@ -251,8 +300,9 @@ class SQLiteStorage(SQLStorage):
         query += " ORDER BY key"
         if limit is not None:
             query += f" LIMIT {int(limit)}"
+        started = time.monotonic()
         try:
             with self._reader() as conn:
                 return [key for (key,) in conn.execute(query, params)]
         except sqlite3.Error as exc:
-            raise self._error(exc, "list", low, stored=False) from None
+            raise self._error(exc, "list", low, stored=False, started=started) from None

@@ -1,7 +1,8 @@
 """How the frozen schema-version-1 corpus was made (kept for reference; do not regenerate v1).
 
 When the snapshot schema changes, add a new corpus folder made by the new code; the old folders stay
-as they are and must keep loading.
+as they are and must keep loading. ``v1_checksums`` is this script's output once files carried checksums
+(``python tests/session/corpus/make_v1.py tests/session/corpus/v1_checksums``, then the ``.lock`` removed).
 """
 
 import shutil
