@@ -67,9 +67,32 @@ def test_sessions_commands_on_an_unknown_session_exit_1(workdir):
     assert "no session nosuch in file:./.orchestra: nothing to delete" in deleted.stderr
     history = invoke("sessions", "history", "nosuch")
     assert history.exit_code == 1
-    assert "session 'nosuch' has no agent 'default'" in history.stderr
-    assert "orchestra sessions show nosuch" in history.stderr
+    assert history.stderr == (
+        "error: no session 'nosuch' in file:./.orchestra: see the sessions there with orchestra sessions "
+        "list\n"
+    )
     assert history.stdout == ""  # no empty table
+
+
+@pytest.mark.parametrize("command", [["history"], ["export"], ["show"], ["restore", "01a22a0a"]])
+def test_a_session_that_is_not_there_is_named_with_its_storage(workdir, command):
+    """Not "session 'nosuch' has no agent 'default'" (issue 35, item 20): the storage holds no such session."""
+    name, *rest = command
+    result = invoke("sessions", name, "nosuch", *rest, "--storage", "file:./store")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "error: no session 'nosuch' in file:./store: see the sessions there with orchestra sessions list "
+        "--storage file:./store"
+    ), result.stderr
+
+
+def test_a_session_without_the_scope_asked_for_names_its_scopes(workdir):
+    assert invoke("run", "chain.yaml", "--session-id", "c1").exit_code == 0
+    history = invoke("sessions", "history", "c1")
+    assert history.exit_code == 1
+    assert "session 'c1' has no agent 'default': see its scopes with orchestra sessions show c1" in (
+        history.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,7 @@ def sessions_show(
     Example: [bold]orchestra sessions show run-20261130-101500-ab12[/]
     """
     store = open_storage(storage)
+    session_call(_session_exists, store, session_id, storage)
     info = session_call(admin.describe_session, store, session_id)
     _mark_dead_runs(info, WriterLock.inspect(store, session_id))
     if as_json:
@@ -167,6 +168,7 @@ def sessions_history(
 
 async def _scope_exists(store: Any, session_id: str, kind: Any, scope_id: str, storage: str | None) -> None:
     """Raise, naming what there is to look at instead, when a session or its scope does not exist."""
+    await _session_exists(store, session_id, storage)
     try:
         await admin.load_scope(store, session_id, kind, scope_id)
     except SessionError as exc:
@@ -174,6 +176,16 @@ async def _scope_exists(store: Any, session_id: str, kind: Any, scope_id: str, s
         raise SessionError(
             f"{exc}: see its scopes with orchestra sessions show {session_id}{where}"
         ) from None
+
+
+async def _session_exists(store: Any, session_id: str, storage: str | None) -> None:
+    """Raise, naming the storage and how to list its sessions, when it holds no such session."""
+    if not await admin.session_exists(store, session_id):
+        where = f" --storage {storage}" if storage else ""
+        raise SessionError(
+            f"no session {session_id!r} in {storage or DEFAULT_STORAGE_URI}: see the sessions there with "
+            f"orchestra sessions list{where}"
+        )
 
 
 @sessions_app.command("restore")
@@ -190,7 +202,9 @@ def sessions_restore(
     Example: [bold]orchestra sessions restore user-123 01a22a0a-1aa2-7000-b755-51e3343ca1a8[/]
     """
     kind, scope_id = _scope(scope)
-    session_call(admin.restore_scope, open_storage(storage), session_id, kind, scope_id, snapshot_id)
+    store = open_storage(storage)
+    session_call(_session_exists, store, session_id, storage)
+    session_call(admin.restore_scope, store, session_id, kind, scope_id, snapshot_id)
     out.print(f"{kind}/{scope_id} of {session_id} is back at snapshot {snapshot_id}", highlight=False)
 
 
@@ -213,7 +227,9 @@ def sessions_export(
     Example: [bold]orchestra sessions export user-123 --scope multiAgent/review-loop -o run.json[/]
     """
     kind, scope_id = _scope(scope)
-    data = session_call(admin.export_any_scope, open_storage(storage), session_id, kind, scope_id)
+    store = open_storage(storage)
+    session_call(_session_exists, store, session_id, storage)
+    data = session_call(admin.export_any_scope, store, session_id, kind, scope_id)
     if output is None:
         sys.stdout.write(data.decode() + "\n")
     else:
