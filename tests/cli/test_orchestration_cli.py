@@ -215,4 +215,4 @@ def test_sessions_show_says_which_items_and_attempts_a_failed_map_left(workdir, 
     shown = json.loads(invoke("sessions", "show", "s3", "--json").stdout)[0]
     assert shown["maps"] == {"each": "0 of 3 items completed, 1 failed"}
     text = invoke("sessions", "show", "s3").stdout
-    assert "maps: {'each': '0 of 3 items completed, 1 failed'}" in text
+    assert "  maps:\n    each: 0 of 3 items completed, 1 failed\n" in text

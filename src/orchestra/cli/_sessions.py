@@ -97,12 +97,22 @@ def sessions_show(
         summary = dict(scope.summary)
         nodes = summary.pop("nodes", None)
         for key, value in summary.items():
-            out.print(f"  {key}: {value}", highlight=False, markup=False)
+            _print_detail(key, value, "  ")
         if nodes:
             table = Table("node", "status")
             for node_id, status in nodes.items():
                 table.add_row(node_id, str(status))
             out.print(table)
+
+
+def _print_detail(key: str, value: Any, indent: str) -> None:
+    """``key: value``; a mapping as one indented line per entry (words, not a Python dict)."""
+    if isinstance(value, dict) and value:
+        out.print(f"{indent}{key}:", highlight=False, markup=False)
+        for inner, item in value.items():
+            _print_detail(str(inner), item, indent + "  ")
+    else:
+        out.print(f"{indent}{key}: {value}", highlight=False, markup=False)
 
 
 def _mark_dead_runs(info: admin.SessionInfo, writer: Any) -> None:
