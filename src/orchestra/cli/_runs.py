@@ -34,17 +34,14 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 def _call(url: str, api_key: str, what: Any) -> Any:
     """Run ``what(client)``; a refusal or an unreachable server is one line and exit 1."""
-    import httpx  # the client is imported by these commands only: the others start without it
-
+    # The client is imported by these commands only: the others start without it (and httpx).
     from orchestra.client import Client, ClientError
 
     try:
         with Client(url, api_key, timeout=60.0) as client:
             return what(client)
-    except ClientError as exc:
-        raise fail(f"{exc.status} {exc.code}: {exc.message}") from None
-    except httpx.TransportError as exc:
-        raise fail(f"cannot reach {url}: {exc}") from None
+    except ClientError as exc:  # "404 unknown_run: ...", or the server could not be reached
+        raise fail(str(exc)) from None
     except ValueError as exc:  # an id the server would refuse, refused before any request
         raise fail(str(exc)) from None
 
