@@ -123,7 +123,7 @@ class BudgetFlags:
             "model_calls": spent.model_calls,
             "wall_seconds": float(run.get("execution_time_ms") or 0) / 1000,
         }
-        larger = {
+        larger: dict[str, Any] = {
             name: _doubled(name, max(float(allowed), used[name]))
             for name, allowed in limits.items()
             if name in used and used[name] >= allowed
