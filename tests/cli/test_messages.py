@@ -22,6 +22,7 @@ from orchestra.server import hash_key
 from tests.cli.pipelines import CHAIN
 
 runner = CliRunner()
+EXAMPLES = Path(__file__).parents[2] / "examples" / "graphs"
 
 
 @pytest.fixture
@@ -221,6 +222,21 @@ def test_bedrock_without_a_region_names_the_variables(monkeypatch, tmp_path):
         BedrockModel("m")
     monkeypatch.setenv("AWS_REGION", "eu-west-3")  # botocore alone reads AWS_DEFAULT_REGION only
     assert BedrockModel("m").client.meta.region_name == "eu-west-3"
+
+
+def test_an_openai_model_without_a_key_is_refused_before_anything_runs(workdir, monkeypatch):
+    """Issue 35, item 24: --model openai:... with no OPENAI_API_KEY is one line naming the variable."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # should a request be tried: not the internet
+    result = invoke(
+        "run", EXAMPLES / "review_loop.yaml", "--model", "openai:gpt-4o-mini", "--session-id", "k"
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: openai:gpt-4o-mini at https://api.openai.com/v1 needs an API key: set OPENAI_API_KEY (or "
+        "pass api_key=); for a local server that needs none, give its base_url (or use ollama:<model>)\n"
+    )
+    assert json.loads(invoke("sessions", "list", "--json").stdout) == []  # refused before the run started
 
 
 def test_a_failed_python_run_prints_why():
