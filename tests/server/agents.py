@@ -69,3 +69,12 @@ async def confirm() -> str:
     """Confirm the payment (takes ``ORCHESTRA_TEST_HANG`` seconds)."""
     await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_HANG", "0")))
     return "confirmed"
+
+
+async def gate_step(node_input: Any) -> str:
+    """A function node that waits until the file ``ORCHESTRA_TEST_GATE`` names exists (a test opens it)."""
+    gate = anyio.Path(os.environ["ORCHESTRA_TEST_GATE"])
+    with anyio.fail_after(60):
+        while not await gate.exists():  # noqa: ASYNC110 - the test creates a file, it sets no event
+            await anyio.sleep(0.02)
+    return f"{node_input.node_id} done"

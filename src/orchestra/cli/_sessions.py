@@ -16,7 +16,7 @@ from rich.table import Table
 
 from orchestra.cli._migrate import migrate_command
 from orchestra.cli._options import JsonOption, StorageOption, open_storage, session_call
-from orchestra.cli._output import EXIT_FAILED, err, fail, out
+from orchestra.cli._output import EXIT_FAILED, err, fail, out, print_table
 from orchestra.errors import SessionError
 from orchestra.multiagent import Status
 from orchestra.session import admin
@@ -67,7 +67,7 @@ def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) ->
         updated = info.updated_at.strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
         scopes = ", ".join(f"{s.kind}/{s.scope_id}" for s in info.scopes)
         table.add_row(info.session_id, info.layout, scopes, updated)
-    out.print(table)
+    print_table(table)
 
 
 @sessions_app.command("show")
@@ -102,7 +102,7 @@ def sessions_show(
             table = Table("node", "status")
             for node_id, status in nodes.items():
                 table.add_row(node_id, str(status))
-            out.print(table)
+            print_table(table)
 
 
 def _print_detail(key: str, value: Any, indent: str) -> None:
@@ -167,13 +167,11 @@ def sessions_history(
         )
         return
     table = Table("created", "journal record", "app data", "snapshot id")
-    table.columns[3].no_wrap = True
-    table.columns[3].min_width = 36
     for snap in snapshots:
         table.add_row(
             str(snap.created_at), str(snap.journal_seq), json.dumps(snap.app_data), snap.snapshot_id
         )
-    out.print(table)
+    print_table(table)
 
 
 async def _scope_exists(store: Any, session_id: str, kind: Any, scope_id: str, storage: str | None) -> None:
