@@ -122,9 +122,9 @@ class ServerUnreachableError(ClientError, ConnectionError):
 def _unreachable(url: str, exc: httpx.TransportError) -> ServerUnreachableError:
     """httpx's transport error as the client's own, naming the server and what to do."""
     try:
-        request = f"{exc.request.method} {exc.request.url.path}"
+        method, request = exc.request.method, f"{exc.request.method} {exc.request.url.path}"
     except RuntimeError:  # an error raised before there was a request
-        request = "a request"
+        method, request = "", "a request"
     reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         return ServerUnreachableError(
@@ -133,11 +133,13 @@ def _unreachable(url: str, exc: httpx.TransportError) -> ServerUnreachableError:
             f"cannot reach the server at {url} for {request} ({reason}): is orchestra serve running there?",
         )
     code = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection_lost"
+    what = (
+        "it may have run: repeat it with the same idempotency_key to learn its outcome"
+        if method == "POST"
+        else "try again"
+    )
     return ServerUnreachableError(
-        url,
-        code,
-        f"no answer from the server at {url} to {request} ({reason}); a request that was sent may have run: "
-        "repeat it with the same idempotency_key to learn its outcome",
+        url, code, f"no answer from the server at {url} to {request} ({reason}); {what}"
     )
 
 

@@ -231,7 +231,7 @@ def test_a_connection_lost_before_the_answer_says_the_request_may_have_run():
         client.invoke("chat", "hi", idempotency_key="k1")
     assert raised.value.code == "connection_lost"
     assert f"no answer from the server at {url} to POST /api/v1/agents/chat/invoke" in str(raised.value)
-    assert "repeat it with the same idempotency_key" in str(raised.value)
+    assert "it may have run: repeat it with the same idempotency_key" in str(raised.value)
 
 
 def test_runs_commands_name_a_server_that_is_not_running_in_one_line():

@@ -158,7 +158,7 @@ class _JsonBody:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/api/"):
             headers = scope.get("headers") or []
             declared = next((value for name, value in headers if name == b"content-type"), b"")
             if declared.split(b";")[0].strip().lower() in self.SIMPLE:
