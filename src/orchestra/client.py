@@ -110,7 +110,7 @@ class ServerUnreachableError(ClientError, ConnectionError):
     """No answer came from the server at ``url`` (``status`` 0), after the client's retries.
 
     ``code`` says how: ``connect_failed`` (nothing reached it: is it running there?), ``timeout`` or
-    ``connection_lost`` (a request that was sent may have run: repeat it with the same
+    ``connection_lost`` (a POST that was sent may have run: repeat it with the same
     ``idempotency_key`` to learn its outcome). httpx's error is the ``__cause__``.
     """
 
