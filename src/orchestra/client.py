@@ -20,11 +20,13 @@ one you pass) and retries what may have failed half way with it: a lost connecti
 storage is unavailable, or lost an answer), 409 ``request_in_progress`` or ``session_conflict``, 500
 ``internal``. The server answers a repeated key from the first run, so a retry never stores a turn twice.
 Following a run's stream reconnects after a lost connection with ``Last-Event-ID``: every event comes
-once, in order.
+once, in order. A server that cannot be reached, or a connection lost for good, raises
+``ServerUnreachableError`` naming the server's URL, never httpx's own errors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -53,16 +55,18 @@ __all__ = [
     "RateLimitError",
     "RunInfo",
     "ServerError",
+    "ServerUnreachableError",
     "ServiceUnavailableError",
     "StreamEvent",
 ]
 
 
 class ClientError(OrchestraError):
-    """The server refused or failed a request; ``status``, ``code`` and ``message`` say how."""
+    """The server refused or failed a request, or could not be reached; ``status`` (0: no HTTP answer),
+    ``code`` and ``message`` say how."""
 
     def __init__(self, status: int, code: str, message: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{status} {code}: {message}")
+        super().__init__(f"{status} {code}: {message}" if status else message)
         self.status = status
         self.code = code
         self.message = message
@@ -100,6 +104,52 @@ class InsufficientStorageError(ServerError):
 
 class RateLimitError(ClientError):
     """429: the session's queue is full (``queue_full``); send the message later."""
+
+
+class ServerUnreachableError(ClientError, ConnectionError):
+    """No answer came from the server at ``url`` (``status`` 0), after the client's retries.
+
+    ``code`` says how: ``connect_failed`` (nothing reached it: is it running there?), ``timeout`` or
+    ``connection_lost`` (a POST that was sent may have run: repeat it with the same
+    ``idempotency_key`` to learn its outcome). httpx's error is the ``__cause__``.
+    """
+
+    def __init__(self, url: str, code: str, message: str) -> None:
+        super().__init__(0, code, message)
+        self.url = url
+
+
+def _unreachable(url: str, exc: httpx.TransportError) -> ServerUnreachableError:
+    """httpx's transport error as the client's own, naming the server and what to do."""
+    try:
+        method, request = exc.request.method, f"{exc.request.method} {exc.request.url.path}"
+    except RuntimeError:  # an error raised before there was a request
+        method, request = "", "a request"
+    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return ServerUnreachableError(
+            url,
+            "connect_failed",
+            f"cannot reach the server at {url} for {request} ({reason}): is orchestra serve running there?",
+        )
+    code = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection_lost"
+    what = (
+        "it may have run: repeat it with the same idempotency_key to learn its outcome"
+        if method == "POST"
+        else "try again"
+    )
+    return ServerUnreachableError(
+        url, code, f"no answer from the server at {url} to {request} ({reason}); {what}"
+    )
+
+
+@contextlib.contextmanager
+def _answered(url: str) -> Iterator[None]:
+    """Raise httpx's transport errors as ``ServerUnreachableError`` naming ``url``."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise _unreachable(url, exc) from exc
 
 
 _ERRORS: dict[int, type[ClientError]] = {
@@ -303,8 +353,9 @@ class Client:
     """
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0, retries: int = 3) -> None:
+        self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
+            base_url=self.base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
         )
         self.retries = retries
 
@@ -318,7 +369,8 @@ class Client:
         self._http.close()
 
     def _get(self, path: str, **params: Any) -> Any:
-        response = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
+        with _answered(self.base_url):
+            response = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
         _raise_for(response)
         return response.json()
 
@@ -328,9 +380,9 @@ class Client:
         for attempt in range(self.retries + 1):
             try:
                 response: httpx.Response | None = self._http.post(url, json=body, headers=headers)
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 if attempt == self.retries:
-                    raise
+                    raise _unreachable(self.base_url, exc) from exc
                 response = None
             if response is not None and response.status_code < 400:
                 return response.json()
@@ -414,13 +466,16 @@ class Client:
             return
         if agent_id is None:
             raise ValueError("stream() needs an agent_id and input, or a run_id")
-        with self._http.stream(
-            "POST",
-            _agent_url(agent_id, "invoke"),
-            params={"stream": "true"},
-            json=_body(input, session_id, history, on_busy=on_busy),
-            headers=_key_header(idempotency_key),
-        ) as response:
+        with (
+            _answered(self.base_url),
+            self._http.stream(
+                "POST",
+                _agent_url(agent_id, "invoke"),
+                params={"stream": "true"},
+                json=_body(input, session_id, history, on_busy=on_busy),
+                headers=_key_header(idempotency_key),
+            ) as response,
+        ):
             if response.status_code >= 400:
                 response.read()
                 _raise_for(response)
@@ -447,10 +502,10 @@ class Client:
                         yield got
                         if got.last:
                             return
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 failures += 1
                 if failures > self.retries:
-                    raise
+                    raise _unreachable(self.base_url, exc) from exc
                 time.sleep(min(0.25 * 2.0**failures, 5.0))
                 continue
             return  # the server ended the stream without a last event: nothing more to follow
@@ -483,9 +538,9 @@ class Client:
     def resume(self, agent_id: str, session_id: str) -> InvokeResult:
         """Finish what a session left open (a turn cut by a crash, an unfinished run); ``resumed`` is
         true in the answer. ``ConflictError`` (``nothing_to_resume``) if there is nothing."""
-        response = self._http.post(
-            f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
-        )
+        url = f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
+        with _answered(self.base_url):
+            response = self._http.post(url)
         _raise_for(response)
         return InvokeResult.model_validate(response.json())
 
@@ -501,9 +556,10 @@ class Client:
         return dict(self._get(f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}"))
 
     def delete_session(self, agent_id: str, session_id: str) -> None:
-        _raise_for(
-            self._http.delete(f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}")
-        )
+        url = f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}"
+        with _answered(self.base_url):
+            response = self._http.delete(url)
+        _raise_for(response)
 
     def runs(
         self, agent_id: str | None = None, session_id: str | None = None, limit: int | None = None
@@ -527,8 +583,9 @@ class AsyncClient:
     """
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 300.0, retries: int = 3) -> None:
+        self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
+            base_url=self.base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
         )
         self.retries = retries
 
@@ -542,7 +599,8 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _get(self, path: str, **params: Any) -> Any:
-        response = await self._http.get(path, params={k: v for k, v in params.items() if v is not None})
+        with _answered(self.base_url):
+            response = await self._http.get(path, params={k: v for k, v in params.items() if v is not None})
         _raise_for(response)
         return response.json()
 
@@ -552,9 +610,9 @@ class AsyncClient:
         for attempt in range(self.retries + 1):
             try:
                 response: httpx.Response | None = await self._http.post(url, json=body, headers=headers)
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 if attempt == self.retries:
-                    raise
+                    raise _unreachable(self.base_url, exc) from exc
                 response = None
             if response is not None and response.status_code < 400:
                 return response.json()
@@ -641,21 +699,22 @@ class AsyncClient:
             return
         if agent_id is None:
             raise ValueError("stream() needs an agent_id and input, or a run_id")
-        async with self._http.stream(
-            "POST",
-            _agent_url(agent_id, "invoke"),
-            params={"stream": "true"},
-            json=_body(input, session_id, history, on_busy=on_busy),
-            headers=_key_header(idempotency_key),
-        ) as response:
-            if response.status_code >= 400:
-                await response.aread()
-                _raise_for(response)
-            parser = _SSEParser()
-            async for line in response.aiter_lines():
-                event = parser.feed(line)
-                if event is not None:
-                    yield _checked(event)
+        with _answered(self.base_url):
+            async with self._http.stream(
+                "POST",
+                _agent_url(agent_id, "invoke"),
+                params={"stream": "true"},
+                json=_body(input, session_id, history, on_busy=on_busy),
+                headers=_key_header(idempotency_key),
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _raise_for(response)
+                parser = _SSEParser()
+                async for line in response.aiter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        yield _checked(event)
 
     async def _follow(self, run_id: str, after: str | None) -> AsyncIterator[StreamEvent]:
         url, failures = _run_url(run_id, "stream"), 0
@@ -674,10 +733,10 @@ class AsyncClient:
                         yield got
                         if got.last:
                             return
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 failures += 1
                 if failures > self.retries:
-                    raise
+                    raise _unreachable(self.base_url, exc) from exc
                 await anyio.sleep(min(0.25 * 2.0**failures, 5.0))
                 continue
             return  # the server ended the stream without a last event: nothing more to follow
@@ -704,9 +763,9 @@ class AsyncClient:
         return RunInfo.model_validate(await self._post_once(_run_url(run_id, "resume"), None, None))
 
     async def resume(self, agent_id: str, session_id: str) -> InvokeResult:
-        response = await self._http.post(
-            f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
-        )
+        url = f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"
+        with _answered(self.base_url):
+            response = await self._http.post(url)
         _raise_for(response)
         return InvokeResult.model_validate(response.json())
 
@@ -724,11 +783,10 @@ class AsyncClient:
         )
 
     async def delete_session(self, agent_id: str, session_id: str) -> None:
-        _raise_for(
-            await self._http.delete(
-                f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}"
-            )
-        )
+        url = f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}"
+        with _answered(self.base_url):
+            response = await self._http.delete(url)
+        _raise_for(response)
 
     async def runs(
         self, agent_id: str | None = None, session_id: str | None = None, limit: int | None = None

@@ -1,4 +1,5 @@
 import asyncio
+import logging
 import re
 
 import anyio
@@ -6,7 +7,7 @@ import pytest
 
 from orchestra import Agent, ToolContext, tool
 from orchestra.agent import MessageEvent, ResultEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
-from orchestra.errors import ConcurrencyError, MaxCyclesError
+from orchestra.errors import ConcurrencyError, MaxCyclesError, ModelError
 from orchestra.testing import FunctionModel, ScriptedModel, ToolCall, collect
 
 
@@ -134,7 +135,7 @@ def test_messages_continue_a_prior_conversation():
     assert model.requests[0].messages[0]["content"][0]["text"] == "Hello, my name is Strands!"
 
 
-def test_tool_errors_become_error_results_the_model_sees():
+def test_tool_errors_become_error_results_the_model_sees(caplog):
     @tool
     def explode(reason: str) -> str:
         """Always fails.
@@ -148,16 +149,52 @@ def test_tool_errors_become_error_results_the_model_sees():
         [
             [ToolCall("explode", {"reason": "test"}), ToolCall("add", {"a": "x"}), ToolCall("missing")],
             "recovered",
-        ]
+        ],
+        allow_unknown_tools=True,  # as a real model may make one up
     )
     agent = Agent(model=model, tools=[explode, add])
-    assert str(agent("go")) == "recovered"
+    with caplog.at_level(logging.WARNING, logger="orchestra"):
+        assert str(agent("go")) == "recovered"
+    [warning] = [r for r in caplog.records if r.getMessage() == "unknown_tool"]
+    assert (warning.tool, warning.available) == ("missing", "add, explode")  # type: ignore[attr-defined]
     results = [b["toolResult"] for b in agent.messages[2]["content"]]
     assert all(r["status"] == "error" for r in results)
     assert "RuntimeError: boom: test" in results[0]["content"][0]["text"]
     assert "invalid input for tool 'add'" in results[1]["content"][0]["text"]
     assert "b: Field required" in results[1]["content"][0]["text"]
     assert "unknown tool 'missing'" in results[2]["content"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ScriptedModel([ToolCall("serach", {"q": "x"}), "never"], name="writer"),
+        FunctionModel(lambda messages, specs: ToolCall("serach", {"q": "x"}), name="writer"),
+    ],
+    ids=["scripted", "function"],
+)
+def test_a_test_model_calling_a_tool_the_agent_lacks_fails_loudly(model):
+    """Issue 35, item 23: not a quiet error result the test never looks at."""
+
+    @tool
+    def search(q: str) -> str:
+        """Search.
+
+        Args:
+            q: what
+        """
+        return q
+
+    agent = Agent(model=model, tools=[search])
+    with pytest.raises(ModelError) as raised:
+        agent("go")
+    kind = type(model).__name__
+    assert str(raised.value) == (
+        f"{kind} 'writer' calls tool 'serach', which the agent does not have (its tools: search): fix the "
+        "reply, or give the agent the tool (allow_unknown_tools=True tests how an agent answers a made-up "
+        "tool name)"
+    )
+    assert agent.messages == []  # the failed turn was rolled back
 
 
 def test_prompt_forms():

@@ -22,6 +22,7 @@ from orchestra.server import hash_key
 from tests.cli.pipelines import CHAIN
 
 runner = CliRunner()
+EXAMPLES = Path(__file__).parents[2] / "examples" / "graphs"
 
 
 @pytest.fixture
@@ -67,9 +68,32 @@ def test_sessions_commands_on_an_unknown_session_exit_1(workdir):
     assert "no session nosuch in file:./.orchestra: nothing to delete" in deleted.stderr
     history = invoke("sessions", "history", "nosuch")
     assert history.exit_code == 1
-    assert "session 'nosuch' has no agent 'default'" in history.stderr
-    assert "orchestra sessions show nosuch" in history.stderr
+    assert history.stderr == (
+        "error: no session 'nosuch' in file:./.orchestra: see the sessions there with orchestra sessions "
+        "list\n"
+    )
     assert history.stdout == ""  # no empty table
+
+
+@pytest.mark.parametrize("command", [["history"], ["export"], ["show"], ["restore", "01a22a0a"]])
+def test_a_session_that_is_not_there_is_named_with_its_storage(workdir, command):
+    """Not "session 'nosuch' has no agent 'default'" (issue 35, item 20): the storage holds no such session."""
+    name, *rest = command
+    result = invoke("sessions", name, "nosuch", *rest, "--storage", "file:./store")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "error: no session 'nosuch' in file:./store: see the sessions there with orchestra sessions list "
+        "--storage file:./store"
+    ), result.stderr
+
+
+def test_a_session_without_the_scope_asked_for_names_its_scopes(workdir):
+    assert invoke("run", "chain.yaml", "--session-id", "c1").exit_code == 0
+    history = invoke("sessions", "history", "c1")
+    assert history.exit_code == 1
+    assert "session 'c1' has no agent 'default': see its scopes with orchestra sessions show c1" in (
+        history.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -198,6 +222,21 @@ def test_bedrock_without_a_region_names_the_variables(monkeypatch, tmp_path):
         BedrockModel("m")
     monkeypatch.setenv("AWS_REGION", "eu-west-3")  # botocore alone reads AWS_DEFAULT_REGION only
     assert BedrockModel("m").client.meta.region_name == "eu-west-3"
+
+
+def test_an_openai_model_without_a_key_is_refused_before_anything_runs(workdir, monkeypatch):
+    """Issue 35, item 24: --model openai:... with no OPENAI_API_KEY is one line naming the variable."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # should a request be tried: not the internet
+    result = invoke(
+        "run", EXAMPLES / "review_loop.yaml", "--model", "openai:gpt-4o-mini", "--session-id", "k"
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: openai:gpt-4o-mini at https://api.openai.com/v1 needs an API key: set OPENAI_API_KEY (or "
+        "pass api_key=); for a local server that needs none, give its base_url (or use ollama:<model>)\n"
+    )
+    assert json.loads(invoke("sessions", "list", "--json").stdout) == []  # refused before the run started
 
 
 def test_a_failed_python_run_prints_why():

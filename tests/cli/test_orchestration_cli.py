@@ -2,6 +2,7 @@
 budgets, retries and maps in progress."""
 
 import json
+import shlex
 
 import pytest
 from typer.testing import CliRunner
@@ -55,7 +56,7 @@ def test_a_spent_budget_exits_4_and_says_how_to_resume_with_a_larger_one(workdir
         in stopped.stderr
     )
     assert (
-        "Resume it with a larger budget: orchestra resume chain.yaml --session-id s1 --budget-calls 1"
+        "Resume it with a larger budget: orchestra resume chain.yaml --session-id s1 --budget-calls 2\n"
         in stopped.stderr
     )
     shown = json.loads(invoke("sessions", "show", "s1", "--json").stdout)[0]
@@ -69,6 +70,92 @@ def test_a_spent_budget_exits_4_and_says_how_to_resume_with_a_larger_one(workdir
     data = json.loads(done.stdout)
     assert data["status"] == "completed"
     assert data["execution_order"] == ["a", "b", "c"]
+
+
+def hint(result) -> list[str]:
+    """The resume command a stopped run printed, as words to invoke (without the leading orchestra)."""
+    line = next(line for line in result.stderr.splitlines() if line.startswith("Resume it with"))
+    return shlex.split(line.partition(": ")[2])[1:]
+
+
+def test_the_resume_hint_raises_the_limit_that_was_hit_and_pasted_it_goes_on(workdir):
+    """Issue 35, item 19: not "--budget-tokens 100000 --budget-calls 2 --budget-tokens N", which stopped
+    again when pasted."""
+    (workdir / "chain.yaml").write_text(CHAIN)
+    first = invoke(
+        "run",
+        "chain.yaml",
+        "--input",
+        "go",
+        "--session-id",
+        "s1",
+        "--budget-tokens",
+        "100000",
+        "--budget-calls",
+        "1",
+    )
+    assert first.exit_code == 4, first.output
+    resumed = invoke(
+        "resume", "chain.yaml", "--session-id", "s1", "--budget-tokens", "100000", "--budget-calls", "2"
+    )
+    assert resumed.exit_code == 4, resumed.output
+    assert "spent its model_calls budget (2 of 2)" in resumed.stderr
+    pasted = hint(resumed)
+    assert pasted == [
+        "resume",
+        "chain.yaml",
+        "--session-id",
+        "s1",
+        "--budget-tokens",
+        "100000",
+        "--budget-calls",
+        "4",
+    ]
+    done = invoke(*pasted, "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["execution_order"] == ["a", "b", "c"]
+
+
+def test_result_prints_the_same_pasteable_hint_with_the_limits_the_run_ran_under(workdir):
+    (workdir / "chain.yaml").write_text(CHAIN)
+    stopped = invoke(
+        "run",
+        "chain.yaml",
+        "--input",
+        "go",
+        "--session-id",
+        "s1",
+        "--budget-tokens",
+        "100000",
+        "--budget-calls",
+        "2",
+    )
+    assert stopped.exit_code == 4
+    shown = invoke("result", "chain.yaml", "--session-id", "s1")
+    assert shown.exit_code == 4
+    pasted = hint(shown)
+    assert pasted == [
+        "resume",
+        "chain.yaml",
+        "--session-id",
+        "s1",
+        "--budget-tokens",
+        "100000",
+        "--budget-calls",
+        "4",
+    ]
+    assert invoke(*pasted).exit_code == 0
+
+
+def test_an_agent_s_own_budget_is_raised_in_its_spec(workdir):
+    (workdir / "chain.yaml").write_text(CHAIN.replace("name: b,", "name: b, budget: {model_calls: 0},"))
+    stopped = invoke("run", "chain.yaml", "--input", "go", "--session-id", "s1", "--budget-calls", "9")
+    assert stopped.exit_code == 4, stopped.output
+    assert "agent 'b' spent its model_calls budget (0 of 0)" in stopped.stderr
+    assert (
+        "Raise that agent's budget (budget: in its spec), then resume: orchestra resume chain.yaml "
+        "--session-id s1 --budget-calls 9\n" in stopped.stderr
+    )
 
 
 def test_a_cost_budget_needs_prices_and_takes_them_from_a_file(workdir):
@@ -143,4 +230,4 @@ def test_sessions_show_says_which_items_and_attempts_a_failed_map_left(workdir, 
     shown = json.loads(invoke("sessions", "show", "s3", "--json").stdout)[0]
     assert shown["maps"] == {"each": "0 of 3 items completed, 1 failed"}
     text = invoke("sessions", "show", "s3").stdout
-    assert "maps: {'each': '0 of 3 items completed, 1 failed'}" in text
+    assert "  maps:\n    each: 0 of 3 items completed, 1 failed\n" in text

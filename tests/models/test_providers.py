@@ -5,7 +5,12 @@ from pydantic import BaseModel
 
 from orchestra import Agent, tool
 from orchestra.conversation import SlidingWindowConversationManager
-from orchestra.errors import ContextWindowOverflowError, ModelAuthenticationError, ModelThrottledError
+from orchestra.errors import (
+    ConfigurationError,
+    ContextWindowOverflowError,
+    ModelAuthenticationError,
+    ModelThrottledError,
+)
 from orchestra.models import StreamStop, TextDelta, ToolUseEvent, UsageEvent, resolve_model
 from orchestra.models.bedrock import BedrockModel
 from orchestra.models.openai import OpenAIModel
@@ -152,6 +157,29 @@ def test_ollama_strings_point_at_the_local_server():
         resolve_model({"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}).base_url
         == "http://127.0.0.1:1/v1"
     )
+
+
+def test_openai_without_a_key_is_refused_at_once_naming_the_variable(monkeypatch):
+    """Issue 35, item 24: not a minute of retries against a host the sandbox cannot reach."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for build in (
+        lambda: OpenAIModel("gpt-4o-mini"),
+        lambda: resolve_model("openai:gpt-4o-mini"),
+        lambda: Agent(model="openai:gpt-4o-mini"),
+        lambda: OpenAIModel("gpt-4o-mini", base_url="https://api.openai.com/v1/", api_key=""),
+    ):
+        with pytest.raises(
+            ConfigurationError, match=r"needs an API key: set OPENAI_API_KEY \(or pass api_key="
+        ):
+            build()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert OpenAIModel("gpt-4o-mini").api_key == "sk-test"
+
+
+def test_a_local_openai_compatible_server_needs_no_key(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert OpenAIModel("llama3.2", base_url="http://127.0.0.1:11434/v1").api_key is None
+    assert resolve_model("ollama:llama3.2").name == "openai:llama3.2"
 
 
 # -- Bedrock ----------------------------------------------------------------------------------------------

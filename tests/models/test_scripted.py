@@ -19,7 +19,8 @@ async def test_scripted_model_streams_text_usage_and_stop():
 
 async def test_scripted_tool_calls_parallel_in_one_turn():
     model = ScriptedModel([[ToolCall("a", {"x": 1}), ToolCall("b")]])
-    events = await collect(model.stream([]))
+    specs = [{"name": n, "description": n, "inputSchema": {"json": {"type": "object"}}} for n in "ab"]
+    events = await collect(model.stream([], tool_specs=specs))
     tool_events = [e for e in events if isinstance(e, ToolUseEvent)]
     assert [(e.name, e.input) for e in tool_events] == [("a", {"x": 1}), ("b", {})]
     assert len({e.tool_use_id for e in tool_events}) == 2

@@ -11,7 +11,7 @@ from orchestra.cli import app
 from orchestra.errors import GraphError, OrchestraSpecError
 from orchestra.multiagent import Swarm
 from orchestra.session import SnapshotSessionManager
-from orchestra.storage import InMemoryStorage
+from orchestra.storage import InMemoryStorage, LocalFileStorage
 from orchestra.testing import FunctionModel, ToolCall
 
 SEEN: dict[str, list] = {}
@@ -102,6 +102,36 @@ agents:
     scope = json.loads(shown.stdout)[0]
     assert scope["last_active"] == "triage"
     assert scope["sticky"] == {"resume_from": "last_active", "history": "private"}
+
+
+def test_sessions_show_gives_each_agent_s_private_history(tmp_path):
+    """Issue 35, item 16: last_active and, for history="private", what each agent remembers."""
+    store = LocalFileStorage(tmp_path)
+    desk(store, resume_from="last_active", history="private")("refund please")
+    desk(store, resume_from="last_active", history="private")("and another thing")
+    storage = f"file:{tmp_path}"
+    shown = CliRunner().invoke(app, ["sessions", "show", "s", "--storage", storage, "--json"])
+    scope = json.loads(shown.stdout)[0]
+    assert scope["last_active"] == "billing"
+    assert scope["histories"] == {
+        "billing": "4 messages, 2 turns, last reply: billing answers turn 2",
+        "triage": "4 messages, 1 turn, last reply: Handed off to billing.",
+    }
+    text = CliRunner().invoke(app, ["sessions", "show", "s", "--storage", storage]).stdout
+    assert (
+        "  last_active: billing\n"
+        "  histories:\n"
+        "    billing: 4 messages, 2 turns, last reply: billing answers turn 2\n"
+        "    triage: 4 messages, 1 turn, last reply: Handed off to billing.\n"
+    ) in text
+    assert "  sticky:\n    resume_from: last_active\n    history: private\n" in text  # words, not a dict
+
+
+def test_a_swarm_that_keeps_no_private_history_shows_none(tmp_path):
+    store = LocalFileStorage(tmp_path)
+    desk(store, resume_from="last_active")("refund please")
+    shown = CliRunner().invoke(app, ["sessions", "show", "s", "--storage", f"file:{tmp_path}", "--json"])
+    assert "histories" not in json.loads(shown.stdout)[0]
 
 
 def test_sticky_options_are_checked():

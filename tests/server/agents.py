@@ -149,3 +149,12 @@ def shared_stage(node_input: Any) -> str:
     else:
         node_input.state.set("draft", f"v{len(node_input.state.get('done'))}")
     return node_input.node_id
+
+
+async def gate_step(node_input: Any) -> str:
+    """A function node that waits until the file ``ORCHESTRA_TEST_GATE`` names exists (a test opens it)."""
+    gate = anyio.Path(os.environ["ORCHESTRA_TEST_GATE"])
+    with anyio.fail_after(60):
+        while not await gate.exists():  # noqa: ASYNC110 - the test creates a file, it sets no event
+            await anyio.sleep(0.02)
+    return f"{node_input.node_id} done"

@@ -33,6 +33,26 @@ def test_the_sample_config_answers_the_documented_request(
     assert "What is the weather?" in reply.json()["output"]
 
 
+def client_block() -> str:
+    """The Python block of docs/server.md's "Client" section, as a reader would paste it."""
+    section = (ROOT / "docs" / "server.md").read_text().split("\n## Client\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_client_block_runs_twice_in_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35, item 27: pasted twice against the sample server, the block runs both times (it used a
+    name it never defined, other_run_id)."""
+    monkeypatch.chdir(tmp_path)
+    block = client_block()
+    assert "http://127.0.0.1:8000" in block
+    with Server(SAMPLE) as server:
+        for _ in range(2):
+            namespace: dict[str, object] = {}
+            exec(compile(block.replace("http://127.0.0.1:8000", server.url), "server.md", "exec"), namespace)
+            assert namespace["follow_up"].output.endswith("What about Paris?")  # type: ignore[attr-defined]
+            assert namespace["done"].status == "completed"  # type: ignore[attr-defined]
+
+
 def test_the_approval_example_survives_a_restart_and_is_answered_with_the_client(tmp_path: Path) -> None:
     """examples/server/approval.yaml as docs/server.md walks through it: start the release over HTTP,
     restart the server, answer the approval with the client, see the run complete."""

@@ -244,6 +244,8 @@ async def _run_tool(
         agent_tool = _tool_of(agent, tool_use, output)
         if agent_tool is None:
             available = ", ".join(agent.tool_registry.names) or "none"
+            # The model answers the error result and the turn goes on: the log is where it shows.
+            agent.log.warning("unknown_tool", tool=tool_use["name"], available=available)
             result = tool_result(
                 tool_use_id, f"Error: unknown tool {tool_use['name']!r} (available: {available})", "error"
             )

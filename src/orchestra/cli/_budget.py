@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +16,7 @@ import yaml
 
 from orchestra.budget import Budget
 from orchestra.errors import ConfigurationError
+from orchestra.multiagent.budget import Spent
 
 __all__ = [
     "BudgetCalls",
@@ -101,6 +104,37 @@ class BudgetFlags:
             if value is not None:
                 words += [flag, str(value)]
         return words
+
+    def raised(self, run: Mapping[str, Any]) -> BudgetFlags | None:
+        """These flags with every limit the run reached raised, so that a resume with them goes on.
+
+        ``run`` is the stopped run's record (``MultiAgentBase.run``): the limits it ran under and what it
+        spent. Each reached limit is doubled (and set past what was spent: a call may end over a token or
+        cost limit); the limits it did not reach stay as given. None when the run reached none of its own
+        limits: one of its agents' budgets stopped it, which only the spec can raise.
+        """
+        limits: Mapping[str, float] = run.get("budget") or {}
+        spent = Spent.from_json(run.get("spent"))
+        used = {
+            "tokens": spent.tokens,
+            "cost_usd": spent.cost_usd,
+            "model_calls": spent.model_calls,
+            "wall_seconds": float(run.get("execution_time_ms") or 0) / 1000,
+        }
+        larger: dict[str, Any] = {
+            name: _doubled(name, max(float(allowed), used[name]))
+            for name, allowed in limits.items()
+            if name in used and used[name] >= allowed
+        }
+        return replace(self, **larger) if larger else None
+
+
+def _doubled(limit: str, reached: float) -> float:
+    """Twice what was reached, rounded up to what the flag is written in (whole tokens, calls and
+    seconds, cents); at least one unit, so that a limit of 0 grows too."""
+    if limit == "cost_usd":
+        return max(math.ceil(reached * 200) / 100, 0.01)
+    return max(math.ceil(reached * 2), 1)
 
 
 def _read_prices(path: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import anyio
 import typer
 from rich.table import Table
 
-from orchestra.cli._output import EXIT_FAILED, err, fail, out
+from orchestra.cli._output import EXIT_FAILED, err, fail, out, print_table
 from orchestra.errors import OrchestraError, RunError
 from orchestra.multiagent import MultiAgentBase, Status
 from orchestra.multiagent.events import AfterMultiAgentInvocation, BeforeMultiAgentInvocation
@@ -149,7 +149,7 @@ def _print(outcomes: list[Outcome], dry_run: bool) -> None:
             f"{o.from_version} -> {o.to_version}" if o.from_version != o.to_version else str(o.from_version)
         )
         table.add_row(o.session_id, o.status, o.outcome, version, "\n".join(o.changes))
-    out.print(table)
+    print_table(table)
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.outcome] = counts.get(o.outcome, 0) + 1

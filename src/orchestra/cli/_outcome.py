@@ -65,8 +65,11 @@ def result_json(result: Any, session_id: str) -> dict[str, Any]:
     return data
 
 
-def report(result: Any, session_id: str, again: str, as_json: bool) -> None:
-    """Print a run's outcome (the output, or why it stopped) and exit with the documented code."""
+def report(result: Any, session_id: str, again: str, as_json: bool, larger: str | None = None) -> None:
+    """Print a run's outcome (the output, or why it stopped) and exit with the documented code.
+
+    ``larger`` is the command that resumes a run stopped by its budget with the limits it reached raised
+    (``BudgetFlags.raised``); None when one of its agents' budgets stopped it."""
     status = _status(result)
     if as_json:
         out.print_json(json.dumps(result_json(result, session_id)))
@@ -86,12 +89,12 @@ def report(result: Any, session_id: str, again: str, as_json: bool) -> None:
         raise typer.Exit(EXIT_FAILED)
     if status == Status.INTERRUPTED and not result.interrupts:  # its budget was spent
         err.print(f"[magenta]stopped[/]: {result.reason}", highlight=False)
-        err.print(
-            f"Resume it with a larger budget: {again} --budget-tokens N (or --budget-cost, --budget-calls, "
-            "--budget-seconds)",
-            highlight=False,
-            markup=False,
+        hint = (
+            f"Resume it with a larger budget: {larger}"
+            if larger is not None
+            else f"Raise that agent's budget (budget: in its spec), then resume: {again}"
         )
+        err.print(hint, highlight=False, markup=False)
         raise typer.Exit(EXIT_BUDGET)
     if status == Status.INTERRUPTED:
         raise report_questions(result.interrupts, again)

@@ -13,6 +13,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "json_logs",
     "live_display",
     "out",
+    "print_table",
     "resume_command",
     "use_log_format",
 ]
@@ -73,6 +76,24 @@ class _Stderr(Console):
 
 out = Console(soft_wrap=True)
 err = _Stderr(stderr=True, soft_wrap=True)
+
+
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout with nothing cut, so that every id pastes back: a table wider than the
+    terminal (or ``COLUMNS``, or 80 when piped) is drawn at its own width, one line per row, rather than
+    squeezed into wrapped and shortened cells (the terminal wraps the long lines)."""
+    needed = Measurement.get(out, out.options.update(width=100_000), table).maximum
+    if needed <= out.width:
+        out.print(table)
+        return
+    wide = Console(
+        file=out.file,
+        width=needed,
+        color_system=out.color_system,  # type: ignore[arg-type]  # the same names Console takes
+        force_terminal=out.is_terminal,
+        no_color=out.no_color,
+    )
+    wide.print(table)
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:

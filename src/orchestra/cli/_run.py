@@ -216,7 +216,24 @@ def _execute(
         raise typer.Exit(EXIT_SIGNAL.get(signum, EXIT_FAILED))
     if result is None:  # cancelled without a signal we know
         raise typer.Exit(EXIT_FAILED)
-    report(result, session_id, again, as_json)
+    report(result, session_id, again, as_json, _larger(file, target, session_id, storage, model, budget))
+
+
+def _larger(
+    file: Path,
+    target: Any,
+    session_id: str,
+    storage: str | None,
+    model: str | None,
+    budget: BudgetFlags | None,
+) -> str | None:
+    """The resume command with the budget limits the run reached raised (None: none of the run's own)."""
+    if not isinstance(target, MultiAgentBase):
+        return None
+    raised = (budget or BudgetFlags()).raised(target.run)
+    if raised is None:
+        return None
+    return resume_command(file, session_id, storage=storage, model=model, extra=raised.options())
 
 
 @app.command()
@@ -451,4 +468,5 @@ def result(
     uri = storage_uri(loaded, storage)
     again = resume_command(file, session_id, storage=storage)
     outcome = stored_result(target, uri, session_id, again)
-    report(outcome, session_id, again, as_json)
+    ran_under = BudgetFlags(**(target.run.get("budget") or {}))  # the limits it ran under, flags included
+    report(outcome, session_id, again, as_json, _larger(file, target, session_id, storage, None, ran_under))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from orchestra.cli._output import EXIT_INTERRUPTED, fail, out
+from orchestra.cli._output import EXIT_INTERRUPTED, fail, out, print_table
 
 if TYPE_CHECKING:
     from orchestra.client import Client
@@ -34,17 +34,14 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 def _call(url: str, api_key: str, what: Any) -> Any:
     """Run ``what(client)``; a refusal or an unreachable server is one line and exit 1."""
-    import httpx  # the client is imported by these commands only: the others start without it
-
+    # The client is imported by these commands only: the others start without it (and httpx).
     from orchestra.client import Client, ClientError
 
     try:
         with Client(url, api_key, timeout=60.0) as client:
             return what(client)
-    except ClientError as exc:
-        raise fail(f"{exc.status} {exc.code}: {exc.message}") from None
-    except httpx.TransportError as exc:
-        raise fail(f"cannot reach {url}: {exc}") from None
+    except ClientError as exc:  # "404 unknown_run: ...", or the server could not be reached
+        raise fail(str(exc)) from None
     except ValueError as exc:  # an id the server would refuse, refused before any request
         raise fail(str(exc)) from None
 
@@ -86,10 +83,10 @@ def runs_list(
             run["agent_id"],
             run.get("session_id") or "-",
             run["status"],
-            run["started_at"][:19],
+            run["started_at"][:19].replace("T", " "),
             took,
         )
-    out.print(table)
+    print_table(table)
 
 
 @runs_app.command("show")
@@ -99,30 +96,83 @@ def runs_show(
     api_key: KeyOption,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a run: status, input, output, error, and the questions it waits on.
+    """Show a run: status, input, output, error, how it was stopped, a pipeline's nodes (while it runs,
+    as its session has saved them so far), and the questions it waits on.
 
     Example: [bold]orchestra runs show 01a2... --url http://127.0.0.1:8000[/]
     """
-    record = _call(url, api_key, lambda c: c.run(run_id))
+
+    def read(client: Client) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        record = client.run(run_id)
+        return record, _progress(client, record)
+
+    record, progress = _call(url, api_key, read)
     if as_json:
         out.print_json(json.dumps(record))
     else:
-        for key in (
-            "run_id",
-            "agent_id",
-            "session_id",
-            "status",
-            "attempt",
-            "input",
-            "output",
-            "error",
-            "stopped",
-        ):
+        for key in ("run_id", "agent_id", "session_id", "status", "attempt", "input", "output", "error"):
             if record.get(key) is not None:
                 out.print(f"{key}: {record[key]}", highlight=False, markup=False)
+        if record.get("stopped"):
+            out.print(f"stopped: {_stopped(record['stopped'])}", highlight=False, markup=False)
+        _nodes(record, progress)
         _questions(record)
     if record.get("interrupts"):
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _progress(client: Client, record: dict[str, Any]) -> dict[str, Any] | None:
+    """A running pipeline's progress, from its session (its record gets its nodes when it ends)."""
+    if record.get("kind") == "agent" or record.get("nodes") or not record.get("session_id"):
+        return None
+    if record.get("status") not in ("queued", "executing"):
+        return None
+    from orchestra.client import NotFoundError
+
+    try:
+        run = client.session(record["agent_id"], record["session_id"]).get("run")
+    except NotFoundError:  # nothing saved yet
+        return None
+    return run if isinstance(run, dict) else None
+
+
+def _nodes(record: dict[str, Any], progress: dict[str, Any] | None) -> None:
+    """``nodes:`` one line per node: its status (and executions), from the record or the progress."""
+    if record.get("nodes"):
+        nodes = {
+            node_id: f"{node.get('status')}"
+            + (f" ({node['executions']} executions)" if (node.get("executions") or 0) > 1 else "")
+            for node_id, node in record["nodes"].items()
+        }
+        header = "nodes:"
+    elif progress and progress.get("nodes"):
+        nodes = {node_id: str(status) for node_id, status in progress["nodes"].items()}
+        header = "nodes (as its session has saved them so far):"
+    else:
+        return
+    out.print(header, highlight=False, markup=False)
+    for node_id, status in nodes.items():
+        out.print(f"  {node_id}: {status}", highlight=False, markup=False)
+    for name, text in ((progress or {}).get("maps") or {}).items():
+        out.print(f"  {name}: {text}", highlight=False, markup=False)
+
+
+_STOPPED_BY = {
+    "cancel": "cancelled",
+    "interrupt": "interrupted by a newer message (on_busy: interrupt), its completed work kept",
+    "rollback": "rolled back by a newer message (on_busy: rollback), its turn discarded",
+}
+
+
+def _stopped(stopped: dict[str, Any]) -> str:
+    """How a run was stopped, in words (the record keeps ``{"by", "run_id", "note"}``)."""
+    by = str(stopped.get("by"))
+    text = _STOPPED_BY.get(by, f"stopped ({by})")
+    if stopped.get("run_id"):
+        text += f"; asked by run {stopped['run_id']}"
+    if stopped.get("note"):
+        text += f"; {stopped['note']}"
+    return text
 
 
 @runs_app.command("cancel")

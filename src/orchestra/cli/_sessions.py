@@ -16,7 +16,7 @@ from rich.table import Table
 
 from orchestra.cli._migrate import migrate_command
 from orchestra.cli._options import JsonOption, StorageOption, open_storage, session_call
-from orchestra.cli._output import EXIT_FAILED, err, fail, out
+from orchestra.cli._output import EXIT_FAILED, err, fail, out, print_table
 from orchestra.errors import SessionError
 from orchestra.multiagent import Status
 from orchestra.session import admin
@@ -67,7 +67,7 @@ def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) ->
         updated = info.updated_at.strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
         scopes = ", ".join(f"{s.kind}/{s.scope_id}" for s in info.scopes)
         table.add_row(info.session_id, info.layout, scopes, updated)
-    out.print(table)
+    print_table(table)
 
 
 @sessions_app.command("show")
@@ -81,6 +81,7 @@ def sessions_show(
     Example: [bold]orchestra sessions show run-20261130-101500-ab12[/]
     """
     store = open_storage(storage)
+    session_call(_session_exists, store, session_id, storage)
     info = session_call(admin.describe_session, store, session_id)
     _mark_dead_runs(info, WriterLock.inspect(store, session_id))
     if as_json:
@@ -96,12 +97,22 @@ def sessions_show(
         summary = dict(scope.summary)
         nodes = summary.pop("nodes", None)
         for key, value in summary.items():
-            out.print(f"  {key}: {value}", highlight=False, markup=False)
+            _print_detail(key, value, "  ")
         if nodes:
             table = Table("node", "status")
             for node_id, status in nodes.items():
                 table.add_row(node_id, str(status))
-            out.print(table)
+            print_table(table)
+
+
+def _print_detail(key: str, value: Any, indent: str) -> None:
+    """``key: value``; a mapping as one indented line per entry (words, not a Python dict)."""
+    if isinstance(value, dict) and value:
+        out.print(f"{indent}{key}:", highlight=False, markup=False)
+        for inner, item in value.items():
+            _print_detail(str(inner), item, indent + "  ")
+    else:
+        out.print(f"{indent}{key}: {value}", highlight=False, markup=False)
 
 
 def _mark_dead_runs(info: admin.SessionInfo, writer: Any) -> None:
@@ -156,17 +167,16 @@ def sessions_history(
         )
         return
     table = Table("created", "journal record", "app data", "snapshot id")
-    table.columns[3].no_wrap = True
-    table.columns[3].min_width = 36
     for snap in snapshots:
         table.add_row(
             str(snap.created_at), str(snap.journal_seq), json.dumps(snap.app_data), snap.snapshot_id
         )
-    out.print(table)
+    print_table(table)
 
 
 async def _scope_exists(store: Any, session_id: str, kind: Any, scope_id: str, storage: str | None) -> None:
     """Raise, naming what there is to look at instead, when a session or its scope does not exist."""
+    await _session_exists(store, session_id, storage)
     try:
         await admin.load_scope(store, session_id, kind, scope_id)
     except SessionError as exc:
@@ -174,6 +184,16 @@ async def _scope_exists(store: Any, session_id: str, kind: Any, scope_id: str, s
         raise SessionError(
             f"{exc}: see its scopes with orchestra sessions show {session_id}{where}"
         ) from None
+
+
+async def _session_exists(store: Any, session_id: str, storage: str | None) -> None:
+    """Raise, naming the storage and how to list its sessions, when it holds no such session."""
+    if not await admin.session_exists(store, session_id):
+        where = f" --storage {storage}" if storage else ""
+        raise SessionError(
+            f"no session {session_id!r} in {storage or DEFAULT_STORAGE_URI}: see the sessions there with "
+            f"orchestra sessions list{where}"
+        )
 
 
 @sessions_app.command("restore")
@@ -190,7 +210,9 @@ def sessions_restore(
     Example: [bold]orchestra sessions restore user-123 01a22a0a-1aa2-7000-b755-51e3343ca1a8[/]
     """
     kind, scope_id = _scope(scope)
-    session_call(admin.restore_scope, open_storage(storage), session_id, kind, scope_id, snapshot_id)
+    store = open_storage(storage)
+    session_call(_session_exists, store, session_id, storage)
+    session_call(admin.restore_scope, store, session_id, kind, scope_id, snapshot_id)
     out.print(f"{kind}/{scope_id} of {session_id} is back at snapshot {snapshot_id}", highlight=False)
 
 
@@ -213,7 +235,9 @@ def sessions_export(
     Example: [bold]orchestra sessions export user-123 --scope multiAgent/review-loop -o run.json[/]
     """
     kind, scope_id = _scope(scope)
-    data = session_call(admin.export_any_scope, open_storage(storage), session_id, kind, scope_id)
+    store = open_storage(storage)
+    session_call(_session_exists, store, session_id, storage)
+    data = session_call(admin.export_any_scope, store, session_id, kind, scope_id)
     if output is None:
         sys.stdout.write(data.decode() + "\n")
     else:

@@ -12,11 +12,13 @@ import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
 
 from orchestra.errors import (
+    ConfigurationError,
     ContextWindowOverflowError,
     ModelAuthenticationError,
     ModelError,
@@ -130,7 +132,8 @@ class OpenAIModel:
     Args:
         model: the model name (``gpt-4o-mini``, ``llama3.2``, ...).
         base_url: the server's ``/v1`` URL; ``ollama:<model>`` strings use ``http://localhost:11434/v1``.
-        api_key: the bearer token; defaults to ``OPENAI_API_KEY`` (servers that need none ignore it).
+        api_key: the bearer token; defaults to ``OPENAI_API_KEY`` (servers that need none ignore it). At
+            ``api.openai.com`` (the default ``base_url``) it is required: ``ConfigurationError`` without it.
         max_retries: attempts after a 429 or 5xx answer, waiting ``Retry-After`` or backing off.
         timeout: seconds to wait for the server.
         http_client: an ``httpx.AsyncClient`` to use (you close it). By default the model keeps one
@@ -154,6 +157,13 @@ class OpenAIModel:
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if not self.api_key and urlsplit(self.base_url).hostname == "api.openai.com":
+            # Refused now: OpenAI answers 401 without a key, and with no network the calls would be
+            # retried for a minute before saying anything. A local server without a key stays allowed.
+            raise ConfigurationError(
+                f"openai:{model} at {self.base_url} needs an API key: set OPENAI_API_KEY (or pass "
+                "api_key=); for a local server that needs none, give its base_url (or use ollama:<model>)"
+            )
         self.max_retries = max_retries
         self.timeout = timeout
         self.params = params

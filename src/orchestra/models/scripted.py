@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 
 import anyio
 
-from orchestra.errors import ScriptExhaustedError
+from orchestra.errors import ModelError, ScriptExhaustedError
 from orchestra.messages import MessageDict, Usage, text_of
 from orchestra.models._base import (
     ModelEvent,
@@ -91,13 +91,28 @@ async def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int)
     yield StreamStop("tool_use" if calls else "end_turn")
 
 
+def _check_tools(model: str, reply: Reply, tool_specs: Sequence[ToolSpec]) -> None:
+    """A reply that calls a tool the agent was not given fails here, loudly: a real model's made-up tool
+    name only gets an error result (and a warning in the log), which a test would not notice."""
+    parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, str | ToolCall) else reply
+    names = [spec["name"] for spec in tool_specs]
+    for part in parts:
+        if isinstance(part, ToolCall) and part.name not in names:
+            raise ModelError(
+                f"{model} calls tool {part.name!r}, which the agent does not have (its tools: "
+                f"{', '.join(names) or 'none'}): fix the reply, or give the agent the tool "
+                "(allow_unknown_tools=True tests how an agent answers a made-up tool name)"
+            )
+
+
 class _RecordingModel:
     """Shared parts of the deterministic models: request log, tool-use ids, latency, token estimate."""
 
-    def __init__(self, name: str, latency: float, keep_messages: int) -> None:
+    def __init__(self, name: str, latency: float, keep_messages: int, allow_unknown_tools: bool) -> None:
         self._name = name
         self.latency = latency
         self.keep_messages = keep_messages
+        self.allow_unknown_tools = allow_unknown_tools
         self.requests: list[ModelRequest] = []
         counter = itertools.count(1)
         self._next_id = lambda: f"tooluse_{next(counter)}"
@@ -151,6 +166,9 @@ class ScriptedModel(_RecordingModel):
             instead of by call count. A restored agent (a resumed run, a new process) then continues its
             script where it stopped, as a real model would continue the conversation.
         keep_messages: how many of each request's newest messages ``requests`` records.
+        allow_unknown_tools: let a reply call a tool the agent does not have (the agent answers it with
+            an error result, as it would a real model's); by default that raises ``ModelError`` naming the
+            tool and the agent's tools.
 
     Every request is recorded in ``requests``. Running out of replies raises ``ScriptExhaustedError``.
     """
@@ -163,8 +181,9 @@ class ScriptedModel(_RecordingModel):
         name: str = "scripted",
         follow_history: bool = False,
         keep_messages: int = KEEP_MESSAGES,
+        allow_unknown_tools: bool = False,
     ) -> None:
-        super().__init__(name, latency, keep_messages)
+        super().__init__(name, latency, keep_messages, allow_unknown_tools)
         self.replies: list[Reply] = list(replies)
         self.follow_history = follow_history
         self._position = 0
@@ -191,6 +210,8 @@ class ScriptedModel(_RecordingModel):
                 f"replies and this is call {len(self.requests)}; add replies to its script"
             )
         reply = self.replies[self._position]
+        if not self.allow_unknown_tools:
+            _check_tools(f"ScriptedModel {self._name!r}", reply, tool_specs)
         self._position += 1
         await self._delay()
         async for event in _reply_events(reply, self._next_id, input_tokens):
@@ -208,6 +229,7 @@ class FunctionModel(_RecordingModel):
         latency: seconds to wait before each reply.
         name: how the model is named in errors; defaults to the function's name.
         keep_messages: how many of each request's newest messages ``requests`` records.
+        allow_unknown_tools: as for ``ScriptedModel``.
 
     ``fn`` gets the agent's history itself (read it, do not change it).
     """
@@ -219,8 +241,10 @@ class FunctionModel(_RecordingModel):
         latency: float = 0.0,
         name: str | None = None,
         keep_messages: int = KEEP_MESSAGES,
+        allow_unknown_tools: bool = False,
     ) -> None:
-        super().__init__(name or f"function:{getattr(fn, '__name__', 'fn')}", latency, keep_messages)
+        name = name or f"function:{getattr(fn, '__name__', 'fn')}"
+        super().__init__(name, latency, keep_messages, allow_unknown_tools)
         self.fn = fn
 
     async def stream(
@@ -236,5 +260,7 @@ class FunctionModel(_RecordingModel):
         reply = self.fn(messages, list(tool_specs))  # type: ignore[arg-type]
         if inspect.isawaitable(reply):
             reply = await reply
+        if not self.allow_unknown_tools:
+            _check_tools(f"FunctionModel {self._name!r}", reply, tool_specs)
         async for event in _reply_events(reply, self._next_id, input_tokens):
             yield event

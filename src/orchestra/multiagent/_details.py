@@ -1,6 +1,7 @@
 """What ``orchestra sessions show`` says of a saved run besides its status: the version it is pinned to
 and its migrations, what it spent against its budget, the nodes that were retried, the maps still in
-progress, and what a swarm remembers across invocations."""
+progress, and what a swarm remembers across invocations (with ``history="private"``, each agent's own
+history)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,33 @@ def run_details(fields: Mapping[str, Any], logs: Mapping[str, list[Any]]) -> dic
         details["last_active"] = fields["last_active"]
     if logs.get("conversation"):
         details["conversation"] = f"{len(logs['conversation'])} earlier exchanges"
+    if (run.get("sticky") or {}).get("history") == "private":
+        histories = {
+            name[len("agent/") : -len("/messages")]: _history(messages, fields.get(name[: -len("/messages")]))
+            for name, messages in sorted(logs.items())
+            if name.startswith("agent/") and name.endswith("/messages")
+        }
+        if histories:
+            details["histories"] = histories
     return details
+
+
+def _history(messages: list[Any], agent: Any) -> str:
+    """An agent's own history, in a line: how long it is, its last reply, the keys of its state."""
+    turns = sum(1 for m in messages if m.get("role") == "user" and any("text" in b for b in m["content"]))
+    text = f"{len(messages)} messages, {turns} turn{'s' if turns != 1 else ''}"
+    reply = next(
+        (
+            " ".join(b["text"] for b in m["content"] if "text" in b)
+            for m in reversed(messages)
+            if m.get("role") == "assistant" and any("text" in b for b in m["content"])
+        ),
+        None,
+    )
+    if reply:
+        shown = " ".join(reply.split())
+        text += f", last reply: {shown[:60] + '...' if len(shown) > 60 else shown}"
+    state = (agent or {}).get("state") if isinstance(agent, dict) else None
+    if state:
+        text += f", state: {', '.join(sorted(state))}"
+    return text

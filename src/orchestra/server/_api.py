@@ -285,6 +285,13 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return 400, "invalid_json", "the request body is not valid JSON; send a JSON object"
+    if any(e.get("loc") == ("body",) and isinstance(e.get("input"), bytes) for e in errors):
+        # A Content-Type other than JSON (or text/plain, a form: those are read as JSON, see app.py).
+        return (
+            422,
+            "not_json",
+            "the body is not sent as JSON: send a JSON object with Content-Type: application/json",
+        )
     for error in errors:  # a bad id is named as such, with the rule in words rather than its regex
         field = str(error.get("loc", ("",))[-1])
         if field in _ID_FIELDS and error.get("type") in ("string_pattern_mismatch", "string_too_long"):

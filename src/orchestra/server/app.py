@@ -140,6 +140,33 @@ class _Guard:
                 await _error(500, "internal", message)(scope, receive, send)
 
 
+class _JsonBody:
+    """Read an ``/api`` body as JSON when its ``Content-Type`` says nothing, ``text/plain`` or a form
+    (``curl -d`` sends one): every API body is JSON, and the answer to a body that is not is a 400 that
+    says so, rather than FastAPI's "Input should be a valid dictionary".
+
+    FastAPI refuses these types as JSON because a page on another site may send them without a CORS
+    preflight (CSRF). That cannot reach a turn here: every ``/api`` route needs ``Authorization: Bearer``,
+    a header no cross-site request carries without a preflight, and this server grants none (no CORS);
+    the dashboard's cookie counts for nothing under ``/api``, and the dashboard's own forms are not under
+    ``/api`` (they check their CSRF token and ``Origin``).
+    """
+
+    SIMPLE = (b"", b"text/plain", b"application/x-www-form-urlencoded")  # sent without a preflight
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/api/"):
+            headers = scope.get("headers") or []
+            declared = next((value for name, value in headers if name == b"content-type"), b"")
+            if declared.split(b";")[0].strip().lower() in self.SIMPLE:
+                kept = [(name, value) for name, value in headers if name != b"content-type"]
+                scope = {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 class _BodyLimit:
     """Refuse request bodies over ``limit`` bytes with 413, whether or not they announce their length."""
 
@@ -223,6 +250,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.keys = keys
     app.state.hosted = hosted_by_id
     app.add_middleware(_Guard)
+    app.add_middleware(_JsonBody)
     app.add_middleware(_BodyLimit, limit=config.limits.max_body_bytes)
     app.add_middleware(_SecurityHeaders)
 

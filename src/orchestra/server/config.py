@@ -27,20 +27,22 @@ webhooks:
   secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
 ```
 
-Keys are stored as SHA-256 hashes, never in clear.
+Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are
+(``orchestra.spec.load_document``): every problem as ``file:line:column: field: message``, unknown keys
+with a "did you mean", ``${VAR}`` replaced by the environment variable.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
-from orchestra.spec import LoadedSpec, parse_file
+from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage._uri import check_storage_uri
 
@@ -79,8 +81,19 @@ class ApiKey(_Model):
     """An API key of a workspace, as the hex SHA-256 of the key."""
 
     workspace: str = Field(pattern=ID_PATTERN)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    sha256: str = Field(description="The hex SHA-256 of the key: what orchestra hash-key KEY prints.")
     name: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _a_hash(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+            # Never repeated in the message: it may be the key itself.
+            raise ValueError(
+                "is not a SHA-256 (64 hex digits): store the key's hash, printed by orchestra hash-key KEY, "
+                "never the key itself"
+            )
+        return value.lower()
 
 
 class Limits(_Model):
@@ -177,30 +190,28 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
     """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"{path}: cannot read the server config: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigurationError(
-            f"{path}: the server config is a mapping (storage, agents, api_keys, limits)"
-        )
+        config, located = load_document(path, ServerConfig, extra={"base_dir": path.resolve().parent})
+    except OrchestraSpecError as exc:
+        raise ConfigurationError(str(exc)) from None
+    problems: list[str] = []
     try:
-        config = ServerConfig.model_validate({**raw, "base_dir": path.resolve().parent})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)
-        )
-        raise ConfigurationError(f"{path}: {problems}") from None
-    check_storage_uri(config.storage)
+        check_storage_uri(config.storage)
+    except ConfigurationError as exc:
+        problems.append(located.error(("storage",), str(exc)))
     seen: set[str] = set()
-    for hosted in config.agents:
+    for index, hosted in enumerate(config.agents):
         if hosted.id in seen:
-            raise ConfigurationError(f"{path}: agent id {hosted.id!r} is hosted twice")
+            problems.append(located.error(("agents", index, "id"), f"agent id {hosted.id!r} is hosted twice"))
         seen.add(hosted.id)
         try:
             config.loaded[hosted.id] = parse_file(config.base_dir / hosted.spec)
         except OrchestraSpecError as exc:
-            raise ConfigurationError(f"{path}: agent {hosted.id!r}: its spec is not valid:\n{exc}") from None
+            where = located.error(("agents", index, "spec"), f"agent {hosted.id!r}: its spec is not valid:")
+            problems.append("\n".join([where, *exc.errors]))
     if not config.api_keys:
-        raise ConfigurationError(f"{path}: no api_keys: every API route needs a key (orchestra hash-key KEY)")
+        problems.append(
+            located.error(("api_keys",), "no api_keys: every API route needs a key (orchestra hash-key KEY)")
+        )
+    if problems:
+        raise ConfigurationError("\n".join(problems))
     return config

@@ -36,6 +36,7 @@ __all__ = [
     "prune_sessions",
     "restore_scope",
     "scope_history",
+    "session_exists",
 ]
 
 
@@ -222,6 +223,14 @@ async def export_repository_scope(storage: Storage, session_id: str, kind: Scope
     return journal.export(
         Document(fields={k: v for k, v in payload.items() if k not in ("id", "updated_at")})
     )
+
+
+async def session_exists(storage: Storage, session_id: str) -> bool:
+    """Whether the storage holds any key of the session, in either layout (one listing of each)."""
+    for prefix in (session_prefix(session_id), f"session_{session_id}/"):
+        if await storage.list(prefix, limit=1):
+            return True
+    return False
 
 
 async def load_scope(storage: Storage, session_id: str, kind: ScopeKind, scope_id: str) -> Document:

@@ -75,9 +75,11 @@ def _suggest(name: str, candidates: typing.Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def _model_at(loc: typing.Sequence[str | int]) -> type[BaseModel] | None:
-    """The spec model class found by following ``loc`` from ``PipelineSpec`` (for key suggestions)."""
-    current: Any = PipelineSpec
+def _model_at(
+    loc: typing.Sequence[str | int], root: type[BaseModel] = PipelineSpec
+) -> type[BaseModel] | None:
+    """The model class found by following ``loc`` from ``root`` (for key suggestions)."""
+    current: Any = root
     for part in loc:
         if isinstance(part, int):
             continue
@@ -107,12 +109,12 @@ def _unwrap(annotation: Any) -> Any:
             return annotation
 
 
-def _describe(error: Any) -> str:
+def _describe(error: Any, root: type[BaseModel] = PipelineSpec) -> str:
     kind = error["type"]
     loc = error["loc"]
     if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        known = [f.alias or name for name, f in model.model_fields.items()] if model else []
+        model = _model_at(loc[:-1], root)
+        known = [f.alias or name for name, f in model.model_fields.items() if not f.exclude] if model else []
         return f"unknown key {loc[-1]!r}{_suggest(str(loc[-1]), known)}"
     if kind == "missing":
         return "is required"
@@ -138,14 +140,22 @@ def _validate(located: Located) -> PipelineSpec | None:
     try:
         return PipelineSpec.model_validate(located.data)
     except ValidationError as exc:
-        seen: set[tuple[Any, ...]] = set()
-        for error in exc.errors(include_url=False):
-            loc = tuple(error["loc"])
-            if loc in seen:
-                continue
-            seen.add(loc)
-            located.problems.append(located.error(loc, _describe(error)))
+        located.problems.extend(_validation_problems(located, exc, PipelineSpec))
         return None
+
+
+def _validation_problems(located: Located, exc: ValidationError, root: type[BaseModel]) -> list[str]:
+    """Each error of validating ``located``'s data as ``root``, as ``file:line:column: field: message``
+    (one per field; an unknown key with the nearest known one)."""
+    problems: list[str] = []
+    seen: set[tuple[Any, ...]] = set()
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        if loc in seen:
+            continue
+        seen.add(loc)
+        problems.append(located.error(loc, _describe(error, root)))
+    return problems
 
 
 def parse_text(text: str, filename: str, *, base_dir: Path | None = None) -> LoadedSpec:
