@@ -14,9 +14,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from orchestra.budget import Budget
+from orchestra.budget import Budget, Spent
 from orchestra.errors import ConfigurationError
-from orchestra.multiagent.budget import Spent
 
 __all__ = [
     "BudgetCalls",
