@@ -189,8 +189,9 @@ def test_an_agents_budget_stops_its_turn_exits_4_and_a_larger_one_runs_it(workdi
     result = invoke("run", "agent.yaml", "--input", "hi", "--session-id", "a1")
     assert result.exit_code == 4, result.output
     assert "stopped: BudgetExceeded: agent 'helper' spent its model_calls budget (0 of 0)" in result.stderr
+    # The hint is ready to paste: the limit that was hit, raised (doubled, and past what was spent).
     assert (
-        "Run it again with a larger budget: orchestra run agent.yaml --session-id a1 --input TEXT --budget-calls N"
+        "Run it again with a larger budget: orchestra run agent.yaml --session-id a1 --input TEXT --budget-calls 1"
         in (result.stderr)
     )
     assert result.stdout == ""

@@ -139,6 +139,13 @@ _BUDGET_FLAGS = {
 }
 
 
+def _larger_limit(stop: BudgetExceededError) -> str:
+    """The flag that raises the limit an agent's turn reached: doubled, and past what it spent."""
+    value = max(stop.allowed * 2, stop.spent + 1)
+    shown = f"{value:g}" if stop.limit in ("cost_usd", "wall_seconds") else str(int(value))
+    return f"{_BUDGET_FLAGS.get(stop.limit, '--budget-tokens')} {shown}"
+
+
 def _storage_hint(exc: BaseException, again: str) -> str:
     """What to do after a storage failure, by its type: everything up to the failed save is stored, so a
     resume goes on from there (a save whose outcome is unknown is settled by reading it back)."""
@@ -201,7 +208,7 @@ def _execute(
         err.print(f"[magenta]stopped[/]: {result}", highlight=False)
         rerun = resume_command(file, session_id, storage=storage, model=model, verb="run")
         err.print(
-            f"Run it again with a larger budget: {rerun} --input TEXT {_BUDGET_FLAGS.get(result.limit, '')} N",
+            f"Run it again with a larger budget: {rerun} --input TEXT {_larger_limit(result)}",
             highlight=False,
             markup=False,
         )

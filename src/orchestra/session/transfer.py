@@ -29,7 +29,7 @@ async def _create(storage: Any, session_id: str, kind: ScopeKind, scope_id: str,
     journal = Journal(storage, ScopeLayout(session_id, kind, scope_id))
     if await journal.load() is not None:
         raise SessionError(
-            f"session {session_id!r} already has a {kind} {scope_id!r}: choose another session id, or "
+            f"session {session_id!r} already has {'an' if kind[0] in 'aeiou' else 'a'} {kind} {scope_id!r}: choose another session id, or "
             "delete that session first"
         )
     await journal.create(doc)
