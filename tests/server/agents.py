@@ -69,3 +69,18 @@ async def confirm() -> str:
     """Confirm the payment (takes ``ORCHESTRA_TEST_HANG`` seconds)."""
     await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_HANG", "0")))
     return "confirmed"
+
+
+async def counted_echo(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> str:
+    """Answers like ``slow_echo``, and writes each call's text to the file ``ORCHESTRA_TEST_CALLS`` names
+    (one line per model call, from any process); a text that starts with ``slow`` first takes
+    ``ORCHESTRA_TEST_DELAY`` seconds (2)."""
+    last = next(b["text"] for b in messages[-1]["content"] if "text" in b)
+    fd = os.open(os.environ["ORCHESTRA_TEST_CALLS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{last}\n".encode())
+    finally:
+        os.close(fd)
+    if last.startswith("slow"):
+        await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_DELAY", "2")))
+    return f"echo: {last} (turn {_users(messages)})"

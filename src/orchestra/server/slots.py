@@ -360,15 +360,18 @@ class SessionSlots:
             self._take(agent_id, session_id, head.run_id)
         return head
 
-    async def recover(self, agent_id: str, session_id: str, run_id: str) -> str | None:
-        """For a sweep that found ``run_id`` unfinished and its server gone: the run this server must
-        start now for the session (the active run revived, or the next in the queue when the active one
-        was a turn that died with its server), or None. A run the document lost (a power cut) is queued
-        again."""
+    async def recover(self, agent_id: str, session_id: str, run_id: str, *, lost: bool) -> str | None:
+        """For a sweep that found ``run_id`` queued, or unfinished and its server gone: the run this
+        server must start now for the session (the active run revived, or the next in the queue when the
+        active one was a turn that died with its server), or None. A run the document does not know is
+        queued again only when ``lost`` (the server that queued it is gone: a power cut lost the
+        document); a live server's run is on its way into the document."""
         me = self.liveness.server_id
 
         async def change(state: SlotState) -> tuple[SlotState | None, str | None]:
             known = {h.run_id for h in state.queue} | ({state.active.run_id} if state.active else set())
+            if run_id not in known and not lost:
+                return None, None
             queue = state.queue if run_id in known else [*state.queue, Holder(run_id, me, True)]
             active = state.active
             if active is not None:
