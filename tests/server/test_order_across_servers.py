@@ -1,5 +1,8 @@
 """A session's runs across ``orchestra serve`` processes on one storage (local files, SQLite, PostgreSQL):
-a background run is started once: a live server never takes a run over from itself.
+
+- ``enqueue`` means the order in which messages arrived, on one server or many, and each message's turn
+  runs once (double texting through a load balancer without session affinity);
+- a background run is started once: a live server never takes a run over from itself.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import httpx
 import pytest
 
 from tests.server.conftest import auth, write_platform_config
-from tests.server.test_platform_processes import Servers, final_record, read_events
+from tests.server.test_platform_processes import Servers, final_record, read_events, wait_for
 
 COUNTED = """version: 1
 kind: agent
@@ -58,6 +61,40 @@ def servers():
 
 def calls_of(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def test_an_enqueue_message_to_a_second_server_runs_after_the_first(storage_uri, tmp_path, servers):
+    # x1 goes to server A and its model takes 2 s; x2 goes to server B while x1 runs. Enqueue: x2 waits
+    # for x1, and x1's model runs once (it used to lose its session to B's write and run again, after x2).
+    calls = tmp_path / "calls.txt"
+    runs = "runs: {heartbeat_s: 0.2, server_gone_after_s: 10, poll_s: 0.05, sweep_s: 0.3}\n"
+    group = servers(
+        counted_config(tmp_path, storage_uri, runs), ORCHESTRA_TEST_CALLS=str(calls), ORCHESTRA_TEST_DELAY="2"
+    )
+    first, second = group.start(), group.start()
+    answers: dict[str, httpx.Response] = {}
+
+    async def double_text() -> None:
+        async with httpx.AsyncClient(headers=auth(), timeout=120) as http:
+
+            async def send(url: str, text: str) -> None:
+                body = {"input": text, "session_id": "dt"}
+                answers[text] = await http.post(f"{url}/api/v1/agents/counted/invoke", json=body)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(send, first, "slow x1")
+                await anyio.to_thread.run_sync(wait_for, lambda: calls_of(calls) == ["slow x1"])
+                tasks.start_soon(send, second, "x2")
+
+    anyio.run(double_text)
+    assert answers["slow x1"].status_code == 200, answers["slow x1"].text
+    assert answers["x2"].status_code == 200, answers["x2"].text
+    assert answers["slow x1"].json()["output"] == "echo: slow x1 (turn 1)"
+    assert answers["x2"].json()["output"] == "echo: x2 (turn 2)"  # it saw x1's turn
+    session = httpx.get(f"{second}/api/v1/agents/counted/sessions/dt", headers=auth(), timeout=30).json()
+    texts = [b["text"] for m in session["messages"] for b in m["content"] if "text" in b]
+    assert texts == ["slow x1", "echo: slow x1 (turn 1)", "x2", "echo: x2 (turn 2)"]
+    assert calls_of(calls) == ["slow x1", "x2"]  # each message's model call ran once, in order
 
 
 STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
