@@ -87,21 +87,30 @@ def test_rollback_discards_the_first_turn(platform, monkeypatch):
     assert record.json()["supersedes"] is not None
 
 
-def test_the_servers_policy_applies_to_messages_that_name_none(tmp_path, monkeypatch):
-    # runs.on_busy: enqueue (the behaviour of one server before the policies): overlapping messages that
-    # name no policy both run, in order; a message that names one still gets its own.
-    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+def test_by_default_a_second_message_waits_and_runs_after_the_first(platform, monkeypatch):
+    # enqueue is the default (as in LangGraph's Agent Server): a chat UI that double-texts gets both turns,
+    # in order, not a 409.
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
-    extra = FAST_RUNS.replace("runs: {", "runs: {on_busy: enqueue, ")
+    first, second = anyio.run(two_messages, platform, "d", None)
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    assert texts(platform, "d") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
+
+
+def test_the_servers_policy_applies_to_messages_that_name_none(tmp_path, monkeypatch):
+    # runs.on_busy: reject (the default before enqueue): a message that names no policy is refused while
+    # the session runs; a message that names one still gets its own.
+    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    extra = FAST_RUNS.replace("runs: {", "runs: {on_busy: reject, ")
     with Server(write_platform_config(tmp_path, f"file:{tmp_path}/store", extra=extra)) as server:
         first, second = anyio.run(two_messages, server, "d", None)
-        assert (first.status_code, second.status_code) == (200, 200)
-        assert texts(server, "d") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
-        monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
-        first, second = anyio.run(two_messages, server, "d2", "reject")
         assert (first.status_code, second.status_code) == (200, 409)
         assert second.json()["error"]["code"] == "session_busy"
-        assert texts(server, "d2") == ["first", "echo: first (turn 1)"]
+        assert texts(server, "d") == ["first", "echo: first (turn 1)"]
+        monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+        first, second = anyio.run(two_messages, server, "d2", "enqueue")
+        assert (first.status_code, second.status_code) == (200, 200)
+        assert texts(server, "d2") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
 
 
 def test_a_full_queue_is_429(platform, monkeypatch):
