@@ -52,12 +52,15 @@ from typing import Any
 
 import anyio
 
+from orchestra._logging import get_logger
 from orchestra.errors import StorageConflictError, StorageError
 from orchestra.server.config import OnBusy
 from orchestra.server.liveness import Liveness
 from orchestra.storage import ABSENT, Storage
 
 __all__ = ["Busy", "Holder", "PlainRun", "SessionSlots", "SlotState", "Waiter"]
+
+log = get_logger("orchestra.server")
 
 _CACHED = 4096  # versions remembered (one per recently served session)
 
@@ -361,7 +364,13 @@ class SessionSlots:
                 with anyio.move_on_after(every_s):
                     await waiter.handed.wait()
                 if not waiter.handed.is_set():
-                    after_mine = await self._change(agent_id, session_id, change)
+                    try:
+                        after_mine = await self._change(agent_id, session_id, change)
+                    except StorageError as exc:  # it waits on; the next read tries again
+                        log.warning(
+                            "session_queue_not_read", session_id=session_id, run_id=run_id, error=str(exc)
+                        )
+                        continue
                     if after_mine is not None:
                         self._take(agent_id, session_id, run_id)
                         self._hand(waiter, after_mine)
