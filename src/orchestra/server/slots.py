@@ -422,8 +422,7 @@ class SessionSlots:
             if len(state.queue) >= self.max_queue:
                 raise _full(session_id, len(state.queue), active.run_id)
             stop = active.run_id if on_busy in ("interrupt", "rollback") else None
-            last = active.server if active is running else state.last
-            return SlotState(active, [*state.queue, run], last), Queued(len(state.queue) + 1, stop)
+            return SlotState(active, [*state.queue, run], state.last), Queued(len(state.queue) + 1, stop)
 
         queued: Queued | None = await self._change(agent_id, session_id, change)
         if queued is None:
@@ -481,7 +480,8 @@ class SessionSlots:
         the queue when the active one was a turn that died with its server), or None. A run the document
         does not know is queued again only when ``lost`` (the server that queued it is gone: a power cut
         lost the document); a live server's run is on its way into the document. A waiter at the head of
-        the queue takes the session itself (``wait_turn``); one whose server is gone is passed over."""
+        the queue is handed the session (woken here, or it reads the document); one that waits no more
+        is passed over."""
         me = self.liveness.server_id
 
         async def change(state: SlotState) -> tuple[SlotState | None, Holder | None]:
