@@ -16,6 +16,10 @@ async def test_a_waiter_whose_read_of_the_document_fails_waits_on():
     for liveness in servers:
         liveness.start()
     try:
+        for _ in range(1000):  # until both have said they are alive
+            if all([await servers[0].is_alive(liveness.server_id) for liveness in servers]):
+                break
+            await anyio.sleep(0.01)
         one, two = (SessionSlots(storage, liveness, max_queue=5) for liveness in servers)
         first = await one.claim("chat", "s1", "r1")
         assert first.handed.is_set()
