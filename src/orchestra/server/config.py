@@ -122,7 +122,10 @@ class RunSettings(_Model):
         default=10_000, ge=10, description="Events kept with a run; past it, only its lifecycle events."
     )
     poll_s: float = Field(
-        default=0.5, gt=0, description="How often a run looks for a stop asked for on another server."
+        default=0.5,
+        gt=0,
+        description="How often a run looks for a stop asked for on another server, and a waiting message "
+        "for its turn.",
     )
     sweep_s: float = Field(
         default=5.0, gt=0, description="How often a server looks for the background runs of gone servers."
