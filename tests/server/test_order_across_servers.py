@@ -17,6 +17,9 @@ import pytest
 from tests.server.conftest import auth, write_platform_config
 from tests.server.test_platform_processes import Servers, final_record, read_events, wait_for
 
+STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
+BACKGROUND_RUNS = 200 if STRESS else 60
+
 COUNTED = """version: 1
 kind: agent
 id: counted
@@ -95,10 +98,6 @@ def test_an_enqueue_message_to_a_second_server_runs_after_the_first(storage_uri,
     texts = [b["text"] for m in session["messages"] for b in m["content"] if "text" in b]
     assert texts == ["slow x1", "echo: slow x1 (turn 1)", "x2", "echo: x2 (turn 2)"]
     assert calls_of(calls) == ["slow x1", "x2"]  # each message's model call ran once, in order
-
-
-STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
-BACKGROUND_RUNS = 200 if STRESS else 60
 
 
 def test_a_live_server_starts_each_background_run_once(tmp_path, servers, postgres_uri):
