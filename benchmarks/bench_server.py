@@ -13,12 +13,15 @@ itself the bottleneck: compare ratios, not absolute figures.
 
 With ``--storage``, session mode runs once per storage named (``file``, ``sqlite``, ``memory``, ``postgres``:
 the last from ``$ORCHESTRA_BENCH_POSTGRES`` or ``$ORCHESTRA_TEST_POSTGRES``), each against the same bare app.
+With ``--on-busy``, once per storage and policy for a second message (``runs.on_busy``): ``enqueue`` (the
+default) claims each turn's session in its busy document, ``reject`` touches no document.
 
 With ``--cached-sessions N``, instead: N sessions each given one turn in one process (local files), then
 every session given a second turn, with the server's default cache bound (1,000 sessions) and with room
 for all N; it prints the process's RSS over its imports after each phase, and how many agents were kept.
 
     python benchmarks/bench_server.py [--duration 10] [--connections 32] [--workers 1] [--storage file sqlite]
+        [--on-busy enqueue reject]
     python benchmarks/bench_server.py --cached-sessions 10000
 """
 
@@ -106,14 +109,15 @@ def storage_uri(kind: str, root: Path) -> str:
     return {"file": f"file:{root}/store", "sqlite": f"sqlite:{root}/store.sqlite", "memory": "memory"}[kind]
 
 
-def write_config(root: Path, storage: str = "file", limits: str = "") -> Path:
+def write_config(root: Path, storage: str = "file", limits: str = "", on_busy: str | None = None) -> Path:
     (root / "agent.yaml").write_text(
         "version: 1\nkind: agent\nid: bench\nagents:\n  - name: bench\n    model: scripted\n"
         "    conversation_manager: {type: sliding_window, window_size: 40}\n"
     )
     config = root / "server.yaml"
+    runs = f"runs: {{on_busy: {on_busy}}}\n" if on_busy else ""
     config.write_text(
-        f"version: 1\nstorage: {storage_uri(storage, root)}\n{limits}"
+        f"version: 1\nstorage: {storage_uri(storage, root)}\n{limits}{runs}"
         "agents:\n  - {id: bench, spec: agent.yaml, workspace: ws}\n"
         f"api_keys:\n  - {{workspace: ws, sha256: {hashlib.sha256(KEY.encode()).hexdigest()}}}\n"
     )
@@ -197,13 +201,19 @@ async def run_python(url: str, session: bool, duration: int, connections: int) -
 
 
 def measure(
-    name: str, command: list[str], port: int, session: bool, args: argparse.Namespace, storage: str = "file"
+    name: str,
+    command: list[str],
+    port: int,
+    session: bool,
+    args: argparse.Namespace,
+    storage: str = "file",
+    on_busy: str | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "bare_app.py").write_text(BARE_APP)
         if name != "bare":
-            command = [*command, str(write_config(root, storage))]
+            command = [*command, str(write_config(root, storage, on_busy=on_busy))]
         server = start(command, port, root)
         try:
             url = f"http://127.0.0.1:{port}"
@@ -217,6 +227,8 @@ def measure(
     out = {"benchmark": "server_invoke", "app": name, "workers": args.workers}
     if name != "bare":
         out["storage"] = storage
+    if on_busy:
+        out["on_busy"] = on_busy
     return {**out, **figures}
 
 
@@ -271,6 +283,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--storage", nargs="*", default=["file"], help="session mode on each of these")
+    parser.add_argument(
+        "--on-busy", nargs="*", default=[None], help="session mode with each of these policies (runs.on_busy)"
+    )
     parser.add_argument("--cached-sessions", type=int, default=0, help="measure the session cache's memory")
     args = parser.parse_args()
     if args.cached_sessions:
@@ -280,9 +295,16 @@ def main() -> None:
             print(json.dumps(in_fresh_process(__file__, case, args.cached_sessions)))
         return
     results = {}
-    cases = [("bare", False, "file"), ("no_memory", False, "file")]
-    cases += [(f"session_{storage}", True, storage) for storage in args.storage]
-    for name, session, storage in cases:
+    cases: list[tuple[str, bool, str, str | None]] = [
+        ("bare", False, "file", None),
+        ("no_memory", False, "file", None),
+    ]
+    cases += [
+        (f"session_{storage}" + (f"_{policy}" if policy else ""), True, storage, policy)
+        for storage in args.storage
+        for policy in args.on_busy
+    ]
+    for name, session, storage, policy in cases:
         port = free_port()
         if name == "bare":
             command = [
@@ -305,7 +327,7 @@ def main() -> None:
                 str(port),
             ]
         command += ["--workers", str(args.workers)]
-        results[name] = measure(name, command, port, session, args, storage)
+        results[name] = measure(name, command, port, session, args, storage, policy)
         print(json.dumps(results[name]))
     bare = results["bare"]
     ratios: dict[str, Any] = {"benchmark": "server_invoke_ratios"}

@@ -158,3 +158,26 @@ async def gate_step(node_input: Any) -> str:
         while not await gate.exists():  # noqa: ASYNC110 - the test creates a file, it sets no event
             await anyio.sleep(0.02)
     return f"{node_input.node_id} done"
+
+
+async def counted_echo(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> str:
+    """Answers like ``slow_echo``, and writes each call's text to the file ``ORCHESTRA_TEST_CALLS`` names
+    (one line per model call, from any process). A text that starts with ``slow`` first waits until the
+    file ``ORCHESTRA_TEST_GATE`` names exists, if it is set, else ``ORCHESTRA_TEST_DELAY`` seconds (2)."""
+    last = next(b["text"] for b in messages[-1]["content"] if "text" in b)
+    fd = os.open(os.environ["ORCHESTRA_TEST_CALLS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{last}\n".encode())
+    finally:
+        os.close(fd)
+    if last.startswith("slow"):
+        gate = os.environ.get("ORCHESTRA_TEST_GATE")
+        if gate is None:
+            await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_DELAY", "2")))
+        else:
+            opened = anyio.Path(gate)
+            for _ in range(12_000):  # a minute at most
+                if await opened.exists():
+                    break
+                await anyio.sleep(0.005)
+    return f"echo: {last} (turn {_users(messages)})"

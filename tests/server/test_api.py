@@ -282,7 +282,9 @@ def test_the_server_keeps_in_memory_only_the_runs_being_served(server):
     assert runtime.logs == {}
     assert slots.here == {}
     assert slots.plain == {}
-    assert slots._versions == {}  # plain turns (the default policy) touch no busy document
+    assert slots.waiters == {}
+    # enqueue turns (the default policy) leave their sessions' busy documents idle
+    assert all(state.active is None and not state.queue for _, state in slots._versions.values())
     assert _CACHED == 4096  # what it may hold: the versions of the documents seen last
 
 

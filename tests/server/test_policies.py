@@ -53,6 +53,8 @@ def test_enqueue_runs_the_second_message_after_the_first(platform, monkeypatch):
     assert (first.status_code, second.status_code) == (200, 200)
     assert second.json()["output"] == "echo: second (turn 2)"
     assert texts(platform, "e") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
+    record = httpx.get(f"{platform.url}/api/v1/runs/{second.json()['run_id']}", headers=auth(), timeout=30)
+    assert record.json()["background"] is False  # it waited in its request, not as a queued background run
 
 
 def test_interrupt_keeps_what_the_first_completed_then_runs_the_second(platform, monkeypatch):
@@ -85,21 +87,30 @@ def test_rollback_discards_the_first_turn(platform, monkeypatch):
     assert record.json()["supersedes"] is not None
 
 
-def test_the_servers_policy_applies_to_messages_that_name_none(tmp_path, monkeypatch):
-    # runs.on_busy: enqueue (the behaviour of one server before the policies): overlapping messages that
-    # name no policy both run, in order; a message that names one still gets its own.
-    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+def test_by_default_a_second_message_waits_and_runs_after_the_first(platform, monkeypatch):
+    # enqueue is the default (as in LangGraph's Agent Server): a chat UI that double-texts gets both turns,
+    # in order, not a 409.
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
-    extra = FAST_RUNS.replace("runs: {", "runs: {on_busy: enqueue, ")
+    first, second = anyio.run(two_messages, platform, "d", None)
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    assert texts(platform, "d") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
+
+
+def test_the_servers_policy_applies_to_messages_that_name_none(tmp_path, monkeypatch):
+    # runs.on_busy: reject (the default before enqueue): a message that names no policy is refused while
+    # the session runs; a message that names one still gets its own.
+    monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
+    extra = FAST_RUNS.replace("runs: {", "runs: {on_busy: reject, ")
     with Server(write_platform_config(tmp_path, f"file:{tmp_path}/store", extra=extra)) as server:
         first, second = anyio.run(two_messages, server, "d", None)
-        assert (first.status_code, second.status_code) == (200, 200)
-        assert texts(server, "d") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
-        monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "1")
-        first, second = anyio.run(two_messages, server, "d2", "reject")
         assert (first.status_code, second.status_code) == (200, 409)
         assert second.json()["error"]["code"] == "session_busy"
-        assert texts(server, "d2") == ["first", "echo: first (turn 1)"]
+        assert texts(server, "d") == ["first", "echo: first (turn 1)"]
+        monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+        first, second = anyio.run(two_messages, server, "d2", "enqueue")
+        assert (first.status_code, second.status_code) == (200, 200)
+        assert texts(server, "d2") == ["first", "echo: first (turn 1)", "second", "echo: second (turn 2)"]
 
 
 def test_a_full_queue_is_429(platform, monkeypatch):
@@ -131,7 +142,7 @@ def test_a_full_queue_is_429(platform, monkeypatch):
 
 
 def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_again(tmp_path, monkeypatch):
-    """A plain message (the default policy) does not write the busy document; a background run started on
+    """A plain message with ``reject`` does not write the busy document; a background run started on
     another server meanwhile loses the session's conditional write, stored nothing, and runs again."""
     from tests.server.conftest import WEBHOOK_SECRET, Server, write_platform_config
 
@@ -147,7 +158,8 @@ def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_agai
                 async def send_plain() -> None:
                     nonlocal plain
                     plain = await http.post(
-                        f"{one.url}{INVOKE}", json={"input": "plain", "session_id": "mix"}
+                        f"{one.url}{INVOKE}",
+                        json={"input": "plain", "session_id": "mix", "on_busy": "reject"},
                     )
 
                 async with anyio.create_task_group() as group:
@@ -177,3 +189,28 @@ def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_agai
             "background",
             "echo: background (turn 2)",
         ]
+
+
+async def test_an_enqueue_message_takes_the_session_over_from_runs_whose_server_is_gone(tmp_path):
+    # The session's document names a run of a server that is gone, and a message that waited there: neither
+    # hands the session on. A new message waits behind them, and takes the session once it reads that no
+    # live run is ahead of it.
+    from orchestra.server import load_config
+    from orchestra.server.runtime import Invocation, Runtime
+    from orchestra.server.slots import Holder, SlotState
+    from tests.server.conftest import write_config
+
+    runtime = Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store", "runs: {poll_s: 0.02}\n")))
+    slots = runtime.slots("acme")
+    gone = "a-server-that-is-gone"
+    left = SlotState(Holder("run-of-a-gone-server", gone), [Holder("its-waiter", gone)])
+    await slots.storage.write(slots.key("chat", "s1"), left.to_json())
+    hosted = next(h for h in runtime.config.agents if h.id == "chat")
+    with anyio.fail_after(60):  # a guard: it used to wait for ever
+        record, failure = await runtime.invoke(
+            "acme", Invocation(hosted, "hello", "s1", None, on_busy="enqueue")
+        )
+    assert failure is None, failure
+    assert record.output == "echo: hello (turn 1)"
+    state, _ = await slots.read("chat", "s1")
+    assert (state.active, state.queue) == (None, [])

@@ -135,9 +135,9 @@ def enqueued(runtime: Runtime, text: str, session: str = "s1") -> Invocation:
     return invocation
 
 
-async def test_an_enqueue_turn_on_one_server_is_a_plain_one(tmp_path):
-    # While its session stays on one server, an enqueue message costs what a plain one does: no busy
-    # document, and the session's agent kept between turns.
+async def test_an_enqueue_turn_on_one_server_keeps_its_sessions_agent(tmp_path):
+    # An enqueue message claims its session in the busy document (so that another server's message waits
+    # for it), and while the session's runs stay on one server its agent is kept between turns.
     runtime = runtime_on(tmp_path)
     runtime.root = counting = CountingStorage(runtime.root)
     await runtime.invoke("acme", enqueued(runtime, "one"))
@@ -145,22 +145,62 @@ async def test_an_enqueue_turn_on_one_server_is_a_plain_one(tmp_path):
     record, failure = await runtime.invoke("acme", enqueued(runtime, "two"))
     assert failure is None
     assert texts(record) == ["one", "two"]
-    assert counting.reads == reads
-    assert await runtime.storage("acme").list("busy/") == []
+    assert counting.reads == reads  # no snapshot, manifest or journal read: the agent was kept
+    state, _ = await runtime.slots("acme").read("chat", "s1")
+    assert (state.active, state.queue) == (None, [])  # released after the turn
 
 
-async def test_an_enqueue_turn_that_lost_to_another_server_waits_and_is_stored_once(tmp_path):
+async def test_an_enqueue_turn_after_another_servers_run_loads_the_session(tmp_path, monkeypatch):
+    # The other server's enqueue turn went through the busy document: this server's kept agent is behind,
+    # so the next turn here loads the session instead of running on it, losing the save and running again.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    config = write_config(tmp_path, f"file:{tmp_path}/store")
+    (tmp_path / "chat.yaml").write_text(
+        (tmp_path / "chat.yaml")
+        .read_text()
+        .replace("tests.support:echo_reply", "tests.server.agents:counted_echo")
+    )
+    first, other = Runtime(load_config(config)), Runtime(load_config(config))
+    await first.invoke("acme", enqueued(first, "one"))
+    await other.invoke("acme", enqueued(other, "from the other process"))
+    record, failure = await first.invoke("acme", enqueued(first, "two"))
+    assert failure is None, failure
+    assert texts(record) == ["one", "from the other process", "two"]
+    assert calls.read_text().split("\n")[:-1] == [
+        "one",
+        "from the other process",
+        "two",
+    ]  # each model call once
+
+
+async def test_an_enqueue_turn_that_lost_to_a_reject_turn_of_another_server_runs_again(tmp_path):
     first, other = runtime_on(tmp_path), runtime_on(tmp_path)
     await first.invoke("acme", enqueued(first, "one"))
-    await other.invoke("acme", turn(other, "from the other process"))
-    # Its kept agent is behind: the turn loses, stores nothing, and is queued by the busy document
-    # instead of being answered 409 (as a plain message with the default policy is).
+    await other.invoke("acme", turn(other, "from the other process"))  # reject: no busy document
+    # Its kept agent is behind: the turn loses the save, stores nothing, and runs again on the session
+    # loaded afresh, instead of being answered 409 (as a message with reject is).
     record, failure = await first.invoke("acme", enqueued(first, "two"))
     assert failure is None, failure
     assert texts(record) == ["one", "from the other process", "two"]
     assert record.status == "completed"
-    assert await first.storage("acme").list("busy/") != []  # the document ordered it
-    assert first.slots("acme").contended("chat", "s1")  # the next ones go to the document at once
     record, failure = await first.invoke("acme", enqueued(first, "three"))
     assert failure is None
     assert texts(record) == ["one", "from the other process", "two", "three"]
+
+
+async def test_a_background_run_of_the_session_leaves_no_kept_agent_behind(tmp_path):
+    # A background run loads the session and writes a turn; the agent kept by the turn before it is then
+    # behind, and the next plain turn here must not run on it (it used to lose its save: 409).
+    from orchestra.server.background import start_background
+
+    runtime = runtime_on(tmp_path)
+    await runtime.invoke("acme", turn(runtime, "one"))
+    background = turn(runtime, "two")
+    await start_background(runtime, "acme", background)  # no lifespan: it runs before this returns
+    ran = await runtime.run_record("acme", background.run_id)
+    assert ran is not None
+    assert ran.status == "completed"
+    record, failure = await runtime.invoke("acme", turn(runtime, "three"))
+    assert failure is None, failure
+    assert texts(record) == ["one", "two", "three"]

@@ -4,7 +4,9 @@ reported failed is absent from storage or its error says it may be there.
 Hypothesis plans faults (``FaultyStorage``: a full disk, a refusal, a reset, each before or after the call
 takes effect) on the calls an agent, a graph and the server make; each then runs a few turns, retrying
 what failed as a caller would. The oracle is a fresh load of the session from the storage without faults,
-compared with what each caller was told. ``ORCHESTRA_STRESS=1`` runs ten times as many schedules.
+compared with what each caller was told. Two servers on one storage also get a message each, the second
+while the first runs: ``enqueue`` keeps their order of arrival. ``ORCHESTRA_STRESS=1`` runs ten times as
+many schedules.
 
 Two schedules also SIGKILL processes (forked, at a write hypothesis picks, or inside a side-effecting
 tool): an agent whose next process sends a new prompt after a killed turn (issue 35 item 8), and a
@@ -18,7 +20,9 @@ import multiprocessing
 import os
 import signal
 import tempfile
+from contextlib import AsyncExitStack
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -40,8 +44,9 @@ from tests.effects_service import EffectService
 from tests.server.conftest import KEYS
 
 STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
-# 200 schedules in all by default: agents 80, graphs 60, the server 60.
+# 230 schedules in all by default: agents 80, graphs 60, the server 60, two servers 30.
 AGENT_EXAMPLES, GRAPH_EXAMPLES, SERVER_EXAMPLES = (800, 600, 600) if STRESS else (80, 60, 60)
+TWO_SERVER_EXAMPLES = 300 if STRESS else 30
 # Compaction and folding on every save, so that housekeeping is in every schedule.
 BUSY = Compaction(min_bytes=0, ratio=0.0, max_records=2, delete_after=timedelta(0))
 
@@ -368,3 +373,109 @@ def test_a_key_retry_after_a_kill_inside_a_tool(schedule: list[tuple[int, bool]]
     assert texts == [text for turn in expected for text in turn]
     ledger = Path(root, "ledger.txt").read_text().split("\n") if Path(root, "ledger.txt").exists() else []
     assert len({line.split()[0] for line in ledger if line}) == HOSTED_TURNS
+
+
+@settings(max_examples=TWO_SERVER_EXAMPLES, **SETTINGS)
+@given(faults, faults)
+def test_enqueue_order_across_two_servers_under_random_faults(
+    schedule_a: list[Fault], schedule_b: list[Fault]
+) -> None:
+    """``x1`` goes to server A and its model waits; ``x2`` goes to server B meanwhile; each is repeated
+    with its Idempotency-Key while the answer says it may be. The rule holds for both, and when ``x1``'s
+    first request was answered 200, its model ran once and it is stored before ``x2``: an ``enqueue``
+    message to another server waits for the run that has the session (it used to be stored first, the
+    earlier turn losing its session and running again after it)."""
+    from orchestra.server import create_app, load_config
+    from tests.server.conftest import KEYS, write_config
+
+    not_stored = {"storage_full", "storage_unavailable", "session_conflict"}
+    runs = (
+        "runs: {on_busy: enqueue, heartbeat_s: 0.05, server_gone_after_s: 10, poll_s: 0.02, sweep_s: 0.05}\n"
+    )
+
+    async def scenario(root: Path) -> None:
+        config = write_config(root, f"file:{root}/store", runs)
+        spec = root / "chat.yaml"
+        spec.write_text(
+            spec.read_text().replace("tests.support:echo_reply", "tests.server.agents:counted_echo")
+        )
+        calls, gate = root / "calls.txt", root / "gate"
+        apps = [create_app(load_config(config)) for _ in range(2)]
+        storages = []
+        for app, schedule in zip(apps, (schedule_a, schedule_b), strict=True):
+            app.state.runtime.root = storage = FaultyStorage(app.state.runtime.root)
+            storage.faults.extend(schedule)
+            storages.append(storage)
+        answers: dict[str, list[httpx.Response]] = {"slow x1": [], "x2": []}
+        headers = {"Authorization": f"Bearer {KEYS['acme']}"}
+
+        async def send(http: httpx.AsyncClient, prompt: str) -> None:
+            for _ in range(4):
+                body = {"input": prompt, "session_id": "s1"}
+                answer = await http.post(
+                    "/api/v1/agents/chat/invoke", json=body, headers={"Idempotency-Key": prompt}
+                )
+                answers[prompt].append(answer)
+                if answer.status_code == 200:
+                    return
+
+        def called() -> list[str]:
+            return calls.read_text().splitlines() if calls.exists() else []
+
+        async with AsyncExitStack() as stack:
+            a, b = [
+                await stack.enter_async_context(
+                    httpx.AsyncClient(
+                        transport=httpx.ASGITransport(app=app), base_url="http://test", headers=headers
+                    )
+                )
+                for app in apps
+            ]
+            for app in apps:
+                await stack.enter_async_context(app.router.lifespan_context(app))
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(send, a, "slow x1")
+                for _ in range(4000):  # until x1's model runs, or its attempts were all answered
+                    if "slow x1" in called() or len(answers["slow x1"]) == 4:
+                        break
+                    await anyio.sleep(0.005)
+                tasks.start_soon(send, b, "x2")
+                await anyio.sleep(0.05)  # x2 reaches B while x1 runs
+                gate.touch()
+        for storage in storages:
+            storage.faults.clear()
+        runtime = apps[0].state.runtime
+        doc = await Journal(
+            runtime.agent_storage("acme", "chat"), ScopeLayout("s1", "agent", "default")
+        ).load()
+        prompts = [
+            m["content"][0]["text"] for m in (doc.logs["messages"] if doc else []) if m["role"] == "user"
+        ]
+        acked = {p for p, told in answers.items() if told and told[-1].status_code == 200}
+        told = {
+            p: [
+                False if r.json()["error"]["code"] in not_stored else None
+                for r in replies
+                if r.status_code != 200
+            ]
+            for p, replies in answers.items()
+        }
+        for prompt in answers:
+            check_told(prompt, prompts.count(prompt), acked, told)
+        if answers["slow x1"][0].status_code == 200:
+            assert called().count("slow x1") == 1, called()
+            if "x2" in prompts:
+                assert prompts.index("slow x1") < prompts.index("x2"), prompts
+
+    root = Path(tempfile.mkdtemp())
+    previous = {name: os.environ.get(name) for name in ("ORCHESTRA_TEST_CALLS", "ORCHESTRA_TEST_GATE")}
+    os.environ["ORCHESTRA_TEST_CALLS"] = str(root / "calls.txt")
+    os.environ["ORCHESTRA_TEST_GATE"] = str(root / "gate")
+    try:
+        anyio.run(scenario, root)
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -204,8 +204,10 @@ async def drive(runtime: Runtime, workspace: str, run_id: str) -> None:
         await _needs_resume(runtime, workspace, record, version, "its agent is no longer hosted", webhooks)
         return
     taken_over = record.status == "executing"
-    if taken_over and record.server != me and await runtime.liveness.is_alive(record.server):
-        return  # another server runs it
+    # Taken over only from a server that is gone, never from a live one, this one included (a sweep and
+    # the run's own start may both get here).
+    if taken_over and await runtime.liveness.is_alive(record.server):
+        return
     prior = record.model_copy(deep=True)
     record.status, record.server = "executing", me
     record.attempt += 1 if taken_over else 0
@@ -389,7 +391,8 @@ class Background:
                 elif not await liveness.is_alive(record.server):
                     self.launch(workspace, run_id)  # delivers the webhook its server did not
                 continue
-            if record.status == "executing" and await liveness.is_alive(record.server):
+            alive = await liveness.is_alive(record.server)
+            if record.status == "executing" and alive:
                 continue
             if record.status == "executing" and (
                 record.attempt >= runtime.config.runs.max_attempts
@@ -403,9 +406,12 @@ class Background:
                 await _needs_resume(runtime, workspace, record, version, why, self.webhooks)
                 continue
             if record.session_id is None:
-                if record.status == "executing" or not await liveness.is_alive(record.server):
+                if record.status == "executing" or not alive:
                     self.launch(workspace, run_id)
                 continue
-            start = await runtime.slots(workspace).recover(record.agent_id, record.session_id, run_id)
+            # A queued run of a live server is in its session's document, or on its way there.
+            start = await runtime.slots(workspace).recover(
+                record.agent_id, record.session_id, run_id, lost=not alive
+            )
             if start is not None:
                 self.launch(workspace, start)

@@ -17,7 +17,7 @@ runs:
   idempotency_ttl_s: 86400                  # a repeated Idempotency-Key is answered from its first run
   heartbeat_s: 2                            # servers on one storage say they are alive this often
   server_gone_after_s: 30                   # and are gone (their executing runs settled) after this
-  on_busy: reject                           # a second message to a running session (per agent too)
+  on_busy: enqueue                          # a second message to a running session (per agent too)
   max_queue: 20                             # runs waiting on one session (429 past it)
   max_events: 10000                         # events kept per run (past it only lifecycle events)
   poll_s: 0.5                               # how often a run looks for a stop asked on another server
@@ -126,14 +126,19 @@ class RunSettings(_Model):
         description="A server silent this long is gone: its executing runs are settled from their sessions.",
     )
     on_busy: OnBusy = Field(
-        default="reject", description="What a message to a session that is already running does."
+        default="enqueue",
+        description="What a message to a session that is already running does: it waits (enqueue), or "
+        "reject, interrupt, rollback.",
     )
     max_queue: int = Field(default=20, ge=0, description="Runs that may wait on one session (429 past it).")
     max_events: int = Field(
         default=10_000, ge=10, description="Events kept with a run; past it, only its lifecycle events."
     )
     poll_s: float = Field(
-        default=0.5, gt=0, description="How often a run looks for a stop asked for on another server."
+        default=0.5,
+        gt=0,
+        description="How often a run looks for a stop asked for on another server, and a waiting message "
+        "for its turn.",
     )
     sweep_s: float = Field(
         default=5.0, gt=0, description="How often a server looks for the background runs of gone servers."

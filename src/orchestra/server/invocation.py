@@ -62,6 +62,8 @@ class Invocation:
         self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
         # Its session is held on this server only, without the busy document (slots.hold_plain).
         self.held_here = False
+        # Its session's agent is kept between turns (a plain or enqueue message: Runtime._uses_cache).
+        self.keeps_agent = False
 
     @property
     def answers(self) -> dict[str, Any] | None:

@@ -239,6 +239,8 @@ class Runtime:
                 assert isinstance(cached.session_manager, SnapshotSessionManager)
                 cached.session_manager.run_id = invocation.run_id
                 return cached
+        elif session_id is not None:  # this run writes the session: an agent kept for it would be behind
+            self.sessions.forget(hosted.workspace, hosted.id, session_id)
         fresh = self.fresh.take(hosted.id) if keeps_nothing(session_id, kind) else None
         if fresh is not None:
             if invocation.history is not None:
@@ -326,12 +328,10 @@ class Runtime:
                         return replay
                 if invocation.session_id is None:
                     return await self.execute(workspace, invocation, log)
-                if invocation.on_busy == "reject":  # the default: no storage operation (slots.py)
+                if invocation.on_busy == "reject":  # no storage operation (slots.py)
                     return await self._plain(workspace, invocation, log)
-                if invocation.on_busy == "enqueue" and log is None:
-                    answered = await self._plain_in_line(workspace, invocation)
-                    if answered is not None:
-                        return answered
+                if invocation.on_busy == "enqueue":
+                    return await self._in_line(workspace, invocation, log)
                 slots, holder = self.slots(workspace), Holder(invocation.run_id, self.liveness.server_id)
                 try:
                     await slots.acquire(invocation.hosted.id, invocation.session_id, holder, "reject")
@@ -367,12 +367,12 @@ class Runtime:
     async def _plain(
         self, workspace: str, invocation: Invocation, log: EventLog | None
     ) -> tuple[RunRecord, Failure | None]:
-        """Run an invocation with the default policy: its session is taken on this server only."""
+        """Run an invocation with ``reject``: its session is taken on this server only."""
         assert invocation.session_id is not None
         agent_id, session_id = invocation.hosted.id, invocation.session_id
         slots = self.slots(workspace)
         plain = slots.hold_plain(agent_id, session_id, invocation.run_id)
-        invocation.held_here = True
+        invocation.held_here = invocation.keeps_agent = True
         try:
             return await self.execute(workspace, invocation, log)
         finally:
@@ -380,27 +380,27 @@ class Runtime:
                 if await slots.end_plain(agent_id, session_id, plain):
                     await self.release(workspace, agent_id, session_id, invocation.run_id)
 
-    async def _plain_in_line(
-        self, workspace: str, invocation: Invocation
-    ) -> tuple[RunRecord, Failure | None] | None:
-        """An ``enqueue`` message on one server costs what a plain one does: it waits behind the ones
-        before it here, then runs as a plain run. None: the document must order it (slots.py), because
-        the session is held here by a run it orders, another server wrote the session lately, or this
-        turn lost the session to another server's writer (it stored nothing, so it can wait and run)."""
+    async def _in_line(
+        self, workspace: str, invocation: Invocation, log: EventLog | None
+    ) -> tuple[RunRecord, Failure | None]:
+        """Run an ``enqueue`` invocation: after the ones that came before it on this server, it takes its
+        session in the busy document, or its place in the session's queue there and waits here for its
+        turn (``slots.claim``), so that a message to any server meanwhile waits behind it."""
         assert invocation.session_id is not None
         agent_id, session_id = invocation.hosted.id, invocation.session_id
         slots = self.slots(workspace)
-        if slots.contended(agent_id, session_id):
-            return None
         async with slots.in_line(agent_id, session_id):
-            if (agent_id, session_id) in slots.here or slots.contended(agent_id, session_id):
-                return None
-            try:
-                return await self._plain(workspace, invocation, None)
-            except _LostToAnotherServer:
-                slots.contend(agent_id, session_id)
-                invocation.held_here = False
-                return None
+            waiter = await slots.claim(agent_id, session_id, invocation.run_id)
+        try:
+            after_mine = await slots.wait_turn(agent_id, session_id, waiter, self.config.runs.poll_s)
+        except BaseException:
+            if waiter.handed.is_set():  # handed the session as it was cancelled: hand it on
+                await self.release(workspace, agent_id, session_id, invocation.run_id)
+            raise
+        if not after_mine:  # another server's run had the session since this server's last turn
+            self.sessions.forget(workspace, agent_id, session_id)
+        invocation.keeps_agent = True
+        return await self._holding(workspace, invocation, log)
 
     async def release(
         self, workspace: str, agent_id: str, session_id: str, run_id: str, *, for_gone: bool = False
@@ -516,11 +516,8 @@ class Runtime:
             except Exception as exc:
                 outcome = exc
             # A run that held the busy document and lost its session to a plain writer stored nothing: it
-            # runs again (a plain one answers 409, as it always did; a plain enqueue one is queued).
-            conflict = isinstance(outcome, SessionConflictError)
-            if conflict and invocation.held_here and invocation.on_busy == "enqueue":
-                raise _LostToAnotherServer
-            lost = conflict and not invocation.held_here
+            # runs again (a plain one answers 409, as it always did).
+            lost = isinstance(outcome, SessionConflictError) and not invocation.held_here
             if not lost or attempt == _CONFLICT_RETRIES or stop.request is not None:
                 break
             if log is not None:
@@ -550,10 +547,10 @@ class Runtime:
 
     @staticmethod
     def _uses_cache(invocation: Invocation, kind: str) -> bool:
-        """Plain turns keep their session's agent between turns; a run the busy document orders (in the
-        background, or with a policy) loads its session (it may follow a run of another server: the
-        document says so, a kept agent would not)."""
-        if not invocation.held_here:
+        """Plain and ``enqueue`` turns keep their session's agent between turns; another run of the
+        session (in the background, or with another policy) loads it (it may follow a run of another
+        server: the busy document says so, a kept agent would not)."""
+        if not invocation.keeps_agent:
             return False
         return cacheable(invocation.session_id, invocation.history, kind)
 
@@ -640,10 +637,6 @@ class Runtime:
         except BaseExceptionGroup as group_error:
             raise unwrap_group(group_error) from None
         return built[0]
-
-
-class _LostToAnotherServer(Exception):
-    """A plain ``enqueue`` turn lost its session to another server's writer and stored nothing."""
 
 
 def log_release_failure(session_id: str, run_id: str, exc: Exception) -> None:
