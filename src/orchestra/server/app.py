@@ -438,7 +438,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         without sending anything new; 409 ``nothing_to_resume`` if there is nothing."""
         target = hosted(agent_id, ws)
         checked_id(session_id, "session_id")
-        invocation = Invocation(target, "", session_id, None)
+        invocation = Invocation(target, "", session_id, None, on_busy=config.on_busy(target))
         invocation.resume = True
         record, failure = await runtime.invoke(ws, invocation)
         write_record = BackgroundTask(runtime.flush_records, ws)

@@ -196,7 +196,13 @@ class RuntimeExecutor(AgentExecutor):
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         text = context.get_user_input()
         answers = _answers(task, context.message.parts, text)
-        invocation = Invocation(self.hosted, text or "(answers)", session_of(task.context_id), None)
+        invocation = Invocation(
+            self.hosted,
+            text or "(answers)",
+            session_of(task.context_id),
+            None,
+            on_busy=self.runtime.config.on_busy(self.hosted),
+        )
         invocation.answers = answers
         invocation.trace_headers = trace_headers(context.call_context.state.get("headers") or {})
         await updater.start_work()

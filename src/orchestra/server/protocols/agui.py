@@ -238,7 +238,9 @@ def _invocation(hosted: HostedSpec, body: RunAgentInput, config: ServerConfig) -
         raise ValueError("messages holds no user message to run (and resume answers nothing)")
     if task is not None and len(task) > config.limits.max_input_chars:
         raise ValueError(f"the user message is over {config.limits.max_input_chars} characters")
-    invocation = Invocation(hosted, task or json.dumps(answers, default=str), session_id, None)
+    invocation = Invocation(
+        hosted, task or json.dumps(answers, default=str), session_id, None, on_busy=config.on_busy(hosted)
+    )
     invocation.answers = answers or None
     return invocation
 

@@ -139,7 +139,7 @@ class _Door:
         session_id = arguments.get("session_id") or str(uuid7())
         validate_id(session_id, "session_id")
         text = task if isinstance(task, str) else json.dumps(answers, sort_keys=True)
-        invocation = Invocation(hosted, text, session_id, None)
+        invocation = Invocation(hosted, text, session_id, None, on_busy=self.config.on_busy(hosted))
         invocation.answers = answers
         return invocation
 
