@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.server.conftest import auth, write_platform_config
+from tests.server.conftest import FAST_RUNS, auth, write_platform_config
 from tests.server.test_platform_processes import Servers, final_record, servers  # noqa: F401
 
 TRANSFER = """version: 1
@@ -29,8 +29,8 @@ agents:
 """
 
 
-def transfer_config(root: Path) -> Path:
-    config = write_platform_config(root, f"file:{root}/store")
+def transfer_config(root: Path, runs: str = FAST_RUNS) -> Path:
+    config = write_platform_config(root, f"file:{root}/store", runs)
     (root / "transfer.yaml").write_text(TRANSFER)
     text = config.read_text().replace(
         "  - {id: other,", "  - {id: transfer, spec: transfer.yaml, workspace: acme}\n  - {id: other,"

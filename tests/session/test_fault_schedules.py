@@ -355,8 +355,7 @@ def test_a_key_retry_after_a_kill_inside_a_tool(schedule: list[tuple[int, bool]]
     from tests.server.test_open_turns import transfer_config
 
     root = tempfile.mkdtemp()
-    config = transfer_config(Path(root))
-    config.write_text(config.read_text() + "runs: {server_gone_after_s: 0.05}\n")
+    config = transfer_config(Path(root), runs="runs: {server_gone_after_s: 0.05}\n")
     out = os.path.join(root, "told.jsonl")
     create_app(load_config(config))  # its imports (the protocol doors) are done once, not in every fork
     run_processes(key_retry_worker, (root, out, die_in_tool), schedule)
