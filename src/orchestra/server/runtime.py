@@ -69,8 +69,6 @@ __all__ = ["Invocation", "Runtime", "input_text"]  # Invocation and input_text: 
 log = get_logger("orchestra.server")
 
 _CONFLICT_RETRIES = 5  # times a background run runs again after losing its session to a plain writer
-# A session's agent kept between turns reads its last record back before saving when idle this long.
-CACHED_RECHECK_S = 1.0
 
 
 def _history_messages(history: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -231,8 +229,11 @@ class Runtime:
             cached = self.sessions.take(cache_key(hosted.workspace, hosted.id, session_id))
             if cached is not None:
                 assert isinstance(cached.session_manager, SnapshotSessionManager)
-                cached.session_manager.run_id = invocation.run_id
-                return cached
+                # Before its history reaches the model: another server may have written or deleted the
+                # session since (else it is loaded afresh below).
+                if await cached.session_manager.is_current(cached):
+                    cached.session_manager.run_id = invocation.run_id
+                    return cached
         fresh = self.fresh.take(hosted.id) if keeps_nothing(session_id, kind) else None
         if fresh is not None:
             if invocation.history is not None:
@@ -247,7 +248,6 @@ class Runtime:
                 keep_dropped_messages=True,  # the whole conversation stays readable (docs/server.md)
             )
             manager.run_id = invocation.run_id  # every journal record of the turn names its run
-            manager.recheck_after = CACHED_RECHECK_S
         with deferred_initialization():  # the session loads below, on this event loop, without blocking it
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):

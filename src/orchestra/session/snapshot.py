@@ -101,6 +101,9 @@ class Record(_Model):
     set: dict[str, Any] = Field(default_factory=dict)
     unset: list[str] = Field(default_factory=list, alias="del")
     logs: dict[str, LogOp] = Field(default_factory=dict)
+    deleted: bool = False
+    """A tombstone: the scope was deleted here (what the records before held is gone). A writer that kept
+    the scope in memory meets it at its next record number; a load starts after it."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

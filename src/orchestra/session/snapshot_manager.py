@@ -23,8 +23,9 @@ from orchestra.hooks import (
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document
+from orchestra.session._erase import erase_session
 from orchestra.session._journal import Compaction, Journal
-from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
+from orchestra.session._layout import ScopeKind, ScopeLayout
 from orchestra.session._multiagent import MultiAgentSaveLatestOn, MultiAgentSnapshots, OrchestratorPersistence
 from orchestra.session._uuid7 import uuid7
 from orchestra.storage import LocalFileStorage, Storage
@@ -409,14 +410,22 @@ class SnapshotSessionManager:
             self.storage, self._session_id, "multiAgent", orchestrator.scope_id, new_session_id, snapshot_id
         )
 
+    async def is_current(self, agent: Agent) -> bool:
+        """Whether the agent still holds its session as stored: nothing was saved to it since by another
+        process or server, and it was not deleted. One small read (``Journal.is_newest``): what an agent
+        kept in memory between uses (as ``orchestra serve`` keeps them) checks before each use, so that a
+        deleted conversation never reaches its model again."""
+        return await self._binding(agent).journal.is_newest()
+
     def stored_bytes(self, agent: Agent) -> int:
         """About how many bytes the agent's stored session holds (its snapshot and the records since):
         what ``orchestra serve`` weighs a cached agent by."""
         return self._binding(agent).journal.stored_bytes
 
     async def delete_session(self) -> int:
-        """Remove every key of this session (all agents and orchestrators in it); returns how many."""
-        return await self.storage.delete_prefix(session_prefix(self._session_id))
+        """Delete this session (all agents and orchestrators in it); returns how many keys held it. A writer
+        elsewhere that still holds it sees the delete before it writes again (``admin.delete_session``)."""
+        return await erase_session(self.storage, self._session_id)
 
     async def export(self, agent_id: str = "default", kind: ScopeKind = "agent") -> bytes:
         """One scope of this session as a single self-contained snapshot file (JSON bytes)."""
