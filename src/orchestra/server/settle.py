@@ -5,8 +5,9 @@ this one stopped before writing the final record), or when its run failed with a
 could not tell (``stored`` is None). Every journal record a hosted run writes carries its run id
 (``Record.run``), so the session itself says what happened:
 
-- an agent's turn whose record is in the session completed: the record is settled ``completed`` with the
-  turn's reply;
+- an agent's turn whose commit point is in the session ended as that record says (``Record.end``:
+  ``completed`` with the turn's reply, or ``interrupted`` with its open questions); an older turn's record
+  in the session, which says nothing of its end, completed;
 - a pipeline's run is settled with the status its last record saved (``completed`` or ``interrupted``);
   one that stopped half way is ``failed``, and the session's next invocation resumes it;
 - a run with no record in the session stored nothing: ``failed``, and a request repeated with its
@@ -14,6 +15,10 @@ could not tell (``stored`` is None). Every journal record a hosted run writes ca
 
 When the records written since the run started were folded away (the run started more than the
 journal's ``delete_after`` ago), the session can no longer tell: the record says so (``stored`` None).
+
+A record still ``executing`` on a live server is settled the same way as soon as the session says its run
+ended (``ended_only``): the server answers a turn after its commit point and writes the final record
+after the answer, so the session is where a 2xx answer and its record are one fact.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from orchestra.agent import Agent
 from orchestra.multiagent import MultiAgentBase
+from orchestra.server.interrupts import open_interrupts
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.session.snapshot import Record
+from orchestra.session.snapshot_manager import agent_data_of
 from orchestra.spec import build
 
 if TYPE_CHECKING:
@@ -33,7 +40,7 @@ if TYPE_CHECKING:
     from orchestra.server.runs import RunRecord
     from orchestra.storage import Storage
 
-__all__ = ["settle_from_session"]
+__all__ = ["ended_in_session", "settle_from_session"]
 
 _FINAL = ("completed", "interrupted")
 
@@ -43,6 +50,24 @@ async def settle_from_session(
 ) -> RunRecord:
     """``record`` made final from its session (``storage`` holds the agent's sessions); see the module
     docstring. ``why`` says why it needed settling, for the record's ``error``."""
+    settled = await _settle(config, storage, record, why, ended_only=False)
+    assert settled is not None
+    return settled
+
+
+async def ended_in_session(
+    config: ServerConfig, storage: Storage, record: RunRecord, why: str
+) -> RunRecord | None:
+    """``record``, left ``executing`` by a server that may still be running it, made final if its session
+    says the run ended (its commit point is there); None if not: it may still be running."""
+    return await _settle(config, storage, record, why, ended_only=True)
+
+
+async def _settle(
+    config: ServerConfig, storage: Storage, record: RunRecord, why: str, *, ended_only: bool
+) -> RunRecord | None:
+    if ended_only and (record.mode != "session" or record.session_id is None):
+        return None
     settled = record.model_copy(deep=True)
     settled.finished_at = settled.finished_at or datetime.now(UTC).isoformat()
     settled.settled = why
@@ -65,17 +90,27 @@ async def settle_from_session(
             settled.error = settled.error_code = None
             settled.http_status = 200
             return settled
+        if ended_only:
+            return None
         if written:
             return _failed(
                 settled,
                 f"{why}; its completed nodes are saved and the session's next invocation resumes it",
                 stored=False,
             )
-    elif written:
-        settled.status, settled.stored, settled.http_status = "completed", True, 200
-        settled.error = settled.error_code = None
-        settled.output = _reply([r for _, r in written])
-        return settled
+    else:
+        ended = [(seq, r) for seq, r in written if r.end is not None]
+        if ended or (written and not ended_only):
+            settled.status, settled.stored, settled.http_status = "completed", True, 200
+            settled.error = settled.error_code = None
+            settled.output = _reply([r for _, r in written])
+            if ended and ended[-1][1].end == "interrupted":
+                settled.status = "interrupted"
+                target.load_agent_data(agent_data_of(await journal.load_at(ended[-1][0])))
+                settled.interrupts = open_interrupts(target)
+            return settled
+    if ended_only:
+        return None
     if not sure:
         return _failed(
             settled,

@@ -515,19 +515,21 @@ class Journal:
         unset: Iterable[str] = (),
         *,
         creating: bool = False,
+        end: str | None = None,
     ) -> bool:
         """Append a record with what changed among ``fields`` and ``logs``; False if nothing changed.
 
         Only the fields and logs passed are compared: callers pass what may have changed. The record is
         the save's commit point (see ``orchestra.session._commit``): once it is written the save
-        succeeds, whatever the compaction after it does.
+        succeeds, whatever the compaction after it does. With ``end``, the record says that run
+        ``run_id`` ended with it, with that status (``Record.end``), and is written even if nothing changed.
 
         Raises:
             SessionConflictError: another writer appended to this scope first; nothing was written.
             StorageError: the record could not be written. ``stored`` says whether it was (False:
                 nothing was; None: not known, and the next save settles it by reading the record back).
         """
-        return await self._save(fields, logs, unset, creating=creating) is not None
+        return await self._save(fields, logs, unset, creating=creating, end=end) is not None
 
     async def _save(
         self,
@@ -536,6 +538,7 @@ class Journal:
         unset: Iterable[str],
         *,
         creating: bool,
+        end: str | None = None,
     ) -> dict[str, str] | None:
         """``save``: None if nothing changed, else the JSON texts of the items added to each log."""
         if self._uncertain is not None:
@@ -553,12 +556,14 @@ class Journal:
             op = diff_log(self._log_refs.get(name, ()), items)
             if op is not None:
                 ops[name] = op
-        if not (changed or removed or ops or creating):
+        if not (changed or removed or ops or creating or end):
             return None
         # The record's JSON is put together from the texts just made for the comparison: each field is
         # encoded once, and the log ops' messages skip pydantic's serializer (see encode_snapshot).
         t = time.time_ns() // 1_000_000
         body = [f'"t":{t}'] if self.run_id is None else [f'"t":{t}', f'"run":{dumps(self.run_id)}']
+        if end is not None:
+            body.append(f'"end":{dumps(end)}')
         if changed:
             body.append('"set":{' + ",".join(f"{dumps(name)}:{texts[name]}" for name in changed) + "}")
         if removed:

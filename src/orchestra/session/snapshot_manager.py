@@ -185,7 +185,8 @@ class SnapshotSessionManager:
         self._orchestrators: OrchestratorPersistence | None = None
         self.run_id: str | None = None
         """Written into every journal record this manager saves while set (``orchestra serve`` sets its run
-        id for the turn), so that whether a run stored its turn can be read from the session itself."""
+        id for the turn), so that whether a run stored its turn can be read from the session itself; the
+        record of a turn's commit point also says how it ended (``Record.end``)."""
         self.before_save: Callable[[], Awaitable[None]] | None = None
         """Awaited before every save while set (``orchestra serve`` waits there for the turn's run record,
         written meanwhile, so that a stored turn always has its record); an error it raises fails the
@@ -256,12 +257,12 @@ class SnapshotSessionManager:
             )
         return binding
 
-    async def _save(self, agent: Agent) -> bool:
+    async def _save(self, agent: Agent, end: str | None = None) -> bool:
         binding = self._binding(agent)
         async with held(binding.lock):
-            return await self._save_locked(agent, binding)
+            return await self._save_locked(agent, binding, end)
 
-    async def _save_locked(self, agent: Agent, binding: _AgentBinding) -> bool:
+    async def _save_locked(self, agent: Agent, binding: _AgentBinding, end: str | None = None) -> bool:
         if self.before_save is not None:
             await self.before_save()
         data = agent.agent_data()
@@ -276,7 +277,7 @@ class SnapshotSessionManager:
         if agent.dropped_messages is not None and self.keep_dropped_messages:
             logs[DROPPED_MESSAGES] = list(agent.dropped_messages)
         binding.journal.run_id = self.run_id
-        saved = await binding.journal.save(fields, logs)
+        saved = await binding.journal.save(fields, logs, end=end)
         binding.state_version = agent.state.version
         return saved
 
@@ -305,7 +306,13 @@ class SnapshotSessionManager:
             return
         triggered = self.snapshot_trigger is not None and self.snapshot_trigger(agent_data=agent.agent_data())
         if self.save_latest_on != "trigger" or triggered:
-            await self._save(agent)  # the turn's commit point
+            # The turn's commit point. A run's record says how it ended (Record.end), so that whoever
+            # reads the session knows at once what its run was answered.
+            ended = None
+            if self.run_id is not None:
+                interrupted = event.result is not None and event.result.stop_reason == "interrupt"
+                ended = "interrupted" if interrupted else "completed"
+            await self._save(agent, ended)
             event.stored = True
         if triggered:
             journal = self._binding(agent).journal
