@@ -145,8 +145,7 @@ class Journal:
         # Whether the scope has no state: never created, or deleted (its newest record is a tombstone).
         self.absent = True
         self.run_id: str | None = None  # written into each record (see Record.run)
-        # A writer kept between turns (the server's cached agents) checks sooner that the scope was not
-        # deleted or written by another process meanwhile: one small read, instead of a load.
+        # A writer may read its own last record back sooner than _recheck_limit's rule (one small read).
         self.recheck_after: float | None = None
         # Which field and log names this scope's records may hold (None: any); see _check_names.
         self.known_names: Callable[[str], bool] | None = None

@@ -193,8 +193,8 @@ class SnapshotSessionManager:
         save before anything is stored."""
         self.recheck_after: float | None = None
         """Seconds after which an idle agent reads its last journal record back before its next save
-        (see ``Journal.recheck_after``): for agents kept in memory between turns, as ``orchestra serve``
-        keeps them, so that a session deleted or written by another process is noticed."""
+        (see ``Journal.recheck_after``), sooner than its compaction's rule. A deletion needs no recheck
+        (it leaves a tombstone where the next save goes); ``is_current`` checks before a use."""
 
     @property
     def session_id(self) -> str:
