@@ -147,8 +147,18 @@ def _ms(text: str) -> float:
 def run_wrk(url: str, session: bool, duration: int, connections: int, root: Path) -> dict[str, Any]:
     script = root / "post.lua"
     script.write_text(("wrk.session = true\n" if session else "") + WRK_SCRIPT)
+    threads = min(2, connections)  # wrk refuses more: --connections 1 measures one turn at a time
     output = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url + ROUTE],
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{duration}s",
+            "--latency",
+            "-s",
+            str(script),
+            url + ROUTE,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -60,7 +61,28 @@ def echo_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]])
         raise RuntimeError("the custom model's backend exploded")  # a custom model that raises
     if last == "RACE":
         _save_a_rival_turn()  # another process saves this session while this turn runs
+    if last == os.environ.get("ORCHESTRA_TEST_DIE_AFTER_ANSWERING"):
+        _die_after_answering()
     return f"echo: {last} (turn {len(users)})"
+
+
+def _die_after_answering() -> None:
+    """The server process running this turn is SIGKILLed right after it answers it 200: when it goes to
+    write the turn's final run record (which it does after the answer), before it is written."""
+    import signal
+
+    from orchestra.server.runs import RunStore
+
+    text = os.environ["ORCHESTRA_TEST_DIE_AFTER_ANSWERING"]
+    write = getattr(RunStore.flush, "__wrapped__", RunStore.flush)
+
+    async def flush(self: RunStore) -> None:
+        if any(r.input == text and r.status == "completed" for r in self._queued):
+            os.kill(os.getpid(), signal.SIGKILL)
+        await write(self)
+
+    flush.__wrapped__ = write  # type: ignore[attr-defined]
+    RunStore.flush = flush  # type: ignore[method-assign]
 
 
 def _save_a_rival_turn() -> None:

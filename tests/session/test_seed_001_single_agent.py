@@ -1,6 +1,7 @@
 """The single-agent Python examples of the session document (seed 001), on local files and on S3."""
 
 import asyncio
+import json
 
 import pytest
 
@@ -73,7 +74,15 @@ def test_deleting_sessions(backend):
     agent("hi")
     session_manager = SnapshotSessionManager(session_id="my-session", storage=storage)
     asyncio.run(session_manager.delete_session())
-    assert asyncio.run(storage.list("session/my-session/")) == []
+    # Nothing of it is left: only a tombstone per journal record, holding nothing, which a writer that
+    # still holds the session meets before it writes again.
+    for key in asyncio.run(storage.list("session/my-session/")):
+        assert "/journal/" in key
+        assert set(json.loads(asyncio.run(storage.read(key))[0])) == {"t", "deleted"}
+    again = Agent(
+        model=ScriptedModel([]), session_manager=SnapshotSessionManager("my-session", storage=storage)
+    )
+    assert again.messages == []
 
 
 def test_repository_managers(tmp_path, request):

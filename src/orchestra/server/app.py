@@ -59,7 +59,6 @@ from orchestra.server.slots import Busy
 from orchestra.server.streams import invoke_events
 from orchestra.server.webhooks import WebhookRefused
 from orchestra.session import admin
-from orchestra.session._layout import session_prefix
 from orchestra.session.snapshot_manager import whole_conversation
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
@@ -454,12 +453,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def delete_session(agent_id: str, session_id: Annotated[str, ID_PATH], ws: Workspace) -> Response:
         """Forget a session."""
         target = hosted(agent_id, ws)
-        try:
-            prefix = session_prefix(session_id)
-        except ValueError as exc:
-            raise ApiError(422, "invalid_session_id", str(exc)) from None
+        checked_id(session_id, "session_id")
         runtime.sessions.forget(ws, target.id, session_id)
-        removed = await runtime.agent_storage(ws, target.id).delete_prefix(prefix)
+        # Every server's kept agent of the session meets the delete before it writes (admin.delete_session).
+        removed = await admin.delete_session(runtime.agent_storage(ws, target.id), session_id)
         if not removed:
             raise ApiError(404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}")
         await runtime.slots(ws).forget(target.id, session_id)

@@ -48,7 +48,8 @@ class RunSummary(BaseModel):
     error_code: str | None = Field(default=None, description="The error code it was answered with.")
     settled: str | None = Field(
         default=None,
-        description="Set when the record was made final from the session (its server stopped first).",
+        description="Set when the record was made final from the session (its server stopped first, or had "
+        "not written it yet).",
     )
     caller_history: int = Field(
         default=0,

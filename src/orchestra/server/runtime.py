@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from orchestra._concurrency import unwrap_group
+from orchestra._concurrency import map_concurrently, unwrap_group
 from orchestra._logging import get_logger
 from orchestra.agent import Agent
 from orchestra.agent.agent import deferred_initialization
@@ -52,7 +52,7 @@ from orchestra.server.outcomes import Failure, NothingToResume
 from orchestra.server.repeats import already_done, claim
 from orchestra.server.runs import RunRecord, RunStore
 from orchestra.server.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
-from orchestra.server.settle import close_resumed, settle_from_session
+from orchestra.server.settle import close_resumed, ended_in_session, settle_from_session
 from orchestra.server.signals import Stop, Stops
 from orchestra.server.slots import Busy, Holder, SessionSlots
 from orchestra.server.turns import (
@@ -75,8 +75,9 @@ __all__ = ["Invocation", "Runtime", "input_text"]  # Invocation and input_text: 
 log = get_logger("orchestra.server")
 
 _CONFLICT_RETRIES = 5  # times a background run runs again after losing its session to a plain writer
-# A session's agent kept between turns reads its last record back before saving when idle this long.
-CACHED_RECHECK_S = 1.0
+# Why a record still executing on another live server is read from its session (its final record may
+# not be written yet: the turn is answered first).
+_ELSEWHERE = "its server had not written its final record yet"
 
 
 def _history_messages(history: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -185,15 +186,19 @@ class Runtime:
     ) -> list[RunRecord]:
         """Run records, newest first (``RunStore.list``), each settled like ``run_record``."""
         records = await self.runs(workspace).list(agent_ids, session_id, limit)
-        return [await self._settled(workspace, record) for record in records]
+        return await map_concurrently(functools.partial(self._settled, workspace), records)
 
     async def _settled(self, workspace: str, record: RunRecord) -> RunRecord:
         why = await self._why_unsettled(record)
         if why is None:
             return await close_if_answered(self.runs(workspace), record)  # (interrupts.py)
-        settled = await settle_from_session(
-            self.config, self.agent_storage(workspace, record.agent_id), record, why
-        )
+        storage = self.agent_storage(workspace, record.agent_id)
+        if why is _ELSEWHERE:
+            # Its server answers a turn after its commit point and writes the final record after the
+            # answer: read from the session, a run that ended is final at once. Not written here: its
+            # server writes its own (or, if it stopped, a read after it counts as gone does).
+            return await ended_in_session(self.config, storage, record, why) or record
+        settled = await settle_from_session(self.config, storage, record, why)
         await self.runs(workspace).save(settled)
         return settled
 
@@ -206,7 +211,7 @@ class Runtime:
             if record.server == self.liveness.server_id:
                 return "this server did not finish its record"
             if await self.liveness.is_alive(record.server):
-                return None
+                return _ELSEWHERE
             return "its server stopped before the run was recorded as finished"
         if record.stored is None and record.status == "failed" and record.mode == "session":
             return "the storage could not tell whether its turn was stored"
@@ -237,8 +242,11 @@ class Runtime:
             cached = self.sessions.take(cache_key(hosted.workspace, hosted.id, session_id))
             if cached is not None:
                 assert isinstance(cached.session_manager, SnapshotSessionManager)
-                cached.session_manager.run_id = invocation.run_id
-                return cached
+                # Before its history reaches the model: another server may have written or deleted the
+                # session since (else it is loaded afresh below).
+                if await cached.session_manager.is_current(cached):
+                    cached.session_manager.run_id = invocation.run_id
+                    return cached
         elif session_id is not None:  # this run writes the session: an agent kept for it would be behind
             self.sessions.forget(hosted.workspace, hosted.id, session_id)
         fresh = self.fresh.take(hosted.id) if keeps_nothing(session_id, kind) else None
@@ -255,7 +263,6 @@ class Runtime:
                 keep_dropped_messages=True,  # the whole conversation stays readable (docs/server.md)
             )
             manager.run_id = invocation.run_id  # every journal record of the turn names its run
-            manager.recheck_after = CACHED_RECHECK_S
         with deferred_initialization():  # the session loads below, on this event loop, without blocking it
             built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
         if isinstance(built, Agent):

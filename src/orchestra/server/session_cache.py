@@ -1,12 +1,13 @@
 """The agents of recently used sessions, kept between turns so that a turn does not load its session again.
 
 A hosted agent in session mode is built and its session loaded once; later turns reuse it. Nothing is
-trusted that a conditional write does not prove: a turn's journal record is created under the next
-number, so if another process saved the session meanwhile the save is refused (409) and the entry is
-dropped, and the next turn loads the session afresh; a cached agent idle for a second first reads its own
-last record back (``SnapshotSessionManager.recheck_after``), so a session deleted or written by another
-process is noticed before anything is written. The cache is bounded by the number of sessions and by
-their stored size (least recently used first out), and an agent is taken out while its turn runs.
+trusted that a conditional write does not prove: before a kept agent's turn, the record number after its
+last one is read (``SnapshotSessionManager.is_current``), so a session another server wrote or deleted
+(a delete leaves a tombstone there) is loaded afresh before its history reaches the model; and a turn's
+journal record is created under that number, so if another process saved or deleted the session while
+the turn ran, the save is refused (409), the entry is dropped, and the next turn loads the session
+afresh. The cache is bounded by the number of sessions and by their stored size (least recently used
+first out), and an agent is taken out while its turn runs.
 """
 
 from __future__ import annotations

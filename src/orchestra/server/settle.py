@@ -12,6 +12,9 @@ could not tell (``stored`` is None). Every journal record a hosted run writes ca
   repeated with its Idempotency-Key, or ``POST /api/v1/runs/{id}/resume`` finishes it; a turn that a
   later run of the session finished (before its own prompt) is settled ``completed`` with the reply that
   finished it;
+  The journal record that commits a hosted turn also says how its run ended (``Record.end``), so a
+  server reading a record another live server left ``executing`` answers it as ended at once
+  (``ended_in_session``), without waiting for that server to count as gone;
 - a pipeline's run is settled with the status its last record saved (``completed`` or ``interrupted``);
   one that stopped half way is ``failed``, and the session's next invocation resumes it;
 - a run with no record in the session stored nothing: ``failed``, and a request repeated with its
@@ -19,6 +22,10 @@ could not tell (``stored`` is None). Every journal record a hosted run writes ca
 
 When the records written since the run started were folded away (the run started more than the
 journal's ``delete_after`` ago), the session can no longer tell: the record says so (``stored`` None).
+
+A record still ``executing`` on a live server is settled the same way as soon as the session says its run
+ended (``ended_only``): the server answers a turn after its commit point and writes the final record
+after the answer, so the session is where a 2xx answer and its record are one fact.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ if TYPE_CHECKING:
     from orchestra.server.runs import RunRecord, RunStore
     from orchestra.storage import Storage
 
-__all__ = ["close_resumed", "settle_from_session"]
+__all__ = ["close_resumed", "ended_in_session", "settle_from_session"]
 
 _FINAL = ("completed", "interrupted")
 
@@ -51,6 +58,24 @@ async def settle_from_session(
 ) -> RunRecord:
     """``record`` made final from its session (``storage`` holds the agent's sessions); see the module
     docstring. ``why`` says why it needed settling, for the record's ``error``."""
+    settled = await _settle(config, storage, record, why, ended_only=False)
+    assert settled is not None
+    return settled
+
+
+async def ended_in_session(
+    config: ServerConfig, storage: Storage, record: RunRecord, why: str
+) -> RunRecord | None:
+    """``record``, left ``executing`` by a server that may still be running it, made final if its session
+    says the run ended (its commit point is there); None if not: it may still be running."""
+    return await _settle(config, storage, record, why, ended_only=True)
+
+
+async def _settle(
+    config: ServerConfig, storage: Storage, record: RunRecord, why: str, *, ended_only: bool
+) -> RunRecord | None:
+    if ended_only and (record.mode != "session" or record.session_id is None):
+        return None
     settled = record.model_copy(deep=True)
     settled.finished_at = settled.finished_at or datetime.now(UTC).isoformat()
     settled.settled = why
@@ -73,15 +98,19 @@ async def settle_from_session(
             settled.error = settled.error_code = None
             settled.http_status = 200
             return settled
+        if ended_only:
+            return None
         if written:
             return _failed(
                 settled,
                 f"{why}; its completed nodes are saved and the session's next invocation resumes it",
                 stored=False,
             )
-    elif written:
+    elif written and (not ended_only or any(r.end is not None for _, r in written)):
         assert isinstance(target, Agent)
         return await _agent_turn(settled, journal, target, written, why)
+    if ended_only:
+        return None
     if not sure:
         return _failed(
             settled,

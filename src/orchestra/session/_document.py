@@ -37,6 +37,9 @@ class Document:
             SnapshotError: a log does not have the length the record was written against: a record is
                 missing, or one was replayed twice (the snapshot and the journal disagree).
         """
+        if record.deleted:  # a tombstone: the scope starts again from nothing
+            self.fields, self.logs, self.origins = {}, {}, {}
+            return
         for name, op in record.logs.items():
             old = self.logs.get(name, [])
             if op.at is not None and op.at != len(old):

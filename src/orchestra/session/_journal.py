@@ -22,6 +22,15 @@ writer idle for more than half of ``delete_after`` first checks that its own las
 or the scope was deleted), and is refused otherwise. A record can only be deleted
 ``delete_after`` after it was written, so a writer that saved more recently than that cannot have been
 overtaken by a deleted record.
+
+Deleting a scope (``erase``) must reach every writer that keeps it in memory, however recently it saved,
+before that writer writes again: a deleted conversation is never written on. So a delete first creates a
+*tombstone* record at the next number (create-only: it and a writer's next record cannot both be made),
+then overwrites every record still in the journal with a tombstone and deletes the scope's other files.
+A writer at any record number then meets a tombstone at its next one, and a writer kept between uses
+checks that number before it relies on what it holds (``is_newest``: one small read). A load starts after
+the last tombstone; a scope whose newest record is one is absent, and is created again after it (the
+records before it are folded away like any others), so a deleted id can be used again.
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ from orchestra.session.snapshot import (
     unseal,
 )
 from orchestra.storage import ABSENT, Storage
-from orchestra.storage._base import delete_many, read_many
+from orchestra.storage._base import delete_many, read_many, write_many
 
 __all__ = ["Compaction", "Journal", "writers_delete_after"]
 
@@ -87,6 +96,7 @@ class Compaction:
 
 
 _FOLD_CHUNK = 256  # records a fold reads at a time
+_ERASE_TRIES = 20  # times a delete places its tombstone after a record another writer just appended
 
 
 class _Read(NamedTuple):
@@ -135,9 +145,10 @@ class Journal:
         self.layout = layout
         self.compaction = compaction or Compaction()
         self.seq = -1  # the last record this journal read or wrote
+        # Whether the scope has no state: never created, or deleted (its newest record is a tombstone).
+        self.absent = True
         self.run_id: str | None = None  # written into each record (see Record.run)
-        # A writer kept between turns (the server's cached agents) checks sooner that the scope was not
-        # deleted or written by another process meanwhile: one small read, instead of a load.
+        # A writer may read its own last record back sooner than _recheck_limit's rule (one small read).
         self.recheck_after: float | None = None
         # Which field and log names this scope's records may hold (None: any); see _check_names.
         self.known_names: Callable[[str], bool] | None = None
@@ -211,13 +222,13 @@ class Journal:
         for read in records:
             if read.seq == after and with_after:
                 continue
-            if read.seq != expected:
+            if read.seq != expected and not read.record.deleted:  # (before a tombstone: all deleted)
                 raise _Vanished(
                     f"{self.layout.record(expected)}: journal record missing ({self.layout.describe()} jumps "
                     f"from record {expected - 1} to {read.seq}); the session was damaged or deleted while "
                     "in use"
                 )
-            expected += 1
+            expected = read.seq + 1
         return records
 
     def _check_agrees(self, snapshot: Snapshot, doc: Document, own: _Read) -> None:
@@ -290,9 +301,11 @@ class Journal:
             base_seq = snapshot.journal.seq if snapshot.journal else -1
         self._last_t = snapshot.journal.t if snapshot is not None and snapshot.journal else None
         records = await self._read_records(base_seq, with_after=True)
+        deleted = False
         if records and records[0].seq == base_seq:
             own = records.pop(0)
-            if snapshot is not None:
+            deleted = own.record.deleted  # a deleted scope's snapshot, which its delete is removing
+            if snapshot is not None and not deleted:
                 self._check_agrees(snapshot, doc, own)
             self._last_t = own.record.t
         elif (
@@ -310,17 +323,25 @@ class Journal:
                 f"the journal ({self.layout.describe()}): its journal.seq is wrong. Nothing was loaded; "
                 "restore the session from an export or an immutable snapshot"
             )
+        tombstones = [index for index, read in enumerate(records) if read.record.deleted]
+        if tombstones:  # what came before the last one is deleted (its delete may still be overwriting it)
+            records = records[tombstones[-1] :]
+        if deleted or tombstones:
+            doc = Document()
         for read in records:
             if self.known_names is not None:
                 self._check_names(read)
             doc.apply(read.record, read.key)
         if records:
             self._last_t = records[-1].record.t
+            deleted = records[-1].record.deleted
         self.seq = records[-1].seq if records else base_seq
         self._synced_at = time.monotonic()
         self._since_records = len(records)
         self._since_bytes = sum(read.size for read in records)
-        if latest is None and not records:
+        self.absent = deleted or (latest is None and not records)
+        if self.absent:
+            self._track(Document())
             return None
         self._track(doc)
         return doc
@@ -434,6 +455,21 @@ class Journal:
             "stored state."
         )
 
+    def _deleted(self) -> SessionConflictError:
+        return SessionConflictError(
+            f"{self.layout.describe()}: the session was deleted since this writer last read it (by another "
+            "process or server), so nothing was written. To start it afresh, create the agent or "
+            "orchestrator again with this session manager (orchestra serve does so for the next message)."
+        )
+
+    async def _is_tombstone(self, key: str) -> bool:
+        """Whether ``key`` holds a tombstone (read after a create-only write met a record there)."""
+        try:
+            found = await self.storage.read(key)
+        except StorageError:
+            return False
+        return found is not None and decode_model(Record, found[0], key).deleted
+
     async def _write(self, key: str, data: bytes, expect: Any) -> str:
         version = await self.storage.write(key, data, expect=expect)
         self.bytes_written += len(data)
@@ -445,12 +481,14 @@ class Journal:
         return encode_model(SnapshotManifest(delete_after_s=seconds))
 
     async def create(self, doc: Document) -> None:
-        """Create the scope with ``doc`` as record 0; exactly one of two racing creators succeeds."""
-        if self.seq != -1:
+        """Create the scope with ``doc`` as record 0 (after a tombstone: as the record after it); exactly one
+        of two racing creators succeeds."""
+        if not self.absent:
             raise RuntimeError("create() is for a scope that does not exist yet")
         added = await self._save(doc.fields, doc.logs, (), creating=True)  # the commit point
-        # Record 0 holds the whole document, each log from empty: its JSON texts make the snapshot too.
-        data = self._encoded_snapshot(JournalInfo(seq=0, logs=sorted(self._log_refs), t=self._last_t), added)
+        # The record holds the whole document, each log from empty: its JSON texts make the snapshot too.
+        info = JournalInfo(seq=self.seq, logs=sorted(self._log_refs), t=self._last_t)
+        data = self._encoded_snapshot(info, added)
         manifest = self._manifest()
 
         async def write(key: str) -> None:
@@ -460,8 +498,8 @@ class Journal:
             try:
                 self._latest_version = await self._write(key, data, ABSENT)
             except StorageConflictError:
-                # Record 0 is ours, so a snapshot already there was written by a later writer that loaded
-                # our record: it is newer; keep it.
+                # Our record is the first, so a snapshot already there was written by a later writer that
+                # loaded it (it is newer: keep it), or is a deleted scope's that its delete is removing.
                 latest = await self._read_latest()
                 if latest is not None:
                     _, self._latest_version, self._latest_bytes = latest
@@ -482,19 +520,21 @@ class Journal:
         unset: Iterable[str] = (),
         *,
         creating: bool = False,
+        end: str | None = None,
     ) -> bool:
         """Append a record with what changed among ``fields`` and ``logs``; False if nothing changed.
 
         Only the fields and logs passed are compared: callers pass what may have changed. The record is
         the save's commit point (see ``orchestra.session._commit``): once it is written the save
-        succeeds, whatever the compaction after it does.
+        succeeds, whatever the compaction after it does. With ``end``, the record says that run
+        ``run_id`` ended with it, with that status (``Record.end``), and is written even if nothing changed.
 
         Raises:
             SessionConflictError: another writer appended to this scope first; nothing was written.
             StorageError: the record could not be written. ``stored`` says whether it was (False:
                 nothing was; None: not known, and the next save settles it by reading the record back).
         """
-        return await self._save(fields, logs, unset, creating=creating) is not None
+        return await self._save(fields, logs, unset, creating=creating, end=end) is not None
 
     async def _save(
         self,
@@ -503,6 +543,7 @@ class Journal:
         unset: Iterable[str],
         *,
         creating: bool,
+        end: str | None = None,
     ) -> dict[str, str] | None:
         """``save``: None if nothing changed, else the JSON texts of the items added to each log."""
         if self._uncertain is not None:
@@ -520,12 +561,14 @@ class Journal:
             op = diff_log(self._log_refs.get(name, ()), items)
             if op is not None:
                 ops[name] = op
-        if not (changed or removed or ops or creating):
+        if not (changed or removed or ops or creating or end):
             return None
         # The record's JSON is put together from the texts just made for the comparison: each field is
         # encoded once, and the log ops' messages skip pydantic's serializer (see encode_snapshot).
         t = time.time_ns() // 1_000_000
         body = [f'"t":{t}'] if self.run_id is None else [f'"t":{t}', f'"run":{dumps(self.run_id)}']
+        if end is not None:
+            body.append(f'"end":{dumps(end)}')
         if changed:
             body.append('"set":{' + ",".join(f"{dumps(name)}:{texts[name]}" for name in changed) + "}")
         if removed:
@@ -539,7 +582,7 @@ class Journal:
             )
         data = seal(("{" + ",".join(body) + "}").encode())
         update = _Update(self.seq + 1, t, data, texts, removed, ops, logs)
-        if time.monotonic() - self._synced_at >= self._recheck_limit():
+        if not self.absent and time.monotonic() - self._synced_at >= self._recheck_limit():
             await self._check_still_newest()
         await self._commit(update)
         if not creating:
@@ -553,6 +596,8 @@ class Journal:
         try:
             await self._write(key, update.data, ABSENT)
         except StorageConflictError as exc:
+            if await self._is_tombstone(key):
+                raise self._deleted() from exc
             raise self._conflict(f"journal record {update.seq} already exists") from exc
         except Exception as exc:  # a StorageError, or anything a storage users wrote raises
             stored = await write_outcome(self.storage, key, update.data, exc)
@@ -608,6 +653,7 @@ class Journal:
     def _apply(self, update: _Update) -> None:
         """Track a record as written: later saves are compared with what it holds."""
         self.seq = update.seq
+        self.absent = False
         self._last_t = update.t
         self._synced_at = time.monotonic()
         self._field_text.update(update.texts)
@@ -648,6 +694,31 @@ class Journal:
         """About how many bytes the scope holds: its latest snapshot and the records since."""
         return self._latest_bytes + self._since_bytes
 
+    async def is_newest(self) -> bool:
+        """Whether nothing was written to the scope since this journal's last record (no record follows
+        it: another writer's, or a delete's tombstone) and, once idle for the recheck limit, its own
+        record is still the one it wrote. One small read (two when idle that long): what a writer kept in
+        memory between uses checks before relying on what it holds."""
+        keys = [self.layout.record(self.seq + 1)]
+        # (A deleted scope's own last record is its tombstone: only a record after it says anything.)
+        idle = (
+            not self.absent and self.seq >= 0 and time.monotonic() - self._synced_at >= self._recheck_limit()
+        )
+        if idle:
+            keys.append(self.layout.record(self.seq))
+        found = await read_many(self.storage, keys)
+        if found[0] is not None:
+            return False
+        if idle:
+            own = found[1]
+            if own is None:
+                return False
+            record = decode_model(Record, own[0], keys[1])
+            if record.deleted or (self._last_t is not None and record.t != self._last_t):
+                return False
+        self._synced_at = time.monotonic()
+        return True
+
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the
         append itself fail; if newer records were written and folded, its own record went with them."""
@@ -662,7 +733,10 @@ class Journal:
                 "pruned while this writer was idle. Nothing was written; create the agent or orchestrator "
                 "again to continue from the stored state"
             )
-        stored_t = decode_model(Record, found[0], key).t
+        stored = decode_model(Record, found[0], key)
+        if stored.deleted:
+            raise self._deleted()
+        stored_t = stored.t
         if self._last_t is not None and stored_t is not None and stored_t != self._last_t:
             # The session was deleted and written again up to the same record number meanwhile.
             raise self._conflict(f"journal record {self.seq} is not the one this writer last read or wrote")
@@ -805,6 +879,52 @@ class Journal:
             await self.storage.delete(key)
         prefix = f"{self.layout.immutable}snapshot_"
         return [key[len(prefix) :].removesuffix(".json") for key in sorted(doomed)]
+
+    async def erase(self) -> int:
+        """Delete the scope so that every writer sees it before writing again (see the module docstring):
+        a tombstone at the next record number, every record before it overwritten by one, every other
+        file deleted. Returns how many files held the scope (0: it was already deleted, or never was).
+
+        Raises:
+            SessionConflictError: writers kept appending faster than the tombstone could be placed.
+        """
+        journal = self.layout.journal
+        for _ in range(_ERASE_TRIES):
+            records = [k for k in await self.storage.list(journal) if k.endswith(".json")]
+            if records:
+                newest = self.layout.seq_of(records[-1])
+                if await self._is_tombstone(records[-1]):
+                    live, end = False, newest  # deleted before (finish that delete if it was cut short)
+                    break
+            else:  # no record: a snapshot alone, or nothing (an absent scope: a tombstone at 0 is harmless)
+                latest = await self._read_latest()
+                newest = latest[0].journal.seq if latest is not None and latest[0].journal else -1
+            tombstone = self._tombstone()
+            try:
+                await self._write(self.layout.record(newest + 1), tombstone, ABSENT)
+            except StorageConflictError:
+                continue  # a writer appended meanwhile: after its record, then
+            live, end = True, newest + 1
+            break
+        else:
+            raise SessionConflictError(
+                f"{self.layout.describe()}: writers kept saving while it was being deleted "
+                f"({_ERASE_TRIES} tries); stop them and delete it again"
+            )
+        keys = await self.storage.list(self.layout.prefix)
+        before = [
+            k for k in keys if k.startswith(journal) and k.endswith(".json") and self.layout.seq_of(k) < end
+        ]
+        others = [k for k in keys if not k.startswith(journal)]
+        # Overwritten, not deleted: a writer that fell behind meets a tombstone at its next number too.
+        tombstone = self._tombstone()
+        await write_many(self.storage, [(key, tombstone) for key in before])
+        await delete_many(self.storage, others)
+        return len(before) + len(others) if live else 0
+
+    @staticmethod
+    def _tombstone() -> bytes:
+        return dumps({"t": time.time_ns() // 1_000_000, "deleted": True}).encode()
 
     async def redact(self, original: Any, redacted: Any) -> int:
         """Replace every stored copy of a log item (journal records, ``snapshot_latest.json``) by

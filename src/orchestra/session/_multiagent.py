@@ -111,7 +111,7 @@ class OrchestratorPersistence:
             fields, logs = {**held[0], **fields}, {**held[1], **logs}
             unset = sorted({*held[2], *unset} - set(fields))
         try:
-            if journal.seq == -1:
+            if journal.absent:
                 await journal.create(Document(fields=fields, logs=logs))
             else:
                 await journal.save(fields, logs, unset)
@@ -142,7 +142,7 @@ class OrchestratorPersistence:
         snapshot_id = str(uuid7())
         for scope in _with_nested(orchestrator):
             journal = self._journals.get(scope)
-            if journal is None or journal.seq == -1:
+            if journal is None or journal.absent:
                 continue
             await self.save(scope)
             await journal.checkpoint(snapshot_id, app_data)

@@ -17,6 +17,7 @@ from orchestra._ids import validate_id
 from orchestra.errors import SessionError
 from orchestra.multiagent._details import run_details
 from orchestra.session._document import Document
+from orchestra.session._erase import erase_session
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
 from orchestra.session.snapshot import Snapshot, decode_model
@@ -49,6 +50,7 @@ class ScopeInfo:
     records: int = 0
     updated_at: datetime | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    deleted: bool = False  # its newest record is a delete's tombstone (listed only for pruning)
 
 
 @dataclass
@@ -81,17 +83,19 @@ def _scopes_of(keys: list[str]) -> dict[str, dict[tuple[str, str], list[str]]]:
     return sessions
 
 
-async def _last_update(storage: Storage, journal_keys: list[str]) -> datetime | None:
+async def _last_update(storage: Storage, journal_keys: list[str]) -> tuple[datetime | None, bool]:
+    """When the newest record was written, and whether it is a tombstone (the scope was deleted)."""
     if not journal_keys:
-        return None
+        return None, False
     found = await storage.read(journal_keys[-1])
     if found is None:
-        return None
+        return None, False
     try:
-        millis = int(json.loads(found[0])["t"])
+        record = json.loads(found[0])
+        millis = int(record["t"])
     except (ValueError, KeyError, TypeError):
-        return None
-    return datetime.fromtimestamp(millis / 1000, UTC)
+        return None, False
+    return datetime.fromtimestamp(millis / 1000, UTC), record.get("deleted") is True
 
 
 def _summary(kind: str, doc: Document) -> dict[str, Any]:
@@ -119,14 +123,26 @@ def _summary(kind: str, doc: Document) -> dict[str, Any]:
 
 
 async def list_sessions(storage: Storage) -> list[SessionInfo]:
-    """Every session in the storage (either layout) with its scopes and when each was last saved."""
+    """Every session in the storage (either layout) with its scopes and when each was last saved (a deleted
+    one is not listed)."""
+    out = []
+    for info in await _all_sessions(storage):
+        info.scopes = [scope for scope in info.scopes if not scope.deleted]
+        if info.scopes:
+            out.append(info)
+    return out
+
+
+async def _all_sessions(storage: Storage) -> list[SessionInfo]:
+    """``list_sessions``, deleted scopes included (their tombstones are what ``prune_sessions`` removes)."""
     grouped = _scopes_of(await storage.list("session/"))
     out = []
     for session_id, scopes in sorted(grouped.items()):
         infos = []
         for (kind, scope_id), keys in sorted(scopes.items()):
             journal = sorted(k for k in keys if "/journal/" in k)
-            infos.append(ScopeInfo(kind, scope_id, len(journal), await _last_update(storage, journal)))  # type: ignore[arg-type]
+            updated_at, deleted = await _last_update(storage, journal)
+            infos.append(ScopeInfo(kind, scope_id, len(journal), updated_at, deleted=deleted))  # type: ignore[arg-type]
         out.append(SessionInfo(session_id, infos))
     for session_id in sorted(_repository_sessions(await storage.list("session_"))):
         out.append(await _describe_repository(storage, session_id, summaries=False))
@@ -261,10 +277,13 @@ async def describe_session(storage: Storage, session_id: str) -> SessionInfo:
     infos = []
     for (kind, scope_id), keys in sorted(grouped[session_id].items()):
         journal = sorted(k for k in keys if "/journal/" in k)
-        doc = await load_scope(storage, session_id, kind, scope_id)  # type: ignore[arg-type]
-        infos.append(
-            ScopeInfo(kind, scope_id, len(journal), await _last_update(storage, journal), _summary(kind, doc))  # type: ignore[arg-type]
-        )
+        doc = await Journal(storage, ScopeLayout(session_id, kind, scope_id)).load()  # type: ignore[arg-type]
+        if doc is None:
+            continue  # deleted (its tombstones remain)
+        updated_at, _ = await _last_update(storage, journal)
+        infos.append(ScopeInfo(kind, scope_id, len(journal), updated_at, _summary(kind, doc)))  # type: ignore[arg-type]
+    if not infos:
+        raise SessionError(f"no session {session_id!r} in {storage!r}")
     return SessionInfo(session_id, infos)
 
 
@@ -318,20 +337,29 @@ def may_have_live_writer(storage: Storage, info: SessionInfo) -> bool:
 
 async def prune_sessions(storage: Storage, older_than: timedelta, *, dry_run: bool = False) -> list[str]:
     """Delete the sessions not saved for ``older_than``; returns their ids. A session that may still have a
-    live writer (``may_have_live_writer``) is kept whatever ``older_than`` says."""
+    live writer (``may_have_live_writer``) is kept whatever ``older_than`` says. The tombstones a delete
+    left go too, once no writer can still be behind them (the same rule: a delete is a save)."""
     cutoff = datetime.now(UTC) - older_than
-    doomed = [
-        info.session_id
-        for info in await list_sessions(storage)
-        if (info.updated_at is None or info.updated_at < cutoff) and not may_have_live_writer(storage, info)
-    ]
+    doomed: list[str] = []
+    tombstones: list[str] = []
+    for info in await _all_sessions(storage):
+        if (info.updated_at is not None and info.updated_at >= cutoff) or may_have_live_writer(storage, info):
+            continue
+        deleted = bool(info.scopes) and all(scope.deleted for scope in info.scopes)
+        (tombstones if deleted else doomed).append(info.session_id)
     if not dry_run:
         for session_id in doomed:
             await delete_session(storage, session_id)
+        for session_id in tombstones:
+            await storage.delete_prefix(session_prefix(session_id))
     return doomed
 
 
 async def delete_session(storage: Storage, session_id: str) -> int:
-    """Delete every key of a session, in either layout; returns how many."""
-    count = await storage.delete_prefix(session_prefix(session_id))
+    """Delete a session, in either layout; returns how many keys held it (0: there was none).
+
+    A writer elsewhere that still holds the session (a server's kept agent, a live process) sees the delete
+    before it writes again: each scope is deleted with a tombstone at its next journal record
+    (``Journal.erase``), which stays, holding nothing, until the id is used again or pruned."""
+    count = await erase_session(storage, session_id)
     return count + await storage.delete_prefix(f"session_{session_id}/")

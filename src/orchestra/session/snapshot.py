@@ -114,9 +114,15 @@ class Record(_Model):
 
     t: int  # milliseconds since the epoch
     run: str | None = None  # the run (a hosted invocation) that wrote it, so a run's outcome can be read back
+    end: str | None = (
+        None  # on the record that ended run ``run`` (its commit point): the status it ended with
+    )
     set: dict[str, Any] = Field(default_factory=dict)
     unset: list[str] = Field(default_factory=list, alias="del")
     logs: dict[str, LogOp] = Field(default_factory=dict)
+    deleted: bool = False
+    """A tombstone: the scope was deleted here (what the records before held is gone). A writer that kept
+    the scope in memory meets it at its next record number; a load starts after it."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -23,8 +23,9 @@ from orchestra.hooks import (
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document
+from orchestra.session._erase import erase_session
 from orchestra.session._journal import Compaction, Journal
-from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
+from orchestra.session._layout import ScopeKind, ScopeLayout
 from orchestra.session._multiagent import MultiAgentSaveLatestOn, MultiAgentSnapshots, OrchestratorPersistence
 from orchestra.session._uuid7 import uuid7
 from orchestra.storage import LocalFileStorage, Storage
@@ -184,15 +185,16 @@ class SnapshotSessionManager:
         self._orchestrators: OrchestratorPersistence | None = None
         self.run_id: str | None = None
         """Written into every journal record this manager saves while set (``orchestra serve`` sets its run
-        id for the turn), so that whether a run stored its turn can be read from the session itself."""
+        id for the turn), so that whether a run stored its turn can be read from the session itself; the
+        record of a turn's commit point also says how it ended (``Record.end``)."""
         self.before_save: Callable[[], Awaitable[None]] | None = None
         """Awaited before every save while set (``orchestra serve`` waits there for the turn's run record,
         written meanwhile, so that a stored turn always has its record); an error it raises fails the
         save before anything is stored."""
         self.recheck_after: float | None = None
         """Seconds after which an idle agent reads its last journal record back before its next save
-        (see ``Journal.recheck_after``): for agents kept in memory between turns, as ``orchestra serve``
-        keeps them, so that a session deleted or written by another process is noticed."""
+        (see ``Journal.recheck_after``), sooner than its compaction's rule. A deletion needs no recheck
+        (it leaves a tombstone where the next save goes); ``is_current`` checks before a use."""
 
     @property
     def session_id(self) -> str:
@@ -255,12 +257,12 @@ class SnapshotSessionManager:
             )
         return binding
 
-    async def _save(self, agent: Agent) -> bool:
+    async def _save(self, agent: Agent, end: str | None = None) -> bool:
         binding = self._binding(agent)
         async with held(binding.lock):
-            return await self._save_locked(agent, binding)
+            return await self._save_locked(agent, binding, end)
 
-    async def _save_locked(self, agent: Agent, binding: _AgentBinding) -> bool:
+    async def _save_locked(self, agent: Agent, binding: _AgentBinding, end: str | None = None) -> bool:
         if self.before_save is not None:
             await self.before_save()
         data = agent.agent_data()
@@ -275,7 +277,7 @@ class SnapshotSessionManager:
         if agent.dropped_messages is not None and self.keep_dropped_messages:
             logs[DROPPED_MESSAGES] = list(agent.dropped_messages)
         binding.journal.run_id = self.run_id
-        saved = await binding.journal.save(fields, logs)
+        saved = await binding.journal.save(fields, logs, end=end)
         binding.state_version = agent.state.version
         return saved
 
@@ -304,7 +306,13 @@ class SnapshotSessionManager:
             return
         triggered = self.snapshot_trigger is not None and self.snapshot_trigger(agent_data=agent.agent_data())
         if self.save_latest_on != "trigger" or triggered:
-            await self._save(agent)  # the turn's commit point
+            # The turn's commit point. A run's record says how it ended (Record.end), so that whoever
+            # reads the session knows at once what its run was answered.
+            ended = None
+            if self.run_id is not None:
+                interrupted = event.result is not None and event.result.stop_reason == "interrupt"
+                ended = "interrupted" if interrupted else "completed"
+            await self._save(agent, ended)
             event.stored = True
         if triggered:
             journal = self._binding(agent).journal
@@ -409,14 +417,22 @@ class SnapshotSessionManager:
             self.storage, self._session_id, "multiAgent", orchestrator.scope_id, new_session_id, snapshot_id
         )
 
+    async def is_current(self, agent: Agent) -> bool:
+        """Whether the agent still holds its session as stored: nothing was saved to it since by another
+        process or server, and it was not deleted. One small read (``Journal.is_newest``): what an agent
+        kept in memory between uses (as ``orchestra serve`` keeps them) checks before each use, so that a
+        deleted conversation never reaches its model again."""
+        return await self._binding(agent).journal.is_newest()
+
     def stored_bytes(self, agent: Agent) -> int:
         """About how many bytes the agent's stored session holds (its snapshot and the records since):
         what ``orchestra serve`` weighs a cached agent by."""
         return self._binding(agent).journal.stored_bytes
 
     async def delete_session(self) -> int:
-        """Remove every key of this session (all agents and orchestrators in it); returns how many."""
-        return await self.storage.delete_prefix(session_prefix(self._session_id))
+        """Delete this session (all agents and orchestrators in it); returns how many keys held it. A writer
+        elsewhere that still holds it sees the delete before it writes again (``admin.delete_session``)."""
+        return await erase_session(self.storage, self._session_id)
 
     async def export(self, agent_id: str = "default", kind: ScopeKind = "agent") -> bytes:
         """One scope of this session as a single self-contained snapshot file (JSON bytes)."""

@@ -629,7 +629,7 @@ class PipelineActivities:
             if found is not None and "attempts" in blob:
                 fields[name]["attempts"] = blob["attempts"]
         state = await _fold_map(storage, journal, request, fields, state, same_run)
-        if journal.seq == -1:
+        if journal.absent:
             await journal.create(Document(fields=fields, logs=logs))
         else:
             await journal.save(fields, logs, request.unset)
