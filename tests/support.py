@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import anyio
 
 
 def reply_fn(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> str:
@@ -195,3 +198,17 @@ def _make_approve_payment() -> Any:
 
 
 approve_payment = _make_approve_payment()
+
+
+async def cut_when(started: anyio.Event, call: Callable[[], Awaitable[Any]]) -> None:
+    """Runs ``call`` and cancels it once ``started`` is set: a process killed at a chosen point of its
+    work, whatever the machine's load (a cut after a fixed time may come before that point)."""
+
+    async def run() -> None:
+        await call()
+
+    with anyio.fail_after(60):  # a guard against a hang, not a timing under test
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            group.cancel_scope.cancel()

@@ -33,6 +33,7 @@ from orchestra.storage._base import ForwardingStorage
 from orchestra.testing import FunctionModel, ScriptedModel, ToolCall
 from tests.effects_service import EffectService
 from tests.models.provider_rules import bedrock_problems, openai_problems
+from tests.support import cut_when
 
 EXAMPLES = 500 if os.environ.get("ORCHESTRA_STRESS") == "1" else 50
 TURNS = 2
@@ -232,9 +233,12 @@ def crashed_agent(on_unknown: str, storage: Any, runs: list[int]) -> Agent:
 async def leave_started_payment(storage: Any) -> None:
     """Run a turn whose side-effecting call starts, and 'kill' the process inside it (cancellation)."""
 
+    started = anyio.Event()
+
     @tool(effects=True)
     async def pay(amount: int) -> str:
         """Pay."""
+        started.set()
         await anyio.sleep_forever()  # the process dies here
         return "never"
 
@@ -243,8 +247,7 @@ async def leave_started_payment(storage: Any) -> None:
         tools=[pay],
         session_manager=SnapshotSessionManager("s", storage=storage),
     )
-    with anyio.move_on_after(0.2):
-        await agent.invoke_async("buy it")
+    await cut_when(started, lambda: agent.invoke_async("buy it"))
 
 
 async def test_on_unknown_interrupt_asks_a_human_and_their_answer_is_the_result() -> None:
@@ -326,9 +329,14 @@ async def test_a_recorded_result_is_reused_and_the_key_is_stable_across_processe
         keys.append(tool_context.idempotency_key)
         return "paid"
 
+    started = anyio.Event()
+
     @tool
     async def slow(query: str) -> str:
-        """Hangs: the process dies while it runs."""
+        """Hangs: the process dies while it runs (once ``pay`` has paid)."""
+        while not keys:  # noqa: ASYNC110 (pay runs in a worker thread)
+            await anyio.sleep(0.01)
+        started.set()
         await anyio.sleep_forever()
         return "never"
 
@@ -344,8 +352,7 @@ async def test_a_recorded_result_is_reused_and_the_key_is_stable_across_processe
         tools=[pay, slow],
         session_manager=SnapshotSessionManager("s", storage=storage),
     )
-    with anyio.move_on_after(0.2):
-        await first.invoke_async("go")
+    await cut_when(started, lambda: first.invoke_async("go"))
     assert len(keys) == 1
 
     @tool

@@ -27,6 +27,7 @@ from orchestra.storage import InMemoryStorage
 from orchestra.testing import FunctionModel, ScriptedModel, ToolCall
 from tests.models.provider_rules import bedrock_problems, openai_problems
 from tests.models.servers import ChatCompletionsServer, ConverseServer, Reply, _chunk, _sse, event_message
+from tests.support import cut_when
 
 BEDROCK = BedrockModel("anthropic.claude-3-5-sonnet-20240620-v1:0", region_name="us-east-1")
 OPENAI = OpenAIModel("gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="k")
@@ -84,16 +85,18 @@ async def test_max_cycles_rolls_the_turn_back() -> None:
 
 
 async def test_a_timeout_while_a_tool_runs_leaves_no_tool_call_without_result() -> None:
+    started = anyio.Event()
+
     @tool
     async def slow() -> str:
         """Takes long."""
+        started.set()
         await anyio.sleep(10)
         return "late"
 
     agent = Agent(model=ScriptedModel(["hello", ToolCall("slow"), "never"]), tools=[slow])
     await agent.invoke_async("hi")
-    with anyio.move_on_after(0.05):
-        await agent.invoke_async("be slow")
+    await cut_when(started, lambda: agent.invoke_async("be slow"))
     assert len(agent.messages) == 2
     assert_next_request_valid(agent)
     agent.model = ScriptedModel(["again"])
@@ -247,13 +250,15 @@ async def test_a_session_saved_in_the_middle_of_a_turn_loads_whole_turns() -> No
 
     # Cancelled while the model thinks about the second turn (as a killed process would stop): the
     # prompt was saved, no hook ran after it.
+    started = anyio.Event()
+
     async def hang(messages: Any, specs: Any) -> str:
+        started.set()
         await anyio.sleep(10)
         return ""
 
     agent.model = FunctionModel(hang)
-    with anyio.move_on_after(0.05):
-        await agent.invoke_async("look")
+    await cut_when(started, lambda: agent.invoke_async("look"))
     # Without resume_turns, a load drops the unfinished turn: whole turns only.
     dropped = await Agent.create(
         model=ScriptedModel(["again"]),

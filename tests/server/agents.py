@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,9 +18,16 @@ def _users(messages: list[dict[str, Any]]) -> int:
 
 async def slow_echo(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> str:
     """Answers like ``tests.support:echo_reply`` after ``ORCHESTRA_TEST_DELAY`` seconds (0.3), so that
-    runs of one session overlap."""
-    await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_DELAY", "0.3")))
+    runs of one session overlap. With ``ORCHESTRA_TEST_GATES`` (a folder) it instead writes
+    ``entered-<text>`` there and waits for ``open-<text>``: a test orders two turns by events, not by time."""
     last = next(b["text"] for b in messages[-1]["content"] if "text" in b)
+    gates = os.environ.get("ORCHESTRA_TEST_GATES")
+    if gates:
+        (Path(gates) / f"entered-{last}").touch()
+        while not (Path(gates) / f"open-{last}").exists():  # noqa: ASYNC110 (another process writes it)
+            await anyio.sleep(0.01)
+    else:
+        await anyio.sleep(float(os.environ.get("ORCHESTRA_TEST_DELAY", "0.3")))
     return f"echo: {last} (turn {_users(messages)})"
 
 

@@ -146,9 +146,17 @@ def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_agai
     another server meanwhile loses the session's conditional write, stored nothing, and runs again."""
     from tests.server.conftest import WEBHOOK_SECRET, Server, write_platform_config
 
-    monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.6")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("ORCHESTRA_TEST_GATES", str(gates))
     monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
     config = write_platform_config(tmp_path, f"file:{tmp_path}/store")
+
+    async def entered(text: str) -> None:
+        with anyio.fail_after(60):  # a guard against a hang, not a timing under test
+            while not (gates / f"entered-{text}").exists():  # noqa: ASYNC110 (a server process writes it)
+                await anyio.sleep(0.02)
+
     with Server(config) as one, Server(config) as two:
 
         async def both() -> tuple[httpx.Response, str]:
@@ -164,11 +172,14 @@ def test_a_background_run_that_loses_to_a_plain_turn_on_another_server_runs_agai
 
                 async with anyio.create_task_group() as group:
                     group.start_soon(send_plain)
-                    await anyio.sleep(0.2)
+                    await entered("plain")  # the plain turn has read the session and waits in its model
                     started = await http.post(
                         f"{two.url}/api/v1/agents/slow/runs",
                         json={"input": "background", "session_id": "mix"},
                     )
+                    await entered("background")  # so has the background run, from the same session
+                    (gates / "open-plain").touch()
+                (gates / "open-background").touch()
                 assert plain is not None
                 return plain, started.json()["run_id"]
 

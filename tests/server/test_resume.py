@@ -12,6 +12,7 @@ from orchestra.session import SnapshotSessionManager
 from orchestra.storage import LocalFileStorage, PrefixedStorage
 from orchestra.testing import ScriptedModel, ToolCall
 from tests.server.conftest import KEYS, Server
+from tests.support import cut_when
 
 SPEC = """version: 1
 kind: agent
@@ -33,6 +34,7 @@ def pay(amount: int) -> str:
 
 async def die_mid_turn(root, session_id: str) -> None:
     """What a server killed in the middle of a turn leaves: the turn open, its payment recorded."""
+    started = anyio.Event()
 
     @tool(effects=True, name="pay")
     async def paying(amount: int) -> str:
@@ -43,19 +45,20 @@ async def die_mid_turn(root, session_id: str) -> None:
     @tool
     async def confirm() -> str:
         """Hangs: the server dies here."""
+        started.set()
         await anyio.sleep_forever()
         return "never"
 
     storage = PrefixedStorage(LocalFileStorage(root), "ws/acme/agents/payer")
     agent = await Agent.create(
         model=ScriptedModel(
-            [[ToolCall("pay", {"amount": 30}, tool_use_id="p1"), ToolCall("confirm", {}, tool_use_id="c1")]]
+            # pay in one round, confirm in the next: when confirm runs, the payment's result is stored
+            [[ToolCall("pay", {"amount": 30}, tool_use_id="p1")], [ToolCall("confirm", {}, tool_use_id="c1")]]
         ),
         tools=[paying, confirm],
         session_manager=SnapshotSessionManager(session_id, storage=storage),
     )
-    with anyio.move_on_after(0.3):
-        await agent.invoke_async("pay the invoice")
+    await cut_when(started, lambda: agent.invoke_async("pay the invoice"))
 
 
 def config(tmp_path):

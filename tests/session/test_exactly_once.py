@@ -25,6 +25,7 @@ from orchestra.storage import InMemoryStorage, LocalFileStorage, S3Storage
 from orchestra.storage._base import ForwardingStorage
 from orchestra.testing import FaultyStorage, ScriptedModel
 from tests.faults import FaultyProxy
+from tests.support import cut_when
 
 BASE = "session/s1/scopes/agent/default/"
 LATEST = BASE + "snapshots/snapshot_latest.json"
@@ -140,13 +141,14 @@ async def test_a_save_cancelled_while_its_write_runs_is_settled_by_the_next_one(
         async def write(self, key, data, *, expect=None):
             version = await self.inner.write(key, data, expect=expect)
             if "/journal/000000000002" in key:
+                started.set()
                 await anyio.sleep(10)  # the write is made; the caller gives up before hearing so
             return version
 
     agent = agent_on(SlowAnswers(LocalFileStorage(tmp_path)))
     await agent.invoke_async("first")
-    with anyio.move_on_after(0.2):
-        await agent.invoke_async("q")
+    started = anyio.Event()
+    await cut_when(started, lambda: agent.invoke_async("q"))
     assert texts(agent) == ["first", "a0"]
     await agent.invoke_async("next")
     assert texts(agent_on(LocalFileStorage(tmp_path))) == ["first", "a0", "next", "a2"]
