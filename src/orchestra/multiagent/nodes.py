@@ -234,7 +234,7 @@ class Node:
             "orchestra.node.id": self.node_id,
             "orchestra.node.kind": self.kind,
             "orchestra.node.attempt": node_input.execution_count,
-            "orchestra.run.resumed": getattr(orchestrator, "_resumed_run", False),
+            "orchestra.run.resumed": orchestrator.resumed,
         }
         with tracing.span(f"execute_node {self.node_id}", attributes) as node_span:
             result = await self._execute_logged(node_input, orchestrator, emit, responses)
@@ -272,9 +272,9 @@ class Node:
             if self.kind == "agent":
                 result = await self._run_agent(node_input, emit, responses)
             elif self.kind == "orchestrator":
-                result = await self._run_orchestrator(node_input, emit, responses, orchestrator._run_options)
+                result = await self._run_orchestrator(node_input, emit, responses, orchestrator.run_options)
             else:
-                result = await self._run_function(node_input, responses, orchestrator._sync_nodes)
+                result = await self._run_function(node_input, responses, orchestrator.sync_nodes)
         except InterruptException as signal:
             result = NodeResult(
                 node_id=self.node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt]
@@ -325,7 +325,7 @@ class Node:
         self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any], options: RunOptions
     ) -> NodeResult:
         nested: Orchestrator = self.executor
-        mine = nested._open_interrupt_ids()
+        mine = nested.open_interrupt_ids()
         answers = [
             {"interruptResponse": {"interruptId": i, "response": r}}
             for i, r in responses.items()
