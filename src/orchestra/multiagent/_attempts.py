@@ -27,7 +27,8 @@ async def run_attempts(
 ) -> NodeResult:
     """Run a node by its retry policy: each failed attempt recorded (``Scheduler.record_attempt``) and
     saved before its wait; a final failure is a FAILED result, a budget reached an INTERRUPTED one (the
-    reason in ``error``). A resumed node goes on from the attempts its execution already made."""
+    reason in ``error``). A resumed node goes on from the attempts its execution already made. The
+    result carries the node input's ``execution_count``."""
     policy = orchestrator.nodes[node_id].retry or DEFAULT_RETRY
 
     async def attempt(number: int) -> NodeResult:
@@ -44,7 +45,8 @@ async def run_attempts(
     try:
         return await run_with_retries(policy, len(scheduler.attempts(node_id)) + 1, attempt, failed)
     except BudgetExceededError as exc:
-        return NodeResult(node_id=node_id, status=Status.INTERRUPTED, error=str(exc))
+        status, error = Status.INTERRUPTED, str(exc)
     except Exception as exc:
+        status = Status.FAILED
         error = describe_failure(exc, node_timeout, what) + attempt_note(node_input.attempt, policy)
-        return NodeResult(node_id=node_id, status=Status.FAILED, error=error)
+    return NodeResult(node_id=node_id, status=status, error=error, execution_count=node_input.execution_count)

@@ -47,16 +47,17 @@ class GraphRun:
         self.max_concurrency = max_concurrency
         self.node_timeout = node_timeout
         self.reset_on_revisit = reset_on_revisit
-        self.running: dict[str, anyio.CancelScope] = {}
+        self.running = 0  # nodes running in tasks
         self.metered = graph.metered()
 
     async def loop(self) -> None:
         graph, scheduler = self.graph, self.scheduler
         limit = self.max_concurrency or math.inf
-        send, receive = anyio.create_memory_object_stream[tuple[str, NodeResult | None]](math.inf)
-        async with anyio.create_task_group() as group, send, receive:
+        # Unbounded: a node's task sends its result without waiting, and the loop takes them in order.
+        send, receive = anyio.create_memory_object_stream[NodeResult](math.inf)
+        async with send, receive, anyio.create_task_group() as group:
             while True:
-                while len(self.running) < limit:
+                while self.running < limit:
                     node_id = scheduler.next(graph.elapsed_ms() / 1000 if self.metered else None)
                     if node_id is None:
                         break
@@ -69,18 +70,24 @@ class GraphRun:
                         # The only node that can run (a chain): run it here, without a task and a stream.
                         await self._settle(await self._run_node(node_id, node_input))
                         continue
-                    scope = anyio.CancelScope()
-                    self.running[node_id] = scope
-                    group.start_soon(self._execute, node_id, node_input, scope, send.clone())
+                    self.running += 1
+                    group.start_soon(self._execute, node_input, send)
                 if not self.running:
                     break
-                node_id, result = await receive.receive()
-                del self.running[node_id]
-                if result is not None:
-                    await self._settle(result)
+                await self._settle(await receive.receive())
+                self.running -= 1
                 if scheduler.failure is not None:
-                    for scope in self.running.values():
-                        scope.cancel()
+                    # The nodes that finished meanwhile are recorded; those still running are cancelled
+                    # (each goes back to its state before it started) and stay unfinished in the run.
+                    while self.running:
+                        try:
+                            result = receive.receive_nowait()
+                        except anyio.WouldBlock:
+                            break
+                        await self._settle(result)
+                        self.running -= 1
+                    group.cancel_scope.cancel()
+                    break
 
     async def _before_node(self, node_id: str) -> bool:
         """Run BeforeNodeCall hooks; False when they cancelled or interrupted the node."""
@@ -103,18 +110,8 @@ class GraphRun:
             return False
         return True
 
-    async def _execute(
-        self,
-        node_id: str,
-        node_input: NodeInput,
-        scope: anyio.CancelScope,
-        send: MemoryObjectSendStream[tuple[str, NodeResult | None]],
-    ) -> None:
-        result: NodeResult | None = None
-        async with send:
-            with scope:
-                result = await self._run_node(node_id, node_input)
-            await send.send((node_id, None if scope.cancelled_caught else result))
+    async def _execute(self, node_input: NodeInput, send: MemoryObjectSendStream[NodeResult]) -> None:
+        send.send_nowait(await self._run_node(node_input.node_id, node_input))  # never waits: unbounded
 
     async def _run_node(self, node_id: str, node_input: NodeInput) -> NodeResult:
         """Run one node, with its retry policy; its failure (an exception, a timeout) becomes a FAILED
@@ -125,25 +122,20 @@ class GraphRun:
             await self.emit(NodeStartEvent(node_id, node_input.execution_count))
         if node.kind == "map":
             try:
-                result = await run_map(
-                    graph, node_id, node_input, self.emit, self.responses, self.node_timeout
-                )
+                return await run_map(graph, node_id, node_input, self.emit, self.responses, self.node_timeout)
             except Exception as exc:  # the list could not be had (over= names nothing, not a list)
-                result = NodeResult(
-                    node_id=node_id, status=Status.FAILED, error=f"{type(exc).__name__}: {exc}"
-                )
-        else:
-            result = await run_attempts(
-                graph,
-                self.scheduler,
-                node_id,
-                node_input,
-                lambda: node.execute(node_input, graph, self.emit, self.responses),
-                self.node_timeout,
-                f"node {node_id!r}",
-            )
-        result.execution_count = node_input.execution_count
-        return result
+                error = f"{type(exc).__name__}: {exc}"
+                count = node_input.execution_count
+                return NodeResult(node_id=node_id, status=Status.FAILED, error=error, execution_count=count)
+        return await run_attempts(
+            graph,
+            self.scheduler,
+            node_id,
+            node_input,
+            lambda: node.execute(node_input, graph, self.emit, self.responses),
+            self.node_timeout,
+            f"node {node_id!r}",
+        )
 
     async def _settle(self, result: NodeResult) -> None:
         self.scheduler.complete(result, self.invocation_state)

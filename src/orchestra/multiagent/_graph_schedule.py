@@ -313,25 +313,29 @@ class GraphScheduler(Scheduler):
     def apply_edges(self, node_id: str, fired: dict[str, bool]) -> None:
         """Mark the outgoing edges of ``node_id`` fired or skipped, then queue what became ready."""
         document = self.document
-        out = self.shape.out[node_id]
-        # A node none of whose out-edges fired is a terminal of this run: its output is the run's output.
-        document.update_node(node_id, terminal=not any(fired.get(edge.dst, False) for edge in out))
-        for edge in out:
-            target = document.record(edge.dst)
-            self._waiting.add(edge.dst)
+        waiting = self._waiting
+        terminal = True
+        for edge in self.shape.out[node_id]:
+            dst = edge.dst
+            fires = fired.get(dst, False)
+            terminal = terminal and not fires
+            target = document.record(dst)
+            waiting.add(dst)
             if edge.back:
-                if fired.get(edge.dst, False):
-                    document.update_node(edge.dst, back=[*target.get("back", []), node_id])
+                if fires:
+                    document.update_node(dst, back=[*target.get("back", []), node_id])
             else:
                 # Changed in place: copying a 1,000-way join's dict per completion made fan-ins quadratic.
                 incoming = target.setdefault("incoming", {})
                 # An edge absorbed by a join="any" node that already started on another edge is done.
                 absorbed = incoming.get(node_id) == "absorbed"
-                incoming[node_id] = "fired" if fired.get(edge.dst, False) and not absorbed else "skipped"
-                document.update_node(edge.dst, incoming=incoming)
-                cached = self._unreported.get(edge.dst)
+                incoming[node_id] = "fired" if fires and not absorbed else "skipped"
+                document.update_node(dst, incoming=incoming)
+                cached = self._unreported.get(dst)
                 if cached is not None and cached[0] is incoming:
                     cached[1].discard(node_id)
+        # A node none of whose out-edges fired is a terminal of this run: its output is the run's output.
+        document.update_node(node_id, terminal=terminal)
         self._queue_ready()
 
     def limit_reached(self) -> str | None:
@@ -378,8 +382,9 @@ class GraphScheduler(Scheduler):
         Only waiting nodes are looked at, so a completion costs the same however many nodes are done.
         """
         live_memo: dict[str, bool] = {}
-        order = self.shape.order
-        for node_id in sorted(self._waiting, key=order.__getitem__):
+        waiting = self._waiting
+        ordered = sorted(waiting, key=self.shape.order.__getitem__) if len(waiting) > 1 else list(waiting)
+        for node_id in ordered:
             record = self.document.record(node_id)
             if record.get("queued") or record["status"] == _EXECUTING:
                 continue

@@ -86,6 +86,7 @@ class _MapRun:
         self.responses = responses
         self.timeout = timeout
         self.policy = orchestrator.nodes[node_id].retry or DEFAULT_RETRY
+        self._function_node: Node | None = None  # a function template's node, made once
 
     async def run(self, key: str, spec: Map | None = None, items: list[Any] | None = None) -> NodeResult:
         """Run the map ``key`` (the node's, or a nested one's ``<node>:<index>``) to its result."""
@@ -152,11 +153,9 @@ class _MapRun:
     async def _item(
         self, scheduler: MapScheduler, spec: Map, items: list[Any], index: int, send: Any
     ) -> None:
-        record = await self._run_item(scheduler, spec, items[index], index)
-        send.send_nowait((index, record))  # the buffer is unbounded: this never waits
-
-    async def _run_item(self, scheduler: MapScheduler, spec: Map, item: Any, index: int) -> dict[str, Any]:
-        """One item, with its retries: its record (``status``: completed, failed, interrupted, stopped)."""
+        """One item, with its retries; sends its record (``status``: completed, failed, interrupted, or
+        stopped). The buffer is unbounded: sending never waits."""
+        item = items[index]
         previous = scheduler.item(index) or {}
         # A resumed item goes on with its attempts; one that failed or stopped starts a new round.
         attempts: list[dict[str, Any]] = (
@@ -184,11 +183,13 @@ class _MapRun:
                 failed,
             )
         except BudgetExceededError as exc:
-            return {"status": "stopped", "error": str(exc)}
+            record: dict[str, Any] = {"status": "stopped", "error": str(exc)}
         except Exception as exc:
             error = _describe(exc, self.timeout, what) + attempt_note(len(attempts) + 1, self.policy)
-            return {"status": "failed", "error": error, "attempts": attempts}
-        return MapScheduler.item_record(result, (time.perf_counter() - started) * 1000, attempts)
+            record = {"status": "failed", "error": error, "attempts": attempts}
+        else:
+            record = MapScheduler.item_record(result, (time.perf_counter() - started) * 1000, attempts)
+        send.send_nowait((index, record))
 
     async def attempt(
         self, key: str, spec: Map, item: Any, index: int, count: int, attempt: int
@@ -203,8 +204,12 @@ class _MapRun:
             if result.status == Status.FAILED:
                 raise _NestedFailure(result.error or "a nested item failed")
             return result
-        executor = spec.item_executor()
-        node = Node(self.node_id, executor)
+        if spec.template_kind == "function":  # it holds no state: every item runs the same node
+            node = self._function_node = self._function_node or Node(self.node_id, spec.node)
+            executor = node.executor
+        else:
+            executor = spec.item_executor()
+            node = Node(self.node_id, executor)
         if node.kind == "orchestrator":
             executor.scope_id = f"{self.orchestrator.scope_id}.{self.node_id}.{key.replace(':', '.')}.{index}"
             manager = self.orchestrator.session_manager

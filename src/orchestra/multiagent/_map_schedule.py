@@ -21,6 +21,9 @@ from orchestra.multiagent.results import NodeResult, Status, output_json
 
 __all__ = ["MapScheduler"]
 
+# An item's usage is saved by alias (item_record); a Temporal workflow's records hold the field names.
+_USAGE_NAMES = {"inputTokens": "input_tokens", "outputTokens": "output_tokens", "totalTokens": "total_tokens"}
+
 
 class MapScheduler:
     """The items of map ``key`` of a run.
@@ -102,8 +105,14 @@ class MapScheduler:
                 self.document.set(self.items_name(self.key), items)
         self.count = started
         self._items = items if items is not None else self.document.field(self.items_name(self.key))
-        self.done = [self._map_item(i, (self.item(i) or {}).get("output")) for i in self.completed()]
-        self.queue = deque(self.pending())
+        self.done = []
+        self.queue = deque()
+        for index in range(started):
+            record = self.item(index)
+            if record is not None and record.get("status") == "completed":
+                self.done.append(self._map_item(index, record.get("output")))
+            else:
+                self.queue.append(index)
         return started
 
     def take(self) -> int | None:
@@ -152,14 +161,17 @@ class MapScheduler:
         """The map's result from its items' saved results: the completed items' outputs, in item order
         (for a nested map, its outer item's output)."""
         records = [self.item(i) or {} for i in self.completed()]
-        usage = Usage()
-        for record in records:
-            usage = usage + Usage.model_validate(record.get("usage") or {})
+        tokens = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+        for record in records:  # plain sums: a Usage per item cost more than the rest of the result
+            for name, count in (record.get("usage") or {}).items():
+                name = _USAGE_NAMES.get(name, name)
+                if name in tokens:
+                    tokens[name] += count
         return NodeResult(
             node_id=node_id,
             status=Status.COMPLETED,
             output=spec.restore_output([record.get("output") for record in records]),
-            usage=usage,
+            usage=Usage(**tokens),
         )
 
     def clear(self) -> None:
@@ -181,7 +193,11 @@ class MapScheduler:
         record: dict[str, Any] = {
             "status": result.status.value,
             "output": output_json(result.output),
-            "usage": result.usage.model_dump(by_alias=True),
+            "usage": {  # Usage's aliases; a dict made here costs less than model_dump per item
+                "inputTokens": result.usage.input_tokens,
+                "outputTokens": result.usage.output_tokens,
+                "totalTokens": result.usage.total_tokens,
+            },
             "execution_time_ms": elapsed_ms,
         }
         if attempts:

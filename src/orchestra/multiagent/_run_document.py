@@ -196,7 +196,8 @@ class RunDocument:
         """Set a field (it is saved with the next save)."""
         self._fields[name] = value
         self._dirty.add(name)
-        self._unset.discard(name)
+        if self._unset:
+            self._unset.discard(name)
         if name.startswith("node/"):
             self._forget_result(name[len("node/") :])
 
@@ -217,9 +218,14 @@ class RunDocument:
         """Change keys of a node's record (made if it has none); a ``result`` given here is JSON."""
         if "result" in changes:
             self._forget_result(node_id)
-        self.record(node_id).update(changes)
-        self._dirty.add(f"node/{node_id}")
-        self._unset.discard(f"node/{node_id}")
+        name = f"node/{node_id}"
+        record = self._fields.get(name)
+        if record is None or name in self._shared_records:
+            record = self.record(node_id)
+        record.update(changes)
+        self._dirty.add(name)
+        if self._unset:
+            self._unset.discard(name)
 
     def set_result(self, node_id: str, result: NodeResult, **changes: Any) -> None:
         """Record a node's latest result (and its status, with any other ``changes`` to its record). The
@@ -227,11 +233,14 @@ class RunDocument:
         self._results[node_id] = result
         self._undumped.add(node_id)
         record = self.record(node_id)
-        record.update(changes)
+        if changes:
+            record.update(changes)
         record["status"] = result.status.value
         record["result"] = result
-        self._dirty.add(f"node/{node_id}")
-        self._unset.discard(f"node/{node_id}")
+        name = f"node/{node_id}"
+        self._dirty.add(name)
+        if self._unset:
+            self._unset.discard(name)
 
     def add_usage(self, usage: Usage) -> None:
         """Add a node's tokens to the run's."""

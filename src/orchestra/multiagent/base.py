@@ -223,7 +223,7 @@ class MultiAgentBase:
         record = self._new_run_record(Status.EXECUTING)
         record["run_id"] = run_id or secrets.token_hex(8)
         # The topology is unchanged from one run to the next, so the journal writes it once per session.
-        self.document.reset(record, task=task, topology=self.topology())
+        self.document.reset(record, task=task, topology=self._recorded_topology())
         self.state.replace(self._initial_state)
         # Agents used as tools keep their conversation from run to run (as they do within a process).
         for node in self.nodes.values():
@@ -301,11 +301,19 @@ class MultiAgentBase:
         edges, joins, conditions and entry points; a Swarm its entry point). See ``migrations.py``."""
         return {"kind": self.kind, "nodes": {n: node.kind for n, node in sorted(self.nodes.items())}}
 
+    def _recorded_topology(self) -> dict[str, Any]:
+        """``topology()``, made once: nodes and edges are fixed once built, and every fresh run records it
+        (read it, do not change it)."""
+        cached: dict[str, Any] | None = self.__dict__.get("_topology")
+        if cached is None:
+            cached = self.__dict__["_topology"] = self.topology()
+        return cached
+
     def topology_hash(self) -> str:
         """A hash of the nodes and edges: a run saved with another topology is not resumed silently."""
         cached: str | None = self.__dict__.get("_topology_hash")
-        if cached is None:  # nodes and edges are fixed once built; every fresh run record needs the hash
-            text = json.dumps(self.topology(), sort_keys=True)
+        if cached is None:  # every fresh run record needs the hash
+            text = json.dumps(self._recorded_topology(), sort_keys=True)
             cached = self.__dict__["_topology_hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]
         return cached
 

@@ -37,6 +37,7 @@ _logged = logging.getLogger("orchestra.multiagent")
 NodeKind = Literal["agent", "function", "orchestrator", "map"]
 Join = Literal["all", "any"]
 Emit = Callable[[Any], Awaitable[None]]
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def format_input(task: Any, inputs: dict[str, Any]) -> Any:
@@ -185,7 +186,9 @@ class Node:
             self.check_agent(executor, node_id)
             self.kind = "agent"
             self.initial = _copy_agent_data(executor.agent_data())
-        elif isinstance(executor, Orchestrator):  # a Graph or Swarm
+        elif not inspect.isroutine(executor) and isinstance(executor, Orchestrator):  # a Graph or Swarm
+            # (A protocol's isinstance costs tens of microseconds: a plain function, which a map builds a
+            # node for per item, is told apart first.)
             if executor.session_manager is not None:
                 raise GraphError(
                     f"nested {type(executor).__name__} {executor.id!r} (node {node_id!r}) has its own session "
@@ -229,6 +232,8 @@ class Node:
     ) -> NodeResult:
         """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
         if not tracing.recording():
+            if not _logged.isEnabledFor(logging.INFO):  # per node: nothing to pay for when nobody listens
+                return await self._execute(node_input, orchestrator, emit, responses)
             return await self._execute_logged(node_input, orchestrator, emit, responses)
         attributes = {
             "orchestra.node.id": self.node_id,
@@ -379,7 +384,8 @@ class Node:
             if inspect.isawaitable(value):
                 value = await value
         try:
-            json.dumps(value)
+            if type(value) not in _JSON_SCALARS:  # a map's items often return one: no encoding then
+                json.dumps(value)
         except (TypeError, ValueError):
             raise GraphError(
                 f"function node {self.node_id!r} returned a {type(value).__name__}, which is not JSON; "

@@ -360,7 +360,6 @@ class Swarm(MultiAgentBase):
         result = await run_attempts(
             self, scheduler, node_id, node_input, call, self.node_timeout, f"agent {node_id!r}"
         )
-        result.execution_count = node_input.execution_count
         handoff = self.take_handoff()
         scheduler.end_turn(result, handoff)
         if emit is not None:
