@@ -31,10 +31,11 @@ async def run_attempts(
     result carries the node input's ``execution_count``."""
     policy = orchestrator.nodes[node_id].retry or DEFAULT_RETRY
 
-    async def attempt(number: int) -> NodeResult:
+    def attempt(number: int) -> Awaitable[NodeResult]:
         node_input.attempt = number
-        if node_timeout is None:  # no cancel scope on the common path
-            return await call()
+        return call() if node_timeout is None else timed()  # no cancel scope on the common path
+
+    async def timed() -> NodeResult:
         with anyio.fail_after(node_timeout):
             return await call()
 

@@ -223,18 +223,27 @@ class Node:
         if self.initial is not None:
             self.agent.load_agent_data(_copy_agent_data(self.initial))
 
-    async def execute(
+    def execute(
+        self,
+        node_input: NodeInput,
+        orchestrator: Orchestrator,
+        emit: Emit | None,
+        responses: dict[str, Any],
+    ) -> Awaitable[NodeResult]:
+        """Run the node once (await it). Exceptions propagate (the orchestrator fails the node and the run)."""
+        if tracing.recording():
+            return self._execute_traced(node_input, orchestrator, emit, responses)
+        if _logged.isEnabledFor(logging.INFO):
+            return self._execute_logged(node_input, orchestrator, emit, responses)
+        return self._execute(node_input, orchestrator, emit, responses)  # nothing to pay for per node
+
+    async def _execute_traced(
         self,
         node_input: NodeInput,
         orchestrator: Orchestrator,
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
-        """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
-        if not tracing.recording():
-            if not _logged.isEnabledFor(logging.INFO):  # per node: nothing to pay for when nobody listens
-                return await self._execute(node_input, orchestrator, emit, responses)
-            return await self._execute_logged(node_input, orchestrator, emit, responses)
         attributes = {
             "orchestra.node.id": self.node_id,
             "orchestra.node.kind": self.kind,
@@ -254,7 +263,7 @@ class Node:
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
-        if not _logged.isEnabledFor(logging.INFO):  # per node: nothing to pay for when nobody listens
+        if not _logged.isEnabledFor(logging.INFO):
             return await self._execute(node_input, orchestrator, emit, responses)
         with structlog.contextvars.bound_contextvars(node_id=self.node_id):
             _log.info("node.start", execution=node_input.execution_count)
