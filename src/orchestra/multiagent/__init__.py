@@ -6,7 +6,8 @@ take its changes, dump and load it), the I/O-free schedulers (``GraphScheduler``
 """
 
 from orchestra.budget import Budget, Price
-from orchestra.multiagent._graph_schedule import ConditionError, GraphScheduler
+from orchestra.multiagent._graph_schedule import GraphScheduler
+from orchestra.multiagent._graph_shape import ConditionError
 from orchestra.multiagent._map_run import run_map_item
 from orchestra.multiagent._map_schedule import MapScheduler
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions

@@ -27,10 +27,11 @@ from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent.state import JSONState
 from orchestra.budget import Budget
-from orchestra.errors import ConcurrencyError, ConfigurationError, GraphError, RunError
+from orchestra.errors import ConfigurationError, RunError
 from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManager
 from orchestra.interrupts import interrupt_responses, is_interrupt_responses
 from orchestra.multiagent import migrations as _migrations
+from orchestra.multiagent._invocation import Exclusive, asked_interrupts, collect_answers, stream_events
 from orchestra.multiagent._metering import Meter
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
 from orchestra.multiagent._run_document import RunDocument
@@ -39,14 +40,12 @@ from orchestra.multiagent.events import (
     AfterNodeCall,
     BeforeMultiAgentInvocation,
     MultiAgentInitialized,
-    MultiAgentResultEvent,
     MultiAgentStreamEvent,
 )
 from orchestra.multiagent.nodes import Emit, Node
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
-from orchestra.retry import RetryPolicy
 
-__all__ = ["MultiAgentBase", "configure_nodes"]
+__all__ = ["MultiAgentBase"]
 
 _UNFINISHED = (Status.EXECUTING, Status.FAILED, Status.INTERRUPTED)
 
@@ -350,28 +349,7 @@ class MultiAgentBase:
 
     def open_interrupt_ids(self) -> set[str]:
         """The interrupts this run waits on (asked, whether answered yet or not)."""
-        if self.status != Status.INTERRUPTED:
-            return set()
-        return {i["id"] for i in self.run.get("interrupts", [])} | set(self.run.get("answers") or {})
-
-    def _collect_answers(self, new: Mapping[str, Any]) -> dict[str, Any]:
-        """Record answers to open interrupts (in any order, over any number of invocations).
-
-        The run record keeps the questions still open (``interrupts``) and the answers given so far
-        (``answers``); returns every answer once no question is open.
-        """
-        answers = dict(self.run.get("answers") or {})
-        asked = {i["id"] for i in self.run["interrupts"]} | set(answers)
-        unknown = sorted(set(new) - asked)
-        if unknown:
-            raise RunError(
-                f"{self.kind} {self.id!r} has no open interrupt {unknown[0]!r}; its open interrupts: "
-                f"{', '.join(sorted(asked)) or 'none'}"
-            )
-        answers.update(new)
-        still_open = [i for i in self.run["interrupts"] if i["id"] not in answers]
-        self.document.update_run(interrupts=still_open, answers=answers)
-        return answers
+        return asked_interrupts(self.document)
 
     def __call__(
         self,
@@ -411,7 +389,7 @@ class MultiAgentBase:
             fresh: start a new run of ``task`` even if the last one did not finish (it is not resumed;
                 its saved records stay in the session's journal).
         """
-        with self._exclusive():
+        with Exclusive(self.kind, self.id, self._invoking):
             options = RunOptions(force_resume, resume_unfinished, fresh)
             return await self._invoke(
                 task, {} if invocation_state is None else invocation_state, None, options
@@ -434,41 +412,9 @@ class MultiAgentBase:
         """
         state = {} if invocation_state is None else invocation_state
         options = RunOptions(force_resume, resume_unfinished, fresh)
-        with self._exclusive():
-            send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
-            failure: list[Exception] = []
-
-            async def produce() -> None:
-                async with send:
-                    try:
-                        result = await self._invoke(task, state, send.send, options)
-                    except Exception as exc:
-                        failure.append(exc)  # raised below as it is, not wrapped in an ExceptionGroup
-                        return
-                    await send.send(MultiAgentResultEvent(result))
-
-            closed = False
-            try:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(produce)
-                    async with receive:
-                        try:
-                            async for event in receive:
-                                yield event
-                        except GeneratorExit:
-                            # Closed early (aclose, aclosing): stop the run, which saves it as
-                            # interrupted (resumable), and leave the task group normally.
-                            closed = True
-                            group.cancel_scope.cancel()
-            except BaseExceptionGroup as group_error:
-                raise unwrap_group(group_error) from None
-            if closed:
-                raise GeneratorExit
-            if failure:
-                raise failure[0]
-
-    def _exclusive(self) -> _Exclusive:
-        return _Exclusive(self)
+        with Exclusive(self.kind, self.id, self._invoking):
+            async for event in stream_events(lambda emit: self._invoke(task, state, emit, options)):
+                yield event
 
     async def _invoke(
         self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: RunOptions
@@ -488,7 +434,8 @@ class MultiAgentBase:
                 raise RunError(
                     f"{self.kind} {self.id!r} got interrupt responses but its run is not interrupted"
                 )
-            responses = self._collect_answers(interrupt_responses(task) if task is not None else {})
+            given = interrupt_responses(task) if task is not None else {}
+            responses = collect_answers(self.document, f"{self.kind} {self.id!r}", given)
             if self.run["interrupts"]:
                 # Questions are still open: the run stays interrupted, the answers so far are kept.
                 result = self.build_result()
@@ -595,48 +542,3 @@ class MultiAgentBase:
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> MultiAgentResult:
         raise NotImplementedError
-
-
-def configure_nodes(
-    nodes: Mapping[str, Node],
-    retry: RetryPolicy | Mapping[str, RetryPolicy] | None,
-    budgets: Mapping[str, Budget] | None,
-) -> None:
-    """Give nodes the retry policies and budgets an orchestrator was built with.
-
-    Raises:
-        GraphError: a policy or budget names a node the orchestrator does not have.
-    """
-    if isinstance(retry, RetryPolicy):
-        for node in nodes.values():
-            node.retry = node.retry or retry
-        retry = None
-    for what, given in (("retry", retry), ("budgets", budgets)):
-        unknown = sorted(set(given or {}) - set(nodes))
-        if unknown:
-            raise GraphError(
-                f"{what} names unknown node(s): {', '.join(unknown)} (the nodes: {', '.join(nodes)})"
-            )
-    for node_id, policy in (retry or {}).items():
-        if not isinstance(policy, RetryPolicy):
-            raise GraphError(f"retry[{node_id!r}] must be a RetryPolicy, not {type(policy).__name__}")
-        nodes[node_id].retry = policy
-    for node_id, budget in (budgets or {}).items():
-        if not isinstance(budget, Budget):
-            raise GraphError(f"budgets[{node_id!r}] must be a Budget, not {type(budget).__name__}")
-        nodes[node_id].budget = budget
-
-
-class _Exclusive:
-    def __init__(self, orchestrator: MultiAgentBase) -> None:
-        self._orchestrator = orchestrator
-
-    def __enter__(self) -> None:
-        if not self._orchestrator._invoking.acquire(blocking=False):
-            raise ConcurrencyError(
-                f"{self._orchestrator.kind} {self._orchestrator.id!r} is already running; it runs one "
-                "invocation at a time"
-            )
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._orchestrator._invoking.release()

@@ -18,20 +18,12 @@ from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.multiagent._graph_run import GraphRun
-from orchestra.multiagent._graph_schedule import (
-    Condition,
-    Edge,
-    GraphScheduler,
-    GraphShape,
-    GraphState,
-    graph_output_source,
-    graph_result,
-    takes_invocation_state,
-)
-from orchestra.multiagent.base import MultiAgentBase, configure_nodes
+from orchestra.multiagent._graph_schedule import GraphScheduler, graph_output_source, graph_result
+from orchestra.multiagent._graph_shape import Condition, Edge, GraphShape, GraphState, takes_invocation_state
+from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.migrations import Migration
-from orchestra.multiagent.nodes import Emit, Join, Node
+from orchestra.multiagent.nodes import Emit, Join, Node, configure_nodes
 from orchestra.multiagent.results import GraphResult
 from orchestra.multiagent.validation import back_edges, validate_graph
 from orchestra.retry import RetryPolicy

@@ -7,7 +7,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
 from orchestra.retry import RetryPolicy
 
-__all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
+__all__ = ["Emit", "Node", "NodeInput", "NodeKind", "configure_nodes", "format_input"]
 
 _log = get_logger("orchestra.multiagent")
 _logged = logging.getLogger("orchestra.multiagent")
@@ -401,3 +401,33 @@ class Node:
                 "return text, numbers, lists or dicts so the result can be persisted"
             ) from None
         return NodeResult(node_id=self.node_id, status=Status.COMPLETED, output=value)
+
+
+def configure_nodes(
+    nodes: Mapping[str, Node],
+    retry: RetryPolicy | Mapping[str, RetryPolicy] | None,
+    budgets: Mapping[str, Budget] | None,
+) -> None:
+    """Give nodes the retry policies and budgets an orchestrator was built with.
+
+    Raises:
+        GraphError: a policy or budget names a node the orchestrator does not have.
+    """
+    if isinstance(retry, RetryPolicy):
+        for node in nodes.values():
+            node.retry = node.retry or retry
+        retry = None
+    for what, given in (("retry", retry), ("budgets", budgets)):
+        unknown = sorted(set(given or {}) - set(nodes))
+        if unknown:
+            raise GraphError(
+                f"{what} names unknown node(s): {', '.join(unknown)} (the nodes: {', '.join(nodes)})"
+            )
+    for node_id, policy in (retry or {}).items():
+        if not isinstance(policy, RetryPolicy):
+            raise GraphError(f"retry[{node_id!r}] must be a RetryPolicy, not {type(policy).__name__}")
+        nodes[node_id].retry = policy
+    for node_id, budget in (budgets or {}).items():
+        if not isinstance(budget, Budget):
+            raise GraphError(f"budgets[{node_id!r}] must be a Budget, not {type(budget).__name__}")
+        nodes[node_id].budget = budget

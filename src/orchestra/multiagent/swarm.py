@@ -35,10 +35,10 @@ from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.multiagent._attempts import run_attempts
 from orchestra.multiagent._swarm_schedule import HANDOFF_TOOL, SwarmScheduler
-from orchestra.multiagent.base import MultiAgentBase, configure_nodes
+from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.events import BeforeNodeCall, HandoffEvent, NodeStartEvent, NodeStopEvent
 from orchestra.multiagent.migrations import Migration
-from orchestra.multiagent.nodes import Emit, Node
+from orchestra.multiagent.nodes import Emit, Node, configure_nodes
 from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json
 from orchestra.retry import RetryPolicy
 from orchestra.tools import FunctionTool, ToolContext
