@@ -1,22 +1,17 @@
-"""The invocation's plumbing that does not depend on what runs: one invocation at a time, a run's events
-as an async generator, and the answers to a run's open interrupts."""
+"""The invocation's plumbing that does not depend on what runs: one invocation at a time, and the
+answers to a run's open interrupts."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import anyio
-
-from orchestra._concurrency import unwrap_group
 from orchestra.errors import ConcurrencyError, RunError
 from orchestra.multiagent._run_document import RunDocument
-from orchestra.multiagent.events import MultiAgentResultEvent
-from orchestra.multiagent.nodes import Emit
-from orchestra.multiagent.results import MultiAgentResult, Status
+from orchestra.multiagent.results import Status
 
-__all__ = ["Exclusive", "asked_interrupts", "collect_answers", "stream_events"]
+__all__ = ["Exclusive", "asked_interrupts", "collect_answers"]
 
 
 class Exclusive:
@@ -32,44 +27,6 @@ class Exclusive:
 
     def __exit__(self, *exc_info: object) -> None:
         self._lock.release()
-
-
-async def stream_events(
-    invoke: Callable[[Emit], Awaitable[MultiAgentResult]],
-) -> AsyncGenerator[Any, None]:
-    """Run ``invoke(emit)`` in a task and yield what it emits, then ``MultiAgentResultEvent``. Closing the
-    generator early cancels the run (which saves it as interrupted); its error is raised as itself."""
-    send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
-    failure: list[Exception] = []
-
-    async def produce() -> None:
-        async with send:
-            try:
-                result = await invoke(send.send)
-            except Exception as exc:
-                failure.append(exc)  # raised below as it is, not wrapped in an ExceptionGroup
-                return
-            await send.send(MultiAgentResultEvent(result))
-
-    closed = False
-    try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(produce)
-            async with receive:
-                try:
-                    async for event in receive:
-                        yield event
-                except GeneratorExit:
-                    # Closed early (aclose, aclosing): stop the run, which saves it as interrupted
-                    # (resumable), and leave the task group normally.
-                    closed = True
-                    group.cancel_scope.cancel()
-    except BaseExceptionGroup as group_error:
-        raise unwrap_group(group_error) from None
-    if closed:
-        raise GeneratorExit
-    if failure:
-        raise failure[0]
 
 
 def asked_interrupts(document: RunDocument) -> set[str]:

@@ -31,7 +31,7 @@ from orchestra.errors import ConfigurationError, RunError
 from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManager
 from orchestra.interrupts import interrupt_responses, is_interrupt_responses
 from orchestra.multiagent import migrations as _migrations
-from orchestra.multiagent._invocation import Exclusive, asked_interrupts, collect_answers, stream_events
+from orchestra.multiagent._invocation import Exclusive, asked_interrupts, collect_answers
 from orchestra.multiagent._metering import Meter
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
 from orchestra.multiagent._run_document import RunDocument
@@ -40,6 +40,7 @@ from orchestra.multiagent.events import (
     AfterNodeCall,
     BeforeMultiAgentInvocation,
     MultiAgentInitialized,
+    MultiAgentResultEvent,
     MultiAgentStreamEvent,
 )
 from orchestra.multiagent.nodes import Emit, Node
@@ -413,8 +414,39 @@ class MultiAgentBase:
         state = {} if invocation_state is None else invocation_state
         options = RunOptions(force_resume, resume_unfinished, fresh)
         with Exclusive(self.kind, self.id, self._invoking):
-            async for event in stream_events(lambda emit: self._invoke(task, state, emit, options)):
-                yield event
+            # The task group lives in this generator's own body: closing the generator (GeneratorExit at
+            # its yield) cancels it in the task that entered it.
+            send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
+            failure: list[Exception] = []
+
+            async def produce() -> None:
+                async with send:
+                    try:
+                        result = await self._invoke(task, state, send.send, options)
+                    except Exception as exc:
+                        failure.append(exc)  # raised below as it is, not wrapped in an ExceptionGroup
+                        return
+                    await send.send(MultiAgentResultEvent(result))
+
+            closed = False
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(produce)
+                    async with receive:
+                        try:
+                            async for event in receive:
+                                yield event
+                        except GeneratorExit:
+                            # Closed early (aclose, aclosing): stop the run, which saves it as
+                            # interrupted (resumable), and leave the task group normally.
+                            closed = True
+                            group.cancel_scope.cancel()
+            except BaseExceptionGroup as group_error:
+                raise unwrap_group(group_error) from None
+            if closed:
+                raise GeneratorExit
+            if failure:
+                raise failure[0]
 
     async def _invoke(
         self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: RunOptions
