@@ -57,7 +57,7 @@ class SavedNode(Protocol):
 Changes = tuple[dict[str, Any], dict[str, list[Any]], list[str]]
 """What ``take_changes`` returns: (changed fields, changed logs, removed field names)."""
 
-_LOG_NAMES = ("execution_order", "node_history", "handoffs")
+_LOG_NAMES = ("execution_order", "node_history", "handoffs", "conversation")  # a swarm's logs too
 
 
 class RunDocument:
