@@ -78,7 +78,7 @@ def test_a_token_budget_stops_in_the_middle_of_an_agent_and_rolls_its_turn_back(
     assert result.reason.startswith("BudgetExceeded: run of graph 'graph' spent its tokens budget (")
     assert worker.messages == []  # the node re-runs from its state before it started
     assert history_problems(worker.messages) == []
-    assert graph._fields["node/worker"]["status"] == "interrupted"
+    assert graph.document.node("worker")["status"] == "interrupted"
     again = Graph(
         [Agent(name="worker", model=FunctionModel(reply), tools=[look])],
         budget=Budget(tokens=10_000),
@@ -120,7 +120,7 @@ def test_an_agent_budget_caps_that_agent_only():
     result = graph("go")
     assert result.status.value == "interrupted"
     assert result.reason.startswith("BudgetExceeded: agent 'each' spent its model_calls budget (2 of 2)")
-    assert graph._fields["node/each"]["spent"]["model_calls"] == 2
+    assert graph.document.node("each")["spent"]["model_calls"] == 2
     assert calls.count("item") == 2
 
 

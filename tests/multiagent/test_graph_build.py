@@ -155,7 +155,7 @@ async def test_a_copy_for_a_run_shares_the_structure_and_nothing_of_the_run():
         return node_input.state.get("count")
 
     built = Graph({"a": count, "b": count}, [("a", "b")], state={"count": 0})
-    copy = built._copy_for_run()
+    copy = built.copy_for_run()
     assert copy.nodes == built.nodes
     assert copy.nodes is not built.nodes
     assert copy.edges is built.edges
@@ -166,11 +166,11 @@ async def test_a_copy_for_a_run_shares_the_structure_and_nothing_of_the_run():
     assert copy.state.get("count") == 2
     assert built.state.get("count") == 0  # the built graph's run is untouched
     assert built.run["status"] == "pending"
-    assert built._logs["execution_order"] == []
+    assert list(built.document.log("execution_order")) == []
     assert copy.state is not built.state
-    assert copy._sync_nodes is not built._sync_nodes
+    assert copy.sync_nodes is not built.sync_nodes
 
-    again = built._copy_for_run()  # a second copy starts from the spec's state, not the first copy's
+    again = built.copy_for_run()  # a second copy starts from the spec's state, not the first copy's
     assert (await again.invoke_async("go")).output == 2
 
 
@@ -183,15 +183,16 @@ async def test_shared_node_records_are_copied_before_the_first_change():
 
     source = Graph({"a": step, "b": step}, [("a", "b")], id="shared")
     await source.invoke_async("go")
-    fields, logs = dict(source._fields), {k: list(v) for k, v in source._logs.items()}
+    fields = {name: source.document.field(name) for name in source.document.names()}
+    logs = {"execution_order": list(source.document.log("execution_order"))}
     before = {name: repr(value) for name, value in fields.items()}
 
     graph = Graph({"a": step, "b": step}, [("a", "b")], id="shared")
-    graph.load_document(fields, logs, shared_records=True)
-    assert graph._fields["node/a"] is fields["node/a"]  # nothing copied up front
-    graph._update_node("a", status="executing", executions=2)
-    graph._apply_edges("a", {"b": False})  # changes b's incoming edges in place
+    graph.document.load(fields, logs, shared_records=True)
+    assert graph.document.node("a") is fields["node/a"]  # nothing copied up front
+    graph.document.update_node("a", status="executing", executions=2)
+    graph.scheduler().apply_edges("a", {"b": False})  # changes b's incoming edges in place
 
-    assert graph._fields["node/a"]["status"] == "executing"
-    assert graph._fields["node/b"]["incoming"] == {"a": "skipped"}
+    assert graph.document.node("a")["status"] == "executing"
+    assert graph.document.node("b")["incoming"] == {"a": "skipped"}
     assert {name: repr(value) for name, value in fields.items()} == before

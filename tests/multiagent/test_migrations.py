@@ -206,7 +206,7 @@ def test_a_refusal_names_every_kind_of_change():
         [("a", "bb"), ("bb", "c", edge_condition), ("bb", "extra")],
         joins={"c": "any"},
     )
-    changes = describe_changes(old._topology(), new._topology())
+    changes = describe_changes(old.topology(), new.topology())
     assert "node 'b' renamed to 'bb'" in changes
     assert "nodes removed: gone" in changes
     assert "nodes added: extra" in changes
@@ -214,7 +214,7 @@ def test_a_refusal_names_every_kind_of_change():
     assert "edges added: bb -> extra" in changes
     assert any(c.startswith("the condition of edge bb -> c changed (none -> ") for c in changes)
     assert "the join of 'c' changed (all -> any)" in changes
-    assert describe_changes(None, new._topology()) == [
+    assert describe_changes(None, new.topology()) == [
         "the saved run predates recorded topologies, so what changed cannot be listed"
     ]
 

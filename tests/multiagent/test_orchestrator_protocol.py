@@ -5,8 +5,7 @@ to them, and this checks the runtime side: node kinds are told apart by it."""
 from __future__ import annotations
 
 from orchestra import Agent, ScriptedModel
-from orchestra.multiagent import Graph, GraphBuilder, Map, Swarm
-from orchestra.multiagent._orchestrator import Orchestrator
+from orchestra.multiagent import Graph, GraphBuilder, Map, Orchestrator, Swarm
 from orchestra.multiagent.nodes import Node
 
 

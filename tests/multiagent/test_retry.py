@@ -41,7 +41,7 @@ def test_by_default_throttling_and_passing_provider_faults_are_retried(error):
     result = graph("go")
     assert result.status.value == "completed"
     assert len(calls) == 3
-    assert [a["attempt"] for a in graph._fields["node/a"]["attempts"]] == [1, 2]
+    assert [a["attempt"] for a in graph.document.node("a")["attempts"]] == [1, 2]
 
 
 def test_the_default_policy_retries_only_those_model_errors():
@@ -125,7 +125,7 @@ def test_a_timeout_is_retried_when_the_policy_says_so():
     )
     result = graph("go")
     assert result.output == "fast"
-    assert graph._fields["node/n"]["attempts"][0]["error"] == "node_timeout (0.1s) exceeded by node 'n'"
+    assert graph.document.node("n")["attempts"][0]["error"] == "node_timeout (0.1s) exceeded by node 'n'"
 
 
 def test_attempts_are_saved_and_a_resume_goes_on_with_the_next_one():
@@ -144,7 +144,7 @@ def test_attempts_are_saved_and_a_resume_goes_on_with_the_next_one():
     again = Graph({"n": step}, retry=policy, session_manager=SnapshotSessionManager("s", storage=store))
     assert again().status.value == "failed"
     assert seen == [1, 2, 3, 1, 2, 3]
-    record = again._fields["node/n"]
+    record = again.document.node("n")
     assert [(a["execution"], a["attempt"]) for a in record["attempts"]] == [(2, 1), (2, 2)]
 
 
@@ -162,7 +162,7 @@ def test_each_swarm_agent_has_its_own_policy():
     assert result.status.value == "completed"
     assert result.node_history == ["triage", "billing"]
     assert len(calls) == 2
-    assert swarm._fields["node/billing"]["attempts"][0]["error"] == "ModelUnavailableError: 503"
+    assert swarm.document.node("billing")["attempts"][0]["error"] == "ModelUnavailableError: 503"
 
 
 @pytest.mark.parametrize(

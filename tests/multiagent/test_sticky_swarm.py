@@ -10,7 +10,7 @@ from orchestra import Agent, load
 from orchestra.cli import app
 from orchestra.errors import GraphError, OrchestraSpecError
 from orchestra.multiagent import Swarm
-from orchestra.session import SnapshotSessionManager
+from orchestra.session import FileSessionManager, SnapshotSessionManager
 from orchestra.storage import InMemoryStorage, LocalFileStorage
 from orchestra.testing import FunctionModel, ToolCall
 
@@ -79,6 +79,31 @@ def test_a_shared_history_gives_whoever_takes_the_task_the_conversation_so_far()
     prompt = SEEN["triage"][-1][-1]["content"][0]["text"]
     assert "Earlier in this conversation: user: refund please -> billing: billing answers turn 1" in prompt
     assert second.output == "triage answers turn 1"
+
+
+def test_a_shared_history_survives_a_whole_state_session(tmp_path):
+    """A repository session (Strands' layout) saves the run whole (``serialize_state``) and loads it back
+    (``deserialize_state``): the conversation so far is a log there too, not a field."""
+
+    def shared_desk():
+        return Swarm(
+            [member("triage"), member("billing")],
+            id="desk",
+            session_manager=FileSessionManager("s", storage_dir=str(tmp_path)),
+            history="shared",
+        )
+
+    shared_desk()("refund please")
+    shared_desk()("and another thing")
+    prompt = SEEN["triage"][-1][-1]["content"][0]["text"]
+    assert "Earlier in this conversation: user: refund please -> billing: billing answers turn 1" in prompt
+    third = shared_desk()
+    third("a third question")
+    assert [e["task"] for e in third.document.log("conversation")] == [
+        "refund please",
+        "and another thing",
+        "a third question",
+    ]
 
 
 def test_what_a_sticky_swarm_remembers_is_shown_by_sessions_show(tmp_path):

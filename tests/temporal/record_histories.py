@@ -28,12 +28,14 @@ EXAMPLES = ROOT / "examples" / "graphs"
 OUT = Path(__file__).parent / "histories"
 
 
-async def record(address: str, name: str, loaded, storage: str, task, answer=None, **options) -> None:
+async def record(
+    address: str, name: str, loaded, storage: str, task, answer=None, session=None, keep=True, **options
+) -> None:
     target = temporal.TemporalTarget(address, "default", f"q-{name}")
     client = await temporal.connect(target)
     request = temporal.RunRequest(
         spec_id=loaded.spec.id,
-        session_id=name,
+        session_id=session or name,
         storage=storage,
         task=task,
         run_id=secrets.token_hex(4),
@@ -50,8 +52,9 @@ async def record(address: str, name: str, loaded, storage: str, task, answer=Non
             await handle.signal(PipelineWorkflow.respond, {i["id"]: answer for i in progress["interrupts"]})
         await handle.result()
         history = await handle.fetch_history()
-    (OUT / f"{name}.json").write_text(history.to_json())
-    print(f"recorded {name}")
+    if keep:
+        (OUT / f"{name}.json").write_text(history.to_json())
+        print(f"recorded {name}")
 
 
 async def main(address: str) -> None:
@@ -81,6 +84,15 @@ async def main(address: str) -> None:
         if not only or "approval" in only:
             loaded = parse_file(EXAMPLES / "approval.yaml")
             await record(address, "approval", loaded, storage, loaded.spec.input, answer="yes")
+        # A sticky swarm's next run starts where the last ended: the decision behind workflow.patched
+        # ("sticky-swarms", see workflow.py). No recorded run has a node stopped by a budget (Temporal
+        # refuses pipelines with budgets, docs/temporal.md), so none takes the "budget-stops" patch.
+        if not only or "sticky_support.next-run" in only:
+            loaded = parse_file(EXAMPLES / "sticky_support.yaml")
+            first = {"session": "sticky-next", "keep": False}
+            await record(address, "sticky_support.first-run", loaded, storage, loaded.spec.input, **first)
+            next_run = {"session": "sticky-next"}
+            await record(address, "sticky_support.next-run", loaded, storage, "And the invoice?", **next_run)
         if only and "failing_first" not in only:
             return
         failing = parse_text(FAILING, "failing.yaml")

@@ -2,7 +2,7 @@
 their pipeline (its ``migrations:``), or with ``--dry-run`` show what that would do to each of them.
 
 Each unfinished run (executing, failed or interrupted) of the spec's pipeline is loaded as a resume
-would load it and carried over exactly as a resume would carry it (``MultiAgentBase._carry_over``): a
+would load it and carried over exactly as a resume would carry it (``MultiAgentBase.migrate``): a
 migration registered for its version rewrites it, and a run saved by another graph with no migration
 is reported with what changed. Without ``--dry-run`` the migrated runs are saved (still unfinished:
 ``orchestra resume`` continues them); a run whose session a live process is running is skipped.
@@ -115,9 +115,9 @@ async def _migrate(
         outcome.outcome = "skipped"
         outcome.changes = [f"being run by process {writer.pid} on {writer.host}"]
         return outcome
-    before = orchestrator._whole_document()
+    before = orchestrator.document.whole()
     try:
-        orchestrator._carry_over(force=False)
+        orchestrator.migrate(force=False)
     except RunError as exc:
         outcome.outcome = (
             "failed" if "migration" in str(exc) and saved in orchestrator.migrations else "refused"
@@ -126,12 +126,12 @@ async def _migrate(
         return outcome
     steps = orchestrator.run.get("migrations") or []
     if saved == orchestrator.run.get("version") and not document_changes(
-        before, orchestrator._whole_document()
+        before, orchestrator.document.whole()
     ):
         return outcome
     outcome.to_version = orchestrator.run.get("version")
     outcome.changes = [f"{step['from']} -> {step['to']}" for step in steps[-1:]] + document_changes(
-        before, orchestrator._whole_document()
+        before, orchestrator.document.whole()
     )
     outcome.outcome = "would migrate" if dry_run else "migrated"
     if not dry_run:  # saved as a resume's end would save it (the run stays unfinished)

@@ -24,7 +24,7 @@ from orchestra.cli._output import (
 )
 from orchestra.errors import OrchestraError, SessionError
 from orchestra.interrupts import Interrupt
-from orchestra.multiagent import Graph, MultiAgentBase, Status
+from orchestra.multiagent import MultiAgentBase, Status
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin
 
@@ -126,15 +126,13 @@ def respond_to(ids: Any) -> str:
 def stored_result(target: MultiAgentBase, uri: str, session_id: str, again: str) -> MultiAgentResult:
     """The result of the last run of ``target`` saved in a session, as the run returned it."""
     doc = session_call(admin.load_scope, open_storage(uri), session_id, "multiAgent", target.scope_id)
-    target.load_document(doc.fields, doc.logs)
+    target.document.load(doc.fields, doc.logs)
     if target.status == Status.EXECUTING:
         raise fail(
             f"the run of session {session_id} is still executing (or its process was killed): follow or "
             f"resume it with: {again}"
         )
-    if isinstance(target, Graph):
-        target._restore_results()
-    outcome = target._build_result()
+    outcome = target.build_result()
     if outcome.status == Status.COMPLETED and outcome.output is None and outcome.execution_order:
         # A swarm run on Temporal keeps its output in the last completed turn's result.
         last = outcome.results.get(outcome.execution_order[-1])

@@ -39,7 +39,7 @@ class NodeTable:
         """On a resume, show what the saved run already did (loaded once the run started)."""
         self._synced = False
         for node_id, row in self.rows.items():
-            record = self._orchestrator._fields.get(f"node/{node_id}")
+            record = self._orchestrator.document.node(node_id)
             if not record or record.get("result") is None:
                 continue
             result = record["result"]

@@ -1,6 +1,18 @@
-"""Multi-agent orchestration: ``Graph`` (nodes along edges) and ``Swarm`` (agents handing off)."""
+"""Multi-agent orchestration: ``Graph`` (nodes along edges) and ``Swarm`` (agents handing off).
+
+What the other packages use of a run: ``RunDocument`` (``orchestrator.document``: read and change a run,
+take its changes, dump and load it), the I/O-free schedulers (``GraphScheduler``, ``SwarmScheduler``,
+``MapScheduler``: what an execution backend drives), and the ``Orchestrator`` protocol.
+"""
 
 from orchestra.budget import Budget, Price
+from orchestra.multiagent._graph_schedule import GraphScheduler
+from orchestra.multiagent._graph_shape import ConditionError
+from orchestra.multiagent._map_run import run_map_item
+from orchestra.multiagent._map_schedule import MapScheduler
+from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
+from orchestra.multiagent._run_document import RunDocument
+from orchestra.multiagent._swarm_schedule import SwarmScheduler
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
@@ -33,15 +45,18 @@ __all__ = [
     "BeforeNodeCall",
     "Budget",
     "Condition",
+    "ConditionError",
     "Edge",
     "Graph",
     "GraphBuilder",
     "GraphResult",
+    "GraphScheduler",
     "GraphState",
     "HandoffEvent",
     "Map",
     "MapItem",
     "MapItemEvent",
+    "MapScheduler",
     "MultiAgentBase",
     "MultiAgentInitialized",
     "MultiAgentResult",
@@ -52,11 +67,16 @@ __all__ = [
     "NodeStartEvent",
     "NodeStopEvent",
     "NodeStreamEvent",
+    "Orchestrator",
     "Price",
     "RetryPolicy",
+    "RunDocument",
+    "RunOptions",
     "SavedRun",
     "Status",
     "Swarm",
     "SwarmResult",
+    "SwarmScheduler",
     "format_input",
+    "run_map_item",
 ]

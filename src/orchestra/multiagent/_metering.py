@@ -69,13 +69,13 @@ class Meter:
         if budget is not None:
             budget.check_price(model, self._run_scope())
             spent = Spent.from_json(orchestrator.run.get("spent"))
-            error = exceeded(budget, spent, orchestrator._elapsed_ms() / 1000, self._run_scope())
+            error = exceeded(budget, spent, orchestrator.elapsed_ms() / 1000, self._run_scope())
             if error is not None:
                 raise error
         node_budget = orchestrator.nodes[node_id].budget
         if node_budget is not None:
             node_budget.check_price(model, f"agent {node_id!r}")
-            record = orchestrator._node_record(node_id)
+            record = orchestrator.document.peek(node_id) or {}
             error = exceeded(node_budget, Spent.from_json(record.get("spent")), 0.0, f"agent {node_id!r}")
             if error is not None:
                 raise error
@@ -90,12 +90,12 @@ class Meter:
         run_spent.add(
             input_tokens, output_tokens, _cost(orchestrator.budget, model, input_tokens, output_tokens)
         )
-        orchestrator._update_run(spent=run_spent.to_json())
+        orchestrator.document.update_run(spent=run_spent.to_json())
         node_budget = orchestrator.nodes[node_id].budget
-        node_spent = Spent.from_json(orchestrator._node_record(node_id).get("spent"))
+        node_spent = Spent.from_json((orchestrator.document.peek(node_id) or {}).get("spent"))
         node_spent.add(input_tokens, output_tokens, _cost(node_budget, model, input_tokens, output_tokens))
-        orchestrator._update_node(node_id, spent=node_spent.to_json())
-        await orchestrator._save_progress(node_id)
+        orchestrator.document.update_node(node_id, spent=node_spent.to_json())
+        await orchestrator.save_progress(node_id)
 
 
 def _cost(budget: Budget | None, model: str, input_tokens: int, output_tokens: int) -> float:

@@ -1,11 +1,10 @@
 """What the parts below ``MultiAgentBase`` know of a Graph or Swarm: the ``Orchestrator`` protocol.
 
-Nodes run a nested orchestrator, a map keeps its items in the run document, the meter charges a run,
-and hook events carry the orchestrator to session managers; each of them is imported by
-``MultiAgentBase``, so none may import it back. They name this protocol instead, and
-``MultiAgentBase`` is its one implementation (``tests/multiagent/test_orchestrator_protocol.py``). The
-protocol's private members are the run document's own primitives: they are shared within this package
-only.
+Nodes run a nested orchestrator, a map resolves its list, the meter charges a run, hook events carry
+the orchestrator to session managers, and sessions save its run document; ``MultiAgentBase`` imports
+the modules that do so, so none of them may import it back. They name this protocol instead, and
+``MultiAgentBase`` is its one implementation (``tests/multiagent/test_orchestrator_protocol.py``). Every
+member is public.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import anyio
 
 from orchestra.agent.state import JSONState
 from orchestra.budget import Budget
+from orchestra.multiagent._run_document import RunDocument
 from orchestra.multiagent.results import MultiAgentResult, NodeResult
 
 __all__ = ["Orchestrator", "RunOptions"]
@@ -34,7 +34,7 @@ class RunOptions:
 
 @runtime_checkable
 class Orchestrator(Protocol):
-    """A Graph or Swarm as nodes, maps, meters and hooks use it."""
+    """A Graph or Swarm as nodes, maps, meters, hooks and sessions use it."""
 
     id: str
     kind: str
@@ -42,11 +42,12 @@ class Orchestrator(Protocol):
     session_manager: Any
     state: JSONState
     budget: Budget | None
-    _fields: dict[str, Any]
-    _dirty: set[str]
-    _unset: set[str]
-    _run_options: RunOptions
-    _sync_nodes: anyio.Lock
+    run_options: RunOptions
+    """The options of the current invocation (nested orchestrators run with them)."""
+    resumed: bool
+    """Whether the current (or last) invocation continued an unfinished run."""
+    sync_nodes: anyio.Lock
+    """Held while a sync function node runs: they run one at a time (see ``Node``)."""
 
     @property
     def nodes(self) -> Mapping[str, Any]:
@@ -54,45 +55,28 @@ class Orchestrator(Protocol):
         ...
 
     @property
+    def document(self) -> RunDocument:
+        """Its run document: the one way to read or change its run."""
+        ...
+
+    @property
     def run(self) -> dict[str, Any]: ...
 
-    # -- the run document ---------------------------------------------------------------------------------
+    def elapsed_ms(self) -> float: ...
 
-    def _set(self, name: str, value: Any) -> None: ...
-
-    def _node_record(self, node_id: str) -> dict[str, Any]: ...
-
-    def _update_run(self, **changes: Any) -> None: ...
-
-    def _update_node(self, node_id: str, **changes: Any) -> None: ...
-
-    def _mark_agent(self, node_id: str) -> None: ...
-
-    def _elapsed_ms(self) -> float: ...
-
-    def node_result(self, node_id: str) -> NodeResult | None: ...
+    async def save_progress(self, node_id: str, result: NodeResult | None = None) -> None: ...
 
     def output_source(self) -> dict[str, Any] | None: ...
 
     def restore_output(self, output: Any, source: dict[str, Any] | None) -> Any: ...
 
-    def take_changes(
-        self, *, include_agents: bool = True
-    ) -> tuple[dict[str, Any], dict[str, list[Any]], list[str]]: ...
+    def open_interrupt_ids(self) -> set[str]: ...
 
-    def load_document(
-        self, fields: Mapping[str, Any], logs: Mapping[str, list[Any]], *, shared_records: bool = False
-    ) -> None: ...
+    def orchestrators(self) -> list[Orchestrator]: ...
 
     def serialize_state(self) -> dict[str, Any]: ...
 
     def deserialize_state(self, payload: Mapping[str, Any]) -> None: ...
-
-    async def _save_progress(self, node_id: str, result: NodeResult | None = None) -> None: ...
-
-    # -- running it as a node -----------------------------------------------------------------------------
-
-    def _open_interrupt_ids(self) -> set[str]: ...
 
     async def invoke_async(
         self,

@@ -1,4 +1,4 @@
-"""The run document: a Graph's or Swarm's run as named JSON fields and logs, the unit sessions persist
+"""``RunDocument``: a Graph's or Swarm's run as named JSON fields and logs, the unit sessions persist
 incrementally (see ``orchestra.session``)::
 
     run                   {"status", "kind", "topology", "version", "execution_count", "usage", "spent", ...}
@@ -9,56 +9,94 @@ incrementally (see ``orchestra.session``)::
     agent/<id>            an agent node's state, conversation-manager state, system prompt, interrupts
     agent/<id>/messages   an agent node's conversation (a log)
     execution_order       node ids in the order their executions finished (a log)
-    map/<id>...           a map node's items and each item's result (see map.py)
+    map/<id>...           a map node's items and each item's result (see _map_schedule.py)
 
-Each change marks its field dirty; a session save takes only the dirty fields, so a per-node save costs
-the same whether 1 or 200 nodes have already completed.
+It is the one object through which anything outside the orchestrator (sessions, Temporal, the server,
+the CLI) reads or changes a run: ``orchestrator.document``. Its rules:
+
+- Every change marks its field dirty; ``take_changes`` hands a session only the dirty fields and logs,
+  so a per-node save costs the same whether 1 or 200 nodes have already completed.
+- Agents are not copied in: an agent marked changed (``mark_agent``) is read when the changes are
+  taken, so a run without a session never copies a conversation.
+- A node's result stays the ``NodeResult`` it was until someone reads the record (a save, a dump, a
+  reader): a run without a session never dumps one.
+- No I/O.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from orchestra._json import decode_bytes, encode_bytes
-from orchestra.agent import AgentData
+from orchestra.agent import Agent, AgentData
 from orchestra.agent.state import JSONState
-from orchestra.messages import messages_from_json, messages_to_json
-from orchestra.multiagent.nodes import Node
+from orchestra.messages import Usage, messages_from_json, messages_to_json
 from orchestra.multiagent.results import NodeResult, Status
 
-__all__ = ["RunDocument"]
+__all__ = ["RunDocument", "SavedNode"]
+
+
+class SavedNode(Protocol):
+    """What the document reads of a node (``nodes.Node``, which sits above this module)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def executor(self) -> Any: ...
+
+    @property
+    def agent(self) -> Agent: ...
+
+
+Changes = tuple[dict[str, Any], dict[str, list[Any]], list[str]]
+"""What ``take_changes`` returns: (changed fields, changed logs, removed field names)."""
+
+_LOG_NAMES = ("execution_order", "node_history", "handoffs", "conversation")  # a swarm's logs too
 
 
 class RunDocument:
-    """The fields and logs of a run, what changed in them since the last save, and how its agents' state
-    enters and leaves them. ``MultiAgentBase`` is one; its ``_blank_run`` starts a blank document."""
+    """The fields and logs of one orchestrator's run, what changed in them since the last save, and how
+    its agents' state enters and leaves them.
 
-    kind: str
-    nodes: dict[str, Node]
-    state: JSONState
+    Args:
+        nodes: the orchestrator's nodes (agent nodes' agents are saved with the run; outputs are read
+            back as the models their nodes give).
+        state: the orchestrator's shared state (saved as the ``state`` field).
+        run: the run record to start with.
+    """
 
-    def _blank_document(self, run_record: dict[str, Any]) -> None:
-        self._fields: dict[str, Any] = {"run": run_record}
+    def __init__(self, nodes: Mapping[str, SavedNode], state: JSONState, run: dict[str, Any]) -> None:
+        self.nodes = nodes
+        self.state = state
+        self._fields: dict[str, Any] = {"run": run}
         self._logs: dict[str, list[Any]] = {"execution_order": []}
         self._dirty: set[str] = set()
         self._dirty_logs: set[str] = set()
         self._dirty_agents: set[str] = set()
+        self._unset: set[str] = set()
+        # Results not dumped yet (their records hold the NodeResult itself), and every result read back.
+        self._undumped: set[str] = set()
+        self._results: dict[str, NodeResult] = {}
         # Agents used as tools by agent nodes ("<node>/tools/<tool>" -> agent), saved like node agents;
         # and what a loaded run holds for those not attached yet in this process.
-        self._tool_agents: dict[str, Any] = {}
+        self._tool_agents: dict[str, Agent] = {}
         self._saved_tool_agents: dict[str, AgentData] = {}
-        self._unset: set[str] = set()
-        self._shared_records: set[str] = set()  # node records still the caller's (see load_document)
+        self._shared_records: set[str] = set()  # node records still the loader's (see load)
         self._saved_state_version = -1
-        self._orphans: tuple[dict[str, Any], dict[str, list[Any]]] = ({}, {})  # see load_document
-        self._restored_agents: set[str] = set()  # the agent nodes load_document gave saved state
+        self._orphans: tuple[dict[str, Any], dict[str, list[Any]]] = ({}, {})  # see load
+        self._restored_agents: set[str] = set()  # the agent nodes load gave saved state
+
+    # -- reading ----------------------------------------------------------------------------------------
 
     @property
     def run(self) -> dict[str, Any]:
+        """The run record (status, counters, usage, ...); change it with ``update_run``."""
         return self._fields["run"]  # type: ignore[no-any-return]
 
     @property
@@ -66,66 +104,65 @@ class RunDocument:
         """The status of the current (or last) run."""
         return Status(self.run["status"])
 
-    def _set(self, name: str, value: Any) -> None:
-        self._fields[name] = value
-        self._dirty.add(name)
-        self._unset.discard(name)
+    def field(self, name: str) -> Any:
+        """A field's value (None if absent). Read it, do not change it: use ``set`` or ``update_node``."""
+        if name.startswith("node/"):
+            self._dump(name[len("node/") :])
+        return self._fields.get(name)
 
-    def _update_run(self, **changes: Any) -> None:
-        self.run.update(changes)
-        self._dirty.add("run")
+    def __contains__(self, name: object) -> bool:
+        return name in self._fields
 
-    def _node_record(self, node_id: str) -> dict[str, Any]:
-        name = f"node/{node_id}"
-        record = self._fields.get(name)
-        if record is None:
-            record = {"status": Status.PENDING.value, "executions": 0, "result": None}
-            self._fields[name] = record
-        elif name in self._shared_records:  # the caller's: copied before anything here can change it
-            self._shared_records.discard(name)
-            record = self._fields[name] = dict(record)
-            if "incoming" in record:  # the one part changed in place (see Graph._apply_edges)
-                record["incoming"] = dict(record["incoming"])
+    def names(self, prefix: str = "") -> list[str]:
+        """The names of the fields that start with ``prefix``."""
+        return [name for name in self._fields if name.startswith(prefix)]
+
+    def log(self, name: str) -> Sequence[Any]:
+        """A log's items (empty if absent). Read it, do not change it: use ``append``."""
+        return self._logs.get(name, ())
+
+    def node(self, node_id: str) -> Mapping[str, Any] | None:
+        """A node's record (``status``, ``executions``, ``result``, ...), or None if it has none."""
+        self._dump(node_id)
+        record: dict[str, Any] | None = self._fields.get(f"node/{node_id}")
         return record
 
-    def _update_node(self, node_id: str, **changes: Any) -> None:
-        self._node_record(node_id).update(changes)
-        self._dirty.add(f"node/{node_id}")
-        self._unset.discard(f"node/{node_id}")
+    def node_ids(self) -> list[str]:
+        """The nodes the run has a record of, in the order their records were made."""
+        return [name[len("node/") :] for name in self._fields if name.startswith("node/")]
 
-    def _continue_execution(self, node_id: str) -> None:
-        """A node that was running (or stopped for an interrupt) goes on: its execution is not a new one."""
-        record = self._node_record(node_id)
-        if record["status"] == Status.EXECUTING.value or (
-            record["status"] == Status.INTERRUPTED.value and record.get("started", True)
-        ):
-            self._update_node(
-                node_id, status=Status.PENDING.value, executions=max(0, record["executions"] - 1)
-            )
-            self._update_run(execution_count=max(0, self.run["execution_count"] - 1))
-
-    def _append_log(self, name: str, item: Any) -> None:
-        self._logs.setdefault(name, []).append(item)
-        self._dirty_logs.add(name)
-
-    def _mark_agent(self, node_id: str) -> None:
-        """The agent of ``node_id`` finished: its state belongs in the next save."""
-        self._dirty_agents.add(node_id)
-
-    def node_result(self, node_id: str) -> NodeResult | None:
-        """The latest result of a node in this run."""
+    def result(self, node_id: str) -> NodeResult | None:
+        """The latest result of a node in this run (a structured output as its model)."""
+        found = self._results.get(node_id)
+        if found is not None:
+            return found
         record = self._fields.get(f"node/{node_id}")
         if record is None or record.get("result") is None:
             return None
-        return self._restored_result(node_id, record["result"])
-
-    def _restored_result(self, node_id: str, data: dict[str, Any]) -> NodeResult:
-        """A node result from the run document: a structured output (stored as JSON) is its model again."""
-        result = NodeResult.model_validate(data)
-        result.output = self._restored_output(node_id, result.output, result.output_from)
+        result = self._results[node_id] = self._restored_result(node_id, record["result"])
         return result
 
-    def _restored_output(self, node_id: str, output: Any, source: dict[str, Any] | None = None) -> Any:
+    def results(self) -> dict[str, NodeResult]:
+        """The latest result of every node that has one."""
+        out: dict[str, NodeResult] = {}
+        for node_id in self.node_ids():
+            result = self.result(node_id)
+            if result is not None:
+                out[node_id] = result
+        return out
+
+    def failed_attempts(self, node_id: str) -> list[dict[str, Any]]:
+        """The failed attempts of the node's latest execution that its retry policy tried again:
+        ``{"attempt", "error", "retry_in"}`` each (saved with the run; ``orchestra sessions show``)."""
+        record = self._fields.get(f"node/{node_id}") or {}
+        execution = record.get("executions", 0)
+        return [
+            {k: v for k, v in a.items() if k != "execution"}
+            for a in record.get("attempts") or []
+            if a.get("execution") == execution
+        ]
+
+    def restored_output(self, node_id: str, output: Any, source: dict[str, Any] | None = None) -> Any:
         """A stored output of ``node_id`` as the model it was: an agent node's by its output type, a nested
         orchestrator's by the node ``source`` names in it. Stored by alias; by field name before aliases
         were kept (both are accepted, so older runs still resume)."""
@@ -141,28 +178,101 @@ class RunDocument:
             return output
         return output_type.model_validate(output, by_alias=True, by_name=True)
 
-    def restore_output(self, output: Any, source: dict[str, Any] | None) -> Any:
-        """An output this orchestrator gave, read back from JSON, as the models it held; ``source`` is what
-        ``output_source`` said when the run gave it (None: the output stays as it is)."""
-        if source is None or output is None:
-            return output
-        each = source.get("each")
-        if each is not None:
-            if not isinstance(output, dict):
-                return output
-            return {key: self.restore_output(value, each.get(key)) for key, value in output.items()}
-        return self._restored_output(source["node"], output, source.get("from"))
-
-    def _node_source(self, node_id: str) -> dict[str, Any]:
-        """``output_source`` of an output that is ``node_id``'s (and, for a nested run, its own source)."""
-        record = self._fields.get(f"node/{node_id}") or {}
-        inner = (record.get("result") or {}).get("output_from")
+    def output_source(self, node_id: str) -> dict[str, Any]:
+        """What says that an output is ``node_id``'s (and, for a nested run, which of its nodes gave it)."""
+        result = self.result(node_id)
+        inner = result.output_from if result is not None else None
         return {"node": node_id, "from": inner} if inner is not None else {"node": node_id}
 
-    def attach_tool_agent(self, caller: Any, tool_name: str, agent: Any) -> str | None:
+    def agent_fields(self, key: str) -> tuple[dict[str, Any], list[Any]]:
+        """An agent's saved form (``agent/<key>`` and its messages): a node's agent, or one it used as a
+        tool (``<node>/tools/<tool>``). The messages are the live list."""
+        data = self._agent(key).agent_data()
+        return _agent_data_fields(data), data.messages
+
+    # -- changing -----------------------------------------------------------------------------------------
+
+    def set(self, name: str, value: Any) -> None:
+        """Set a field (it is saved with the next save)."""
+        self._fields[name] = value
+        self._dirty.add(name)
+        if self._unset:
+            self._unset.discard(name)
+        if name.startswith("node/"):
+            self._forget_result(name[len("node/") :])
+
+    def remove(self, name: str) -> None:
+        """Remove a field (the next save removes it from storage too)."""
+        if name.startswith("node/"):
+            self._forget_result(name[len("node/") :])
+        self._fields.pop(name, None)
+        self._dirty.discard(name)
+        self._unset.add(name)
+
+    def update_run(self, **changes: Any) -> None:
+        """Change keys of the run record."""
+        self.run.update(changes)
+        self._dirty.add("run")
+
+    def update_node(self, node_id: str, **changes: Any) -> None:
+        """Change keys of a node's record (made if it has none); a ``result`` given here is JSON."""
+        if "result" in changes:
+            self._forget_result(node_id)
+        name = f"node/{node_id}"
+        record = self._fields.get(name)
+        if record is None or name in self._shared_records:
+            record = self.record(node_id)
+        record.update(changes)
+        self._dirty.add(name)
+        if self._unset:
+            self._unset.discard(name)
+
+    def set_result(self, node_id: str, result: NodeResult, **changes: Any) -> None:
+        """Record a node's latest result (and its status, with any other ``changes`` to its record). The
+        result is dumped to JSON when the record is first read or saved, not here."""
+        self._results[node_id] = result
+        self._undumped.add(node_id)
+        record = self.record(node_id)
+        if changes:
+            record.update(changes)
+        record["status"] = result.status.value
+        record["result"] = result
+        name = f"node/{node_id}"
+        self._dirty.add(name)
+        if self._unset:
+            self._unset.discard(name)
+
+    def add_usage(self, usage: Usage) -> None:
+        """Add a node's tokens to the run's."""
+        # Plain arithmetic on the stored record (its keys are Usage's aliases): per node, pydantic round
+        # trips cost more than the rest of the bookkeeping.
+        total = self.run["usage"]
+        total = {
+            "inputTokens": total.get("inputTokens", 0) + usage.input_tokens,
+            "outputTokens": total.get("outputTokens", 0) + usage.output_tokens,
+            "totalTokens": total.get("totalTokens", 0) + usage.total_tokens,
+        }
+        self.update_run(usage=total)
+
+    def append(self, name: str, item: Any) -> None:
+        """Append to a log."""
+        self._logs.setdefault(name, []).append(item)
+        self._dirty_logs.add(name)
+
+    def set_log(self, name: str, items: list[Any]) -> None:
+        """Replace a log's items."""
+        self._logs[name] = items
+        self._dirty_logs.add(name)
+
+    def mark_agent(self, key: str) -> None:
+        """The agent of node ``key`` (or the tool agent ``<node>/tools/<tool>``) changed: its state belongs
+        in the next save."""
+        self._dirty_agents.add(key)
+
+    def attach_tool_agent(self, caller: Agent, tool_name: str, agent: Agent) -> str | None:
         """``agent`` is used as the tool ``tool_name`` by ``caller``, one of this run's agent nodes: it is
         saved with the run like a node's agent (``agent/<node>/tools/<tool>``), and gets back what the
-        loaded run saved of it the first time. Returns its key for ``_mark_agent`` (None: not a node's)."""
+        loaded run saved of it the first time. Returns its key for ``mark_agent`` (None: not a node's)."""
         node_id = next(
             (i for i, node in self.nodes.items() if node.kind == "agent" and node.agent is caller), None
         )
@@ -176,28 +286,31 @@ class RunDocument:
                 agent.load_agent_data(saved)
         return key
 
-    def _agent_of(self, key: str) -> Any:
-        tool_agent = self._tool_agents.get(key)
-        return tool_agent if tool_agent is not None else self.nodes[key].agent
+    def reset(self, run: dict[str, Any], **fields: Any) -> None:
+        """Start a new run: the fields are ``run`` and ``fields`` only, the logs are emptied, and every agent
+        node is saved with the next save (its state is the caller's to reset)."""
+        self._unset.update(name for name in self._fields if name not in fields and name != "run")
+        self._results.clear()
+        self._undumped.clear()
+        self._fields = {"run": run}
+        self._dirty.add("run")
+        for name, value in fields.items():
+            self.set(name, value)
+        for name in self._logs:
+            self.set_log(name, [])
+        for node_id, node in self.nodes.items():
+            if node.kind == "agent":
+                self.mark_agent(node_id)
 
-    def _agent_fields(self, node_id: str) -> tuple[dict[str, Any], list[Any]]:
-        data = self._agent_of(node_id).agent_data()
-        fields = {
-            "state": data.state,
-            "conversation_manager_state": data.conversation_manager_state,
-            "system_prompt": data.system_prompt,
-            "interrupt_state": data.interrupt_state,
-        }
-        return fields, data.messages
+    # -- saving and loading -------------------------------------------------------------------------------
 
-    def take_changes(
-        self, *, include_agents: bool = True
-    ) -> tuple[dict[str, Any], dict[str, list[Any]], list[str]]:
-        """What changed since the last call: (fields, logs, removed field names). Used by session managers.
+    def take_changes(self, *, include_agents: bool = True) -> Changes:
+        """What changed since the last call: (fields, logs, removed field names). Session managers save it.
 
         With ``include_agents=False`` the agents' state and the shared state are left out (a Temporal
         workflow's stand-in agents hold none; the activity that ran the node saved them).
         """
+        self._dump_all()
         fields = {name: self._fields[name] for name in self._dirty if name in self._fields}
         logs = {name: self._logs[name] for name in self._dirty_logs}
         if not include_agents:
@@ -206,10 +319,8 @@ class RunDocument:
         if self.state.version != self._saved_state_version:
             fields["state"] = self.state.to_dict()
             self._saved_state_version = self.state.version
-        for node_id in self._dirty_agents:
-            agent_fields, messages = self._agent_fields(node_id)
-            fields[f"agent/{node_id}"] = agent_fields
-            logs[f"agent/{node_id}/messages"] = messages
+        for key in self._dirty_agents:
+            fields[f"agent/{key}"], logs[f"agent/{key}/messages"] = self.agent_fields(key)
         unset = sorted(self._unset)
         self._dirty.clear()
         self._dirty_logs.clear()
@@ -217,19 +328,20 @@ class RunDocument:
         self._unset.clear()
         return fields, logs, unset
 
-    def serialize_state(self) -> dict[str, Any]:
-        """The whole run as a plain JSON dict (what a session persists); see ``deserialize_state``.
+    def dump(self) -> dict[str, Any]:
+        """The whole run as a plain JSON dict (what ``serialize_state`` gives); see ``load_json``.
 
         Binary content (an image in the task) is a ``{"__bytes_encoded__": true, "data": ...}`` object, the
-        form Strands Agents uses too, and becomes ``bytes`` again in ``deserialize_state``.
+        form Strands Agents uses too, and becomes ``bytes`` again in ``load_json``.
         """
+        self._dump_all()
         out: dict[str, Any] = json.loads(json.dumps(encode_bytes(self._fields), default=str))
         out["state"] = self.state.to_dict()
         for name, items in self._logs.items():
             out[name] = list(items)
         agent_keys = [node_id for node_id, node in self.nodes.items() if node.kind == "agent"]
         for key in [*agent_keys, *self._tool_agents]:
-            agent_fields, messages = self._agent_fields(key)
+            agent_fields, messages = self.agent_fields(key)
             out[f"agent/{key}"] = agent_fields
             out[f"agent/{key}/messages"] = json.loads(messages_to_json(messages))  # bytes as base64
         for key, data in self._saved_tool_agents.items():
@@ -237,28 +349,24 @@ class RunDocument:
             out[f"agent/{key}/messages"] = json.loads(messages_to_json(data.messages))
         return out
 
-    def deserialize_state(self, payload: Mapping[str, Any]) -> None:
-        """Restore what ``serialize_state`` (or a session) produced; the next invocation resumes from it."""
-        fields = {k: decode_bytes(v) for k, v in payload.items() if not self._is_log(k, v)}
+    def load_json(self, payload: Mapping[str, Any]) -> None:
+        """Load what ``dump`` (or a session) produced; the next invocation resumes from it."""
+        fields = {k: decode_bytes(v) for k, v in payload.items() if not _is_log(k, v)}
         logs = {
             k: messages_from_json(json.dumps(v)) if k.endswith("/messages") else list(v)
             for k, v in payload.items()
-            if self._is_log(k, v)
+            if _is_log(k, v)
         }
-        self.load_document(fields, logs)
+        self.load(fields, logs)
 
-    @staticmethod
-    def _is_log(name: str, value: Any) -> bool:
-        return isinstance(value, list) and (name.endswith("/messages") or name in _LOG_NAMES)
-
-    def load_document(
+    def load(
         self, fields: Mapping[str, Any], logs: Mapping[str, list[Any]], *, shared_records: bool = False
     ) -> None:
-        """Take a persisted run document (from a session or ``deserialize_state``).
+        """Take a persisted run document (from a session, or ``load_json``); nothing is changed by it.
 
-        With ``shared_records`` the node records stay the caller's until this orchestrator changes one
-        (it then copies that record a level deep first): a Temporal activity that runs one node of a
-        large graph copies the one record it writes, not all of them."""
+        With ``shared_records`` the node records stay the caller's until this document changes one (it
+        then copies that record a level deep first): a Temporal activity that runs one node of a large
+        graph copies the one record it writes, not all of them."""
         if "run" not in fields:
             return
         self._fields = {k: v for k, v in fields.items() if k != "state" and not k.startswith("agent/")}
@@ -276,6 +384,8 @@ class RunDocument:
         self._shared_records = {k for k in self._fields if k.startswith("node/")} if shared_records else set()
         self._logs = {k: list(v) for k, v in logs.items() if not k.startswith("agent/")}
         self._logs.setdefault("execution_order", [])
+        self._results.clear()
+        self._undumped.clear()
         if "state" in fields:  # a document that never saved the state keeps the initial one
             self.state.replace(fields["state"] or {})
         self._saved_state_version = self.state.version
@@ -296,32 +406,93 @@ class RunDocument:
         self._dirty_agents.clear()
         self._unset.clear()
 
-    def failed_attempts(self, node_id: str) -> list[dict[str, Any]]:
-        """The failed attempts of the node's latest execution that its retry policy tried again:
-        ``{"attempt", "error", "retry_in"}`` each (saved with the run; ``orchestra sessions show``)."""
-        record = self._fields.get(f"node/{node_id}") or {}
-        execution = record.get("executions", 0)
-        return [
-            {k: v for k, v in a.items() if k != "execution"}
-            for a in record.get("attempts") or []
-            if a.get("execution") == execution
-        ]
+    def whole(self) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """A copy of the run document as saved, agents' state and the orphans of a changed graph included
+        (what a migration rewrites)."""
+        self._dump_all()
+        fields = {**self._orphans[0], **copy.deepcopy(self._fields), "state": self.state.to_dict()}
+        logs = {**self._orphans[1], **{k: list(v) for k, v in self._logs.items()}}
+        for node_id, node in self.nodes.items():
+            # Only the agents the saved run has: a node new in this graph has nothing saved (and a
+            # migration may give it the saved agent of a renamed one).
+            if node.kind == "agent" and (
+                node_id in self._restored_agents or f"node/{node_id}" in self._fields
+            ):
+                agent_fields, messages = self.agent_fields(node_id)
+                fields[f"agent/{node_id}"] = agent_fields
+                logs[f"agent/{node_id}/messages"] = list(messages)
+        return fields, logs
 
-    def _attempts(self, node_id: str) -> list[dict[str, Any]]:
-        """The failed attempts recorded for the node's current execution (a resume goes on from them)."""
-        record = self._node_record(node_id)
-        if not record.get("attempts"):
-            return []
-        execution = record["executions"]
-        return [a for a in record.get("attempts") or [] if a.get("execution") == execution]
+    def replace(self, fields: dict[str, Any], logs: dict[str, list[Any]]) -> None:
+        """Load a rewritten document (a migration's); everything in it is saved with the next save (the
+        journal writes only what differs from what it holds), and what it lacks is removed."""
+        before = set(self._fields) | set(self._orphans[0])
+        orphan_logs = set(self._orphans[1])
+        self.load(fields, logs)
+        self._dirty.update(self._fields)
+        self._dirty_logs.update(self._logs)
+        self._dirty_agents.update(n for n, node in self.nodes.items() if node.kind == "agent")
+        self._unset.update(name for name in before if name not in fields)
+        for name in orphan_logs:
+            if name not in logs:  # a renamed or removed agent's conversation: emptied in storage too
+                self.set_log(name, [])
+        self._saved_state_version = -1
 
-    def _record_attempt(self, node_id: str, attempt: int, error: str, wait: float) -> None:
-        """Record a failed attempt that will be retried after ``wait`` seconds."""
-        entry = {"execution": self._node_record(node_id)["executions"], "attempt": attempt, "error": error}
-        self._update_node(node_id, attempts=[*self._attempts(node_id), {**entry, "retry_in": round(wait, 3)}])
+    # -- within the package ---------------------------------------------------------------------------------
+
+    def record(self, node_id: str) -> dict[str, Any]:
+        """A node's record to change in place (made if it has none: not saved until it is changed). For
+        the schedulers, which read and change records many times per completion."""
+        name = f"node/{node_id}"
+        record = self._fields.get(name)
+        if record is None:
+            record = {"status": Status.PENDING.value, "executions": 0, "result": None}
+            self._fields[name] = record
+        elif name in self._shared_records:  # the loader's: copied before anything here can change it
+            self._shared_records.discard(name)
+            record = self._fields[name] = dict(record)
+            if "incoming" in record:  # the one part changed in place (see GraphScheduler.apply_edges)
+                record["incoming"] = dict(record["incoming"])
+        return record
+
+    def peek(self, node_id: str) -> dict[str, Any] | None:
+        """A node's record as it is (its result maybe not dumped), without making one."""
+        record: dict[str, Any] | None = self._fields.get(f"node/{node_id}")
+        return record
+
+    def records(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every node's record, in the orchestrator's node order (results maybe not dumped)."""
+        fields = self._fields
+        for node_id in self.nodes:
+            record = fields.get(f"node/{node_id}")
+            if record is not None:
+                yield node_id, record
+
+    def _agent(self, key: str) -> Agent:
+        tool_agent = self._tool_agents.get(key)
+        return tool_agent if tool_agent is not None else self.nodes[key].agent
+
+    def _restored_result(self, node_id: str, data: dict[str, Any]) -> NodeResult:
+        result = NodeResult.model_validate(data)
+        result.output = self.restored_output(node_id, result.output, result.output_from)
+        return result
+
+    def _forget_result(self, node_id: str) -> None:
+        self._results.pop(node_id, None)
+        self._undumped.discard(node_id)
+
+    def _dump(self, node_id: str) -> None:
+        if node_id in self._undumped:
+            self._undumped.discard(node_id)
+            self.record(node_id)["result"] = self._results[node_id].model_dump(mode="json")
+
+    def _dump_all(self) -> None:
+        for node_id in list(self._undumped):
+            self._dump(node_id)
 
 
-_LOG_NAMES = ("execution_order", "node_history", "handoffs")
+def _is_log(name: str, value: Any) -> bool:
+    return isinstance(value, list) and (name.endswith("/messages") or name in _LOG_NAMES)
 
 
 def _agent_data(fields: Mapping[str, Any], logs: Mapping[str, list[Any]], key: str) -> AgentData:

@@ -1,7 +1,9 @@
 """What Graph and Swarm share: nodes, shared state, hooks, sessions, sync and stream facades, fresh runs
 and resumes (versions, migrations, the topology check), budgets, interrupts and the save lock.
 
-The run's state is its *document* (``RunDocument``, in ``_run_document.py``, which says what it holds).
+The run's state is its *document* (``self.document``, a ``RunDocument``: ``_run_document.py`` says what
+it holds); what runs next is decided by a scheduler of the document (``GraphScheduler``,
+``SwarmScheduler``), driven here by the local runner.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any, Self
 
 import anyio
@@ -24,14 +26,14 @@ from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent.state import JSONState
-from orchestra.budget import Budget, Spent, exceeded
-from orchestra.errors import BudgetExceededError, ConcurrencyError, ConfigurationError, RunError
+from orchestra.budget import Budget
+from orchestra.errors import ConfigurationError, RunError
 from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManager
-from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
-from orchestra.messages import Usage
+from orchestra.interrupts import interrupt_responses, is_interrupt_responses
 from orchestra.multiagent import migrations as _migrations
+from orchestra.multiagent._invocation import Exclusive, asked_interrupts, collect_answers
 from orchestra.multiagent._metering import Meter
-from orchestra.multiagent._orchestrator import RunOptions
+from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
 from orchestra.multiagent._run_document import RunDocument
 from orchestra.multiagent.events import (
     AfterMultiAgentInvocation,
@@ -41,22 +43,15 @@ from orchestra.multiagent.events import (
     MultiAgentResultEvent,
     MultiAgentStreamEvent,
 )
-from orchestra.multiagent.nodes import Emit, Node, NodeInput
+from orchestra.multiagent.nodes import Emit, Node
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
-from orchestra.retry import (
-    DEFAULT_RETRY,
-    RetryPolicy,
-    attempt_note,
-    describe_failure,
-    run_with_retries,
-)
 
-__all__ = ["MultiAgentBase", "configure_nodes"]
+__all__ = ["MultiAgentBase"]
 
 _UNFINISHED = (Status.EXECUTING, Status.FAILED, Status.INTERRUPTED)
 
 
-class MultiAgentBase(RunDocument):
+class MultiAgentBase:
     """The common part of ``Graph`` and ``Swarm``; not used directly."""
 
     kind = "multiagent"
@@ -99,12 +94,14 @@ class MultiAgentBase(RunDocument):
 
     def _blank_run(self) -> None:
         """What belongs to one orchestrator object's runs, not to its structure: the shared state, the
-        locks and the run document (see ``_copy_for_run``)."""
+        locks and the run document (see ``copy_for_run``)."""
         self.state = JSONState(self._initial_state, owner=f"{self.kind} {self.id!r} state")
+        self.document = RunDocument(self.nodes, self.state, self._new_run_record(Status.PENDING))
+        """The run: its fields and logs (see ``RunDocument``), the one way to read or change it."""
         self._invoking = threading.Lock()
-        self._run_options = RunOptions()
-        self._sync_nodes = anyio.Lock()  # sync function nodes run one at a time (see Node._run_function)
-        self._blank_document(self._new_run_record(Status.PENDING))
+        self.run_options = RunOptions()
+        self.resumed = False
+        self.sync_nodes = anyio.Lock()  # sync function nodes run one at a time (see Node._run_function)
         # Saves come from the run loop and, in the middle of a node, from map items, retried attempts
         # and model calls under a budget: one at a time, so the journal sees one writer.
         self._saving = anyio.Lock()
@@ -113,7 +110,7 @@ class MultiAgentBase(RunDocument):
         self._started_at: float | None = None  # perf_counter() when this invocation started running
         self._base_ms = 0.0  # the run's execution time before this invocation
 
-    def _copy_for_run(self) -> Self:
+    def copy_for_run(self) -> Self:
         """A copy that shares this orchestrator's structure (nodes, edges, conditions, hooks) and has its
         own run document, shared state and locks, and no session manager. A Temporal worker runs a
         function node on such a copy of a pipeline it built once: a function holds no state of its own, so
@@ -148,7 +145,62 @@ class MultiAgentBase(RunDocument):
         self.session_manager = session_manager
         self._attach_session_manager(session_manager)
 
-    # -- the run document (the rest is RunDocument's) -----------------------------------------------------
+    def orchestrators(self) -> list[Orchestrator]:
+        """This orchestrator and every nested one, outermost first (each has a session scope of its own)."""
+        found: list[Orchestrator] = [self]
+        for node in self.nodes.values():
+            if node.kind == "orchestrator":
+                found.extend(node.executor.orchestrators())
+        return found
+
+    # -- the run (its document) -----------------------------------------------------------------------
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """The run record: status, counters, usage, reason, version, budget, spent, ..."""
+        return self.document.run
+
+    @property
+    def status(self) -> Status:
+        """The status of the current (or last) run."""
+        return self.document.status
+
+    def serialize_state(self) -> dict[str, Any]:
+        """The whole run as a plain JSON dict (what a session persists); see ``deserialize_state``."""
+        return self.document.dump()
+
+    def deserialize_state(self, payload: Mapping[str, Any]) -> None:
+        """Restore what ``serialize_state`` (or a session) produced; the next invocation resumes from it."""
+        self.document.load_json(payload)
+
+    def node_result(self, node_id: str) -> NodeResult | None:
+        """The latest result of a node in this run."""
+        return self.document.result(node_id)
+
+    def failed_attempts(self, node_id: str) -> list[dict[str, Any]]:
+        """The failed attempts of the node's latest execution that its retry policy tried again:
+        ``{"attempt", "error", "retry_in"}`` each (saved with the run; ``orchestra sessions show``)."""
+        return self.document.failed_attempts(node_id)
+
+    def restore_output(self, output: Any, source: dict[str, Any] | None) -> Any:
+        """An output this orchestrator gave, read back from JSON, as the models it held; ``source`` is what
+        ``output_source`` said when the run gave it (None: the output stays as it is)."""
+        if source is None or output is None:
+            return output
+        each = source.get("each")
+        if each is not None:
+            if not isinstance(output, dict):
+                return output
+            return {key: self.restore_output(value, each.get(key)) for key, value in output.items()}
+        return self.document.restored_output(source["node"], output, source.get("from"))
+
+    def output_source(self) -> dict[str, Any] | None:
+        """Which node gave the output of the run that just completed (see ``NodeResult.output_from``)."""
+        raise NotImplementedError
+
+    def build_result(self) -> MultiAgentResult:
+        """The run in the document as a result (as the run returned it, or would have so far)."""
+        raise NotImplementedError
 
     def _new_run_record(self, status: Status) -> dict[str, Any]:
         return {
@@ -157,7 +209,7 @@ class MultiAgentBase(RunDocument):
             "topology": self.topology_hash(),
             "version": self.version,
             "execution_count": 0,
-            "usage": Usage().model_dump(by_alias=True),
+            "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
             "reason": None,
             "error": None,
             "interrupts": [],
@@ -166,59 +218,51 @@ class MultiAgentBase(RunDocument):
             "answers": {},
         }
 
-    async def _after_node(self, event: AfterNodeCall) -> None:
-        """Run the AfterNodeCall hooks (the session saves there), one save at a time."""
+    def start_fresh(self, task: Any, run_id: str | None = None) -> None:
+        """Start a new run of ``task``: reset the run document, the shared state and every agent node."""
+        record = self._new_run_record(Status.EXECUTING)
+        record["run_id"] = run_id or secrets.token_hex(8)
+        # The topology is unchanged from one run to the next, so the journal writes it once per session.
+        self.document.reset(record, task=task, topology=self._recorded_topology())
+        self.state.replace(self._initial_state)
+        # Agents used as tools keep their conversation from run to run (as they do within a process).
+        for node in self.nodes.values():
+            node.reset()
+
+    # -- saving during a run --------------------------------------------------------------------------
+
+    async def after_node(self, node_id: str, result: NodeResult, *, partial: bool = False) -> None:
+        """Run the ``AfterNodeCall`` hooks (the session saves there), one save at a time."""
         if not self.hooks.has_callbacks(AfterNodeCall):
             return  # nothing listens (no session manager, no hook): per node, nothing to pay for
         async with self._saving:
             if self._started_at is not None:
-                self._update_run(execution_time_ms=self._elapsed_ms())
-            await self.hooks.invoke(event)
+                self.document.update_run(execution_time_ms=self.elapsed_ms())
+            await self.hooks.invoke(AfterNodeCall(self, node_id, self._invocation_state, result, partial))
 
-    async def _node_attempts(
-        self,
-        node_id: str,
-        node_input: NodeInput,
-        call: Callable[[], Awaitable[NodeResult]],
-        node_timeout: float | None,
-        what: str,
-    ) -> NodeResult:
-        """Run a node by its retry policy: each failed attempt recorded and saved before its wait; a
-        final failure a FAILED result, a budget reached an INTERRUPTED one (the reason in ``error``)."""
-        policy = self.nodes[node_id].retry or DEFAULT_RETRY
-
-        async def attempt(number: int) -> NodeResult:
-            node_input.attempt = number
-            if node_timeout is None:  # no cancel scope on the common path
-                return await call()
-            with anyio.fail_after(node_timeout):
-                return await call()
-
-        async def failed(number: int, error: BaseException, wait: float) -> None:
-            self._record_attempt(node_id, number, describe_failure(error, node_timeout, what), wait)
-            await self._save_progress(node_id)
-
-        try:
-            return await run_with_retries(policy, len(self._attempts(node_id)) + 1, attempt, failed)
-        except BudgetExceededError as exc:
-            return NodeResult(node_id=node_id, status=Status.INTERRUPTED, error=str(exc))
-        except Exception as exc:
-            error = describe_failure(exc, node_timeout, what) + attempt_note(node_input.attempt, policy)
-            return NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-
-    async def _save_progress(self, node_id: str, result: NodeResult | None = None) -> None:
+    async def save_progress(self, node_id: str, result: NodeResult | None = None) -> None:
         """Save in the middle of a node (``AfterNodeCall`` with ``partial=True``): a map item finished,
         an attempt failed and will be retried, a model call was charged to a budget."""
         if not self.hooks.has_callbacks(AfterNodeCall):
             return
         result = result or NodeResult(node_id=node_id, status=Status.EXECUTING)
-        await self._after_node(AfterNodeCall(self, node_id, self._invocation_state, result, partial=True))
+        await self.after_node(node_id, result, partial=True)
 
-    def _elapsed_ms(self) -> float:
+    def elapsed_ms(self) -> float:
         """The run's execution time so far, this invocation included (across resumes)."""
         if self._started_at is None:
             return float(self.run["execution_time_ms"])
         return self._base_ms + (time.perf_counter() - self._started_at) * 1000
+
+    def count_spending(self, executor: Any, node_id: str) -> None:
+        """Charge the model calls of ``executor``, built during the run (a map item's agent or pipeline),
+        to node ``node_id`` and the run, when the run counts its spending."""
+        if self._meter is not None:
+            self._meter.attach(executor, node_id)
+
+    def metered(self) -> bool:
+        """Whether a run counts its spending: it has a budget, or one of its agents has."""
+        return self.budget is not None or any(node.budget is not None for node in self.nodes.values())
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
         """This Graph or Swarm as a tool an agent's model can call (``{"input": "..."}`` -> the run's
@@ -227,24 +271,6 @@ class MultiAgentBase(RunDocument):
         from orchestra.tools.delegate import DelegateTool
 
         return DelegateTool(self, name, description)
-
-    def _start_fresh_document(self, task: Any, run_id: str | None = None) -> None:
-        """Reset the run document, the shared state and every agent node for a new run."""
-        self._unset.update(name for name in self._fields if name != "run")
-        self._fields = {"run": self._new_run_record(Status.EXECUTING)}
-        self._update_run(run_id=run_id or secrets.token_hex(8))
-        self._set("task", task)
-        # Unchanged from one run to the next, so the journal writes it once per session, not per run.
-        self._set("topology", self._topology())
-        for name in self._logs:
-            self._logs[name] = []
-            self._dirty_logs.add(name)
-        self.state.replace(self._initial_state)
-        # Agents used as tools keep their conversation from run to run (as they do within a process).
-        for node_id, node in self.nodes.items():
-            node.reset()
-            if node.kind == "agent":
-                self._mark_agent(node_id)
 
     # -- YAML -----------------------------------------------------------------------------------------
 
@@ -268,22 +294,32 @@ class MultiAgentBase(RunDocument):
 
         return dump_yaml(self.spec)
 
-    # -- topology -------------------------------------------------------------------------------------
+    # -- topology, versions and migrations -------------------------------------------------------------
 
-    def _topology(self, legacy: bool = False) -> dict[str, Any]:
+    def topology(self, legacy: bool = False) -> dict[str, Any]:
+        """What a run records of the structure it started on: nodes and their kinds (a Graph adds its
+        edges, joins, conditions and entry points; a Swarm its entry point). See ``migrations.py``."""
         return {"kind": self.kind, "nodes": {n: node.kind for n, node in sorted(self.nodes.items())}}
+
+    def _recorded_topology(self) -> dict[str, Any]:
+        """``topology()``, made once: nodes and edges are fixed once built, and every fresh run records it
+        (read it, do not change it)."""
+        cached: dict[str, Any] | None = self.__dict__.get("_topology")
+        if cached is None:
+            cached = self.__dict__["_topology"] = self.topology()
+        return cached
 
     def topology_hash(self) -> str:
         """A hash of the nodes and edges: a run saved with another topology is not resumed silently."""
         cached: str | None = self.__dict__.get("_topology_hash")
-        if cached is None:  # nodes and edges are fixed once built; every fresh run record needs the hash
-            text = json.dumps(self._topology(), sort_keys=True)
+        if cached is None:  # every fresh run record needs the hash
+            text = json.dumps(self._recorded_topology(), sort_keys=True)
             cached = self.__dict__["_topology_hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]
         return cached
 
     def _legacy_topology_hash(self) -> str:
         """The hash versions before 0.2 saved (no join modes, conditions only as present or not)."""
-        text = json.dumps(self._topology(legacy=True), sort_keys=True)
+        text = json.dumps(self.topology(legacy=True), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def same_topology(self, saved: str | None) -> bool:
@@ -291,128 +327,30 @@ class MultiAgentBase(RunDocument):
         with the older, coarser hash is accepted when that hash matches)."""
         return saved in (self.topology_hash(), self._legacy_topology_hash())
 
-    # -- versions and migrations ----------------------------------------------------------------------
+    def migrate(self, force: bool = False) -> None:
+        """Carry the loaded run over to this orchestrator before it resumes: migrate a run saved on another
+        version, or refuse one saved by another graph (naming what changed) unless ``force``.
 
-    def _carry_over(self, force: bool) -> None:
-        """Before a resume: migrate a run saved on another version, or refuse one saved by another graph
-        (naming what changed) unless ``force`` (see ``orchestra.multiagent.migrations``)."""
-        what = f"{self.kind} {self.id!r}"
-        saved = self.run.get("version")
-        if saved != self.version and saved in self.migrations:
-            fields, logs = self._whole_document()
-            fields, logs, applied = _migrations.migrate_document(
-                fields, logs, self.migrations, self.version, what
-            )
-            self._take_migrated(fields, logs)
+        Raises:
+            RunError: see ``orchestra.multiagent.migrations.carry_over``.
+        """
+        pipeline = _migrations.Pipeline(
+            what=f"{self.kind} {self.id!r}",
+            version=self.version,
+            migrations=self.migrations,
+            topology=self.topology(),
+            hashes=(self.topology_hash(), self._legacy_topology_hash()),
+            node_ids=frozenset(self.nodes),
+        )
+        applied = _migrations.carry_over(self.document, pipeline, force)
+        if applied:
             self.log.info("run.migrated", steps=applied)
-            self._update_run(
-                topology=self.topology_hash(),
-                migrations=[*(self.run.get("migrations") or []), *applied],
-            )
-            self._set("topology", self._topology())
-            stale = sorted(
-                name[len("node/") :]
-                for name in self._fields
-                if name.startswith("node/") and name[len("node/") :] not in self.nodes
-            )
-            if stale:
-                raise RunError(
-                    f"{what}: after the migration from version {saved!r} the run still has nodes the graph "
-                    f"does not: {', '.join(stale)}; rename or remove them in the migration "
-                    "(run.rename_node(old, new), run.remove_node(id))"
-                )
-            return
-        if self.same_topology(self.run.get("topology")) or force:
-            return
-        changes = _migrations.describe_changes(self._fields.get("topology"), self._topology())
-        hint = (
-            f"register a migration for version {saved!r} (migrations={{{saved!r}: fn}}, YAML migrations:)"
-            if saved is not None
-            else "give the graph a version= and register migrations for the next change"
-        )
-        raise RunError(
-            f"{what}: the saved run was made by a different graph ({'; '.join(changes)}); resuming could "
-            f"skip or repeat the wrong nodes. To carry it over, {hint}; or pass force_resume=True "
-            "(orchestra resume --force) to resume anyway, or delete the session to start over"
-        )
-
-    def _whole_document(self) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-        """The run document as saved, agents' state and the orphans of a changed graph included."""
-        fields = {**self._orphans[0], **copy.deepcopy(self._fields), "state": self.state.to_dict()}
-        logs = {**self._orphans[1], **{k: list(v) for k, v in self._logs.items()}}
-        for node_id, node in self.nodes.items():
-            # Only the agents the saved run has: a node new in this graph has nothing saved (and a
-            # migration may give it the saved agent of a renamed one).
-            if node.kind == "agent" and (
-                node_id in self._restored_agents or f"node/{node_id}" in self._fields
-            ):
-                agent_fields, messages = self._agent_fields(node_id)
-                fields[f"agent/{node_id}"] = agent_fields
-                logs[f"agent/{node_id}/messages"] = list(messages)
-        return fields, logs
-
-    def _take_migrated(self, fields: dict[str, Any], logs: dict[str, list[Any]]) -> None:
-        """Load a migrated document; everything in it is saved with the next save (the journal writes
-        only what differs from what it holds)."""
-        before = set(self._fields) | set(self._orphans[0])
-        orphan_logs = set(self._orphans[1])
-        self.load_document(fields, logs)
-        self._dirty.update(self._fields)
-        self._dirty_logs.update(self._logs)
-        self._dirty_agents.update(n for n, node in self.nodes.items() if node.kind == "agent")
-        self._unset.update(name for name in before if name not in fields)
-        for name in orphan_logs:
-            if name not in logs:  # a renamed or removed agent's conversation: emptied in storage too
-                self._logs[name] = []
-                self._dirty_logs.add(name)
-        self._saved_state_version = -1
-
-    # -- budgets and retries --------------------------------------------------------------------------
-
-    def _metered(self) -> bool:
-        """Whether this run counts its spending: it has a budget, or one of its agents has."""
-        return self.budget is not None or any(node.budget is not None for node in self.nodes.values())
-
-    def _budget_stop(self, node_id: str | None = None) -> BudgetExceededError | None:
-        """The error to stop with before a node starts if the run (or that node) spent its budget."""
-        if self.budget is not None:
-            spent = Spent.from_json(self.run.get("spent"))
-            scope = f"run of {self.kind} {self.id!r}"
-            error = exceeded(self.budget, spent, self._elapsed_ms() / 1000, scope)
-            if error is not None:
-                return error
-        node = self.nodes.get(node_id) if node_id is not None else None
-        if node is not None and node.budget is not None:
-            record = self._fields.get(f"node/{node_id}") or {}
-            return exceeded(node.budget, Spent.from_json(record.get("spent")), 0.0, f"agent {node_id!r}")
-        return None
 
     # -- invocation -----------------------------------------------------------------------------------
 
-    def _open_interrupt_ids(self) -> set[str]:
+    def open_interrupt_ids(self) -> set[str]:
         """The interrupts this run waits on (asked, whether answered yet or not)."""
-        if self.status != Status.INTERRUPTED:
-            return set()
-        return {i["id"] for i in self.run.get("interrupts", [])} | set(self.run.get("answers") or {})
-
-    def _collect_answers(self, new: Mapping[str, Any]) -> dict[str, Any]:
-        """Record answers to open interrupts (in any order, over any number of invocations).
-
-        The run record keeps the questions still open (``interrupts``) and the answers given so far
-        (``answers``); returns every answer once no question is open.
-        """
-        answers = dict(self.run.get("answers") or {})
-        asked = {i["id"] for i in self.run["interrupts"]} | set(answers)
-        unknown = sorted(set(new) - asked)
-        if unknown:
-            raise RunError(
-                f"{self.kind} {self.id!r} has no open interrupt {unknown[0]!r}; its open interrupts: "
-                f"{', '.join(sorted(asked)) or 'none'}"
-            )
-        answers.update(new)
-        still_open = [i for i in self.run["interrupts"] if i["id"] not in answers]
-        self._update_run(interrupts=still_open, answers=answers)
-        return answers
+        return asked_interrupts(self.document)
 
     def __call__(
         self,
@@ -452,7 +390,7 @@ class MultiAgentBase(RunDocument):
             fresh: start a new run of ``task`` even if the last one did not finish (it is not resumed;
                 its saved records stay in the session's journal).
         """
-        with self._exclusive():
+        with Exclusive(self.kind, self.id, self._invoking):
             options = RunOptions(force_resume, resume_unfinished, fresh)
             return await self._invoke(
                 task, {} if invocation_state is None else invocation_state, None, options
@@ -475,7 +413,9 @@ class MultiAgentBase(RunDocument):
         """
         state = {} if invocation_state is None else invocation_state
         options = RunOptions(force_resume, resume_unfinished, fresh)
-        with self._exclusive():
+        with Exclusive(self.kind, self.id, self._invoking):
+            # The task group lives in this generator's own body: closing the generator (GeneratorExit at
+            # its yield) cancels it in the task that entered it.
             send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=1024)
             failure: list[Exception] = []
 
@@ -508,14 +448,11 @@ class MultiAgentBase(RunDocument):
             if failure:
                 raise failure[0]
 
-    def _exclusive(self) -> _Exclusive:
-        return _Exclusive(self)
-
     async def _invoke(
         self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: RunOptions
     ) -> MultiAgentResult:
         await self.hooks.invoke(BeforeMultiAgentInvocation(self, invocation_state))
-        self._run_options = options  # nested orchestrators run with the same options (force_resume)
+        self.run_options = options  # nested orchestrators run with the same options (force_resume)
         responses: dict[str, Any] = {}
         resumed = self.status in _UNFINISHED
         if options.fresh and task is not None and not is_interrupt_responses(task):
@@ -529,14 +466,15 @@ class MultiAgentBase(RunDocument):
                 raise RunError(
                     f"{self.kind} {self.id!r} got interrupt responses but its run is not interrupted"
                 )
-            responses = self._collect_answers(interrupt_responses(task) if task is not None else {})
+            given = interrupt_responses(task) if task is not None else {}
+            responses = collect_answers(self.document, f"{self.kind} {self.id!r}", given)
             if self.run["interrupts"]:
                 # Questions are still open: the run stays interrupted, the answers so far are kept.
-                result = self._build_result()
+                result = self.build_result()
                 result.invocation_state = invocation_state
                 await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
                 return result
-        elif resumed and task is not None and task != self._fields.get("task"):
+        elif resumed and task is not None and task != self.document.field("task"):
             if options.resume_unfinished:
                 task = None
             else:
@@ -545,19 +483,22 @@ class MultiAgentBase(RunDocument):
                     "it by invoking with no task (orchestra resume), or delete the session to start over"
                 )
         if resumed:
-            self._carry_over(options.force_resume)
-            self._update_run(
+            self.migrate(options.force_resume)
+            self.document.update_run(
                 status=Status.EXECUTING.value, reason=None, error=None, interrupts=[], answers={}
             )
         else:
             if task is None:
                 raise RunError(f"{self.kind} {self.id!r} has no run to resume: give it a task")
-            self._start_fresh_document(task)
+            self.start_fresh(task)
         context = {"orchestrator": self.id, "run_id": self.run.get("run_id")}
         if self.session_manager is not None:
             context["session_id"] = self.session_manager.session_id
         # Every log line of the run (its nodes and agents included) carries these ids.
         with structlog.contextvars.bound_contextvars(**context):
+            self.resumed = resumed
+            if not tracing.recording():
+                return await self._run_logged(invocation_state, emit, responses)
             attributes = {
                 "gen_ai.operation.name": "invoke_workflow",
                 "gen_ai.workflow.name": self.id,
@@ -565,9 +506,8 @@ class MultiAgentBase(RunDocument):
                 "orchestra.run.id": self.id,
                 "orchestra.run.resumed": resumed,
             }
-            self._resumed_run = resumed
             with tracing.span(f"invoke_workflow {self.id}", attributes) as run_span:
-                result = await self._run_logged(invocation_state, emit, responses, resumed)
+                result = await self._run_logged(invocation_state, emit, responses)
                 run_span.set(orchestra__run__status=result.status.value)
                 run_span.usage(result.usage)
                 if result.status.value == "failed":
@@ -575,27 +515,27 @@ class MultiAgentBase(RunDocument):
                 return result
 
     async def _run_logged(
-        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any], resumed: bool
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> MultiAgentResult:
-        self.log.info("run.start", kind=self.kind, resumed=resumed)
+        self.log.info("run.start", kind=self.kind, resumed=self.resumed)
         self._invocation_state = invocation_state
         self._base_ms = float(self.run["execution_time_ms"])
         self._started_at = time.perf_counter()
-        if self._meter is None and self._metered():
+        if self._meter is None and self.metered():
             self._meter = Meter(self)
         if self._meter is not None:
             self._meter.start()
         if self.budget is not None:  # the limits in effect (a resume may have raised them)
             limits = self.budget.to_json()
             limits.pop("prices", None)
-            self._update_run(budget=limits)
+            self.document.update_run(budget=limits)
         try:
-            return await self._run_timed(invocation_state, emit, responses, resumed)
+            return await self._run_timed(invocation_state, emit, responses)
         finally:
             self._started_at = None
 
     async def _run_timed(
-        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any], resumed: bool
+        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> MultiAgentResult:
         try:
             try:
@@ -610,119 +550,27 @@ class MultiAgentBase(RunDocument):
                 await self._stop_interrupted(invocation_state)
             self.log.info("run.end", status=Status.INTERRUPTED.value, reason="cancelled")
             raise
-        self._update_run(execution_time_ms=self._elapsed_ms())
+        self.document.update_run(execution_time_ms=self.elapsed_ms())
         result.execution_time_ms = self.run["execution_time_ms"]
-        result.resumed = resumed
+        result.resumed = self.resumed
         result.invocation_state = invocation_state
         await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
         self.log.info("run.end", status=result.status.value, reason=result.reason)
         return result
 
     async def _stop_interrupted(self, invocation_state: dict[str, Any]) -> None:
-        self._finish(Status.INTERRUPTED, "the run was cancelled (for example by Ctrl-C or SIGTERM)")
-        self._update_run(execution_time_ms=self._elapsed_ms())
-        result = self._build_result()
+        self.document.update_run(
+            status=Status.INTERRUPTED.value,
+            reason="the run was cancelled (for example by Ctrl-C or SIGTERM)",
+            error=None,
+            interrupts=[],
+            execution_time_ms=self.elapsed_ms(),
+        )
+        result = self.build_result()
         result.invocation_state = invocation_state
         await self.hooks.invoke(AfterMultiAgentInvocation(self, invocation_state, result))
-
-    def _build_result(self) -> MultiAgentResult:
-        raise NotImplementedError
-
-    def output_source(self) -> dict[str, Any] | None:
-        """Which node gave the output of the run that just completed (see ``NodeResult.output_from``)."""
-        raise NotImplementedError
 
     async def _run(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> MultiAgentResult:
         raise NotImplementedError
-
-    def _finish(
-        self,
-        status: Status,
-        reason: str | None = None,
-        error: str | None = None,
-        interrupts: list[Interrupt] | None = None,
-    ) -> None:
-        self._update_run(
-            status=status.value,
-            reason=reason,
-            error=error,
-            interrupts=[i.model_dump(mode="json") for i in interrupts or []],
-        )
-
-    def _conclude(
-        self,
-        failure: tuple[str, str | None] | None,
-        interrupts: list[Interrupt],
-        stopped: str | None = None,
-    ) -> None:
-        """Record how the run ended: failed (``(reason, error)``), stopped by its budget (``stopped``: the
-        reason; resumable), waiting on interrupts, or completed."""
-        if failure is not None:
-            self._finish(Status.FAILED, *failure)
-        elif stopped is not None:
-            self._finish(Status.INTERRUPTED, stopped, interrupts=interrupts)
-        elif interrupts:
-            self._finish(Status.INTERRUPTED, "waiting for interrupt responses", interrupts=interrupts)
-        else:
-            self._finish(Status.COMPLETED)
-
-    def _add_usage(self, usage: Usage) -> None:
-        # Plain arithmetic on the stored record (its keys are Usage's aliases): per node, three pydantic
-        # round trips cost more than the rest of the bookkeeping.
-        total = self.run["usage"]
-        self._update_run(
-            usage={
-                "inputTokens": total.get("inputTokens", 0) + usage.input_tokens,
-                "outputTokens": total.get("outputTokens", 0) + usage.output_tokens,
-                "totalTokens": total.get("totalTokens", 0) + usage.total_tokens,
-            }
-        )
-
-
-def configure_nodes(
-    nodes: Mapping[str, Node],
-    retry: RetryPolicy | Mapping[str, RetryPolicy] | None,
-    budgets: Mapping[str, Budget] | None,
-) -> None:
-    """Give nodes the retry policies and budgets an orchestrator was built with.
-
-    Raises:
-        GraphError: a policy or budget names a node the orchestrator does not have.
-    """
-    from orchestra.errors import GraphError
-
-    if isinstance(retry, RetryPolicy):
-        for node in nodes.values():
-            node.retry = node.retry or retry
-        retry = None
-    for what, given in (("retry", retry), ("budgets", budgets)):
-        unknown = sorted(set(given or {}) - set(nodes))
-        if unknown:
-            raise GraphError(
-                f"{what} names unknown node(s): {', '.join(unknown)} (the nodes: {', '.join(nodes)})"
-            )
-    for node_id, policy in (retry or {}).items():
-        if not isinstance(policy, RetryPolicy):
-            raise GraphError(f"retry[{node_id!r}] must be a RetryPolicy, not {type(policy).__name__}")
-        nodes[node_id].retry = policy
-    for node_id, budget in (budgets or {}).items():
-        if not isinstance(budget, Budget):
-            raise GraphError(f"budgets[{node_id!r}] must be a Budget, not {type(budget).__name__}")
-        nodes[node_id].budget = budget
-
-
-class _Exclusive:
-    def __init__(self, orchestrator: MultiAgentBase) -> None:
-        self._orchestrator = orchestrator
-
-    def __enter__(self) -> None:
-        if not self._orchestrator._invoking.acquire(blocking=False):
-            raise ConcurrencyError(
-                f"{self._orchestrator.kind} {self._orchestrator.id!r} is already running; it runs one "
-                "invocation at a time"
-            )
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._orchestrator._invoking.release()

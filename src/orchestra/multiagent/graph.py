@@ -1,8 +1,8 @@
 """``Graph`` and ``GraphBuilder``: nodes along directed edges, with conditions, joins, loops and limits.
 
 A Graph checks and builds its structure here, and runs: how a run is scheduled (which node is ready,
-which edge fires) is ``GraphSchedule`` in ``_schedule.py``, whose docstring states the rules, and the
-local run loop is ``_graph_run.py``.
+which edge fires) is ``GraphScheduler`` in ``_graph_schedule.py``, whose docstring states the rules, and
+the local runner is ``_graph_run.py``.
 """
 
 from __future__ import annotations
@@ -18,22 +18,25 @@ from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.multiagent._graph_run import GraphRun
-from orchestra.multiagent._schedule import (
-    Condition,
-    Edge,
-    GraphSchedule,
-    GraphState,
-    _wants_invocation_state,
-)
-from orchestra.multiagent._validation import back_edges, validate_graph
-from orchestra.multiagent.base import MultiAgentBase, configure_nodes
+from orchestra.multiagent._graph_schedule import GraphScheduler, graph_output_source, graph_result
+from orchestra.multiagent._graph_shape import Condition, Edge, GraphShape, GraphState, takes_invocation_state
+from orchestra.multiagent.base import MultiAgentBase
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.migrations import Migration
-from orchestra.multiagent.nodes import Emit, Join, Node
+from orchestra.multiagent.nodes import Emit, Join, Node, configure_nodes
 from orchestra.multiagent.results import GraphResult
+from orchestra.multiagent.validation import back_edges, validate_graph
 from orchestra.retry import RetryPolicy
 
-__all__ = ["Condition", "Edge", "Graph", "GraphBuilder", "GraphState"]
+__all__ = [
+    "Condition",
+    "Edge",
+    "Graph",
+    "GraphBuilder",
+    "GraphState",
+    "condition_id",
+    "takes_invocation_state",
+]
 
 
 def _default_node_id(executor: Any) -> str:
@@ -59,8 +62,8 @@ def _checked_back_edges(
     return frozenset(back_edges(graph, entry_points))
 
 
-class Graph(GraphSchedule):
-    """Runs nodes along directed edges (``_schedule.py`` states the scheduling rules).
+class Graph(MultiAgentBase):
+    """Runs nodes along directed edges (``_graph_schedule.py`` states the scheduling rules).
 
     Args:
         nodes: ``{node_id: executor}``, or a list of executors (ids from agent names, function names,
@@ -141,18 +144,13 @@ class Graph(GraphSchedule):
             max_node_executions is not None or execution_timeout is not None,
         )
         self.edges = [
-            Edge(e.src, e.dst, e.condition, (e.src, e.dst) in back, _wants_invocation_state(e.condition))
+            Edge(e.src, e.dst, e.condition, (e.src, e.dst) in back, takes_invocation_state(e.condition))
             if e.condition is not None
             else Edge(e.src, e.dst, None, (e.src, e.dst) in back)
             for e in raw_edges
         ]
-        self._out: dict[str, list[Edge]] = {n: [] for n in ids}
-        self._forward_preds: dict[str, list[str]] = {n: [] for n in ids}
-        for edge in self.edges:
-            self._out[edge.src].append(edge)
-            if not edge.back:
-                self._forward_preds[edge.dst].append(edge.src)
-        self._order = {node_id: index for index, node_id in enumerate(ids)}
+        self.shape = GraphShape.of(ids, self.edges, self.entry_points)
+        """The structure its scheduler reads: each node's out-edges and forward predecessors."""
         super().__init__(
             built,
             id=id,
@@ -280,15 +278,15 @@ class Graph(GraphSchedule):
             **structure["limits"],
         )
 
-    def _topology(self, legacy: bool = False) -> dict[str, Any]:
+    def topology(self, legacy: bool = False) -> dict[str, Any]:
         if legacy:
             return {
-                **super()._topology(legacy),
+                **super().topology(legacy),
                 "edges": sorted([e.src, e.dst, e.condition is not None] for e in self.edges),
                 "entry_points": sorted(self.entry_points),
             }
         topology = {
-            **super()._topology(),
+            **super().topology(),
             "joins": {n: node.join for n, node in sorted(self.nodes.items())},
             "edges": sorted([e.src, e.dst, condition_id(e.condition) or ""] for e in self.edges),
             "entry_points": sorted(self.entry_points),
@@ -298,25 +296,51 @@ class Graph(GraphSchedule):
             topology["maps"] = maps
         return topology
 
-    # -- the local run loop ---------------------------------------------------------------------------
+    # -- the run ----------------------------------------------------------------------------------------
+
+    def scheduler(self) -> GraphScheduler:
+        """A scheduler of this graph's run document (one per invocation: see ``GraphScheduler``)."""
+        return GraphScheduler(
+            self.shape,
+            self.document,
+            self.nodes,
+            max_node_executions=self.max_node_executions,
+            budget=self.budget,
+            what=f"{self.kind} {self.id!r}",
+        )
+
+    def build_result(self) -> GraphResult:
+        """The run in the document as a ``GraphResult`` (as the run returned it, or would have so far)."""
+        return graph_result(self.document, self.shape, len(self.nodes))
+
+    def output_source(self) -> dict[str, Any] | None:
+        """Which node gave the output of the run that just completed (see ``NodeResult.output_from``)."""
+        return graph_output_source(self.document, self.shape)
 
     async def _run(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> GraphResult:
-        fresh = not any(True for _ in self._node_records())
-        self._restore_queue()
-        if fresh:
-            for entry in self.entry_points:
-                self._queue_node(entry, [])
-        run = GraphRun(self, invocation_state, emit, responses)
+        scheduler = self.scheduler()
+        scheduler.begin()
+        run = GraphRun(
+            self,
+            scheduler,
+            invocation_state,
+            emit,
+            responses,
+            max_concurrency=self.max_concurrency,
+            node_timeout=self.node_timeout,
+            reset_on_revisit=self.reset_on_revisit,
+        )
         if self.execution_timeout is None:
             await run.loop()
         else:
             with anyio.move_on_after(self.execution_timeout) as scope:
                 await run.loop()
             if scope.cancelled_caught:
-                run.fail(f"execution_timeout ({self.execution_timeout:g}s) exceeded")
-        return run.finish()
+                scheduler.fail(f"execution_timeout ({self.execution_timeout:g}s) exceeded")
+        scheduler.finish()
+        return self.build_result()
 
 
 def _node_structure(node: Node) -> dict[str, Any]:
@@ -453,7 +477,7 @@ class GraphBuilder:
         """Validate and build the graph.
 
         Raises:
-            GraphError: see :func:`orchestra.multiagent._validation.validate_graph`.
+            GraphError: see :func:`orchestra.multiagent.validation.validate_graph`.
         """
         return Graph(
             self._nodes,

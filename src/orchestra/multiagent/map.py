@@ -22,9 +22,9 @@ from its start. Each item has the node's retry policy. An item that fails (after
 node, and the run; resuming it runs the failed and the missing items only. A budget reached stops new
 items; the run is saved as interrupted and resumes with the rest.
 
-The run document keeps a map's progress under ``map/<node id>`` (the count), ``map/<node id>/items``
-(the list) and ``map/<node id>/item/<index>`` (each item's result and attempts); a nested map's under
-``map/<node id>:<index>``. Once the map completes they are removed: its output is in the node's result.
+The run document keeps a map's progress (see ``MapScheduler``, ``_map_schedule.py``): the list, and
+each item's result and attempts. Once the map completes they are removed: its output is in the node's
+result.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def _lookup(path: str, node_id: str, orchestrator: Orchestrator) -> Any:
         key, _, rest = rest.partition(".")
         value = orchestrator.state.get(key)
     elif head in orchestrator.nodes:
-        result = orchestrator.node_result(head)
+        result = orchestrator.document.result(head)
         if result is None or result.status.value != "completed":
             raise GraphError(
                 f"map node {node_id!r}: over={path!r} names node {head!r}, which has not completed"
@@ -324,72 +324,3 @@ def _lookup(path: str, node_id: str, orchestrator: Orchestrator) -> Any:
         if value is None:
             raise GraphError(f"map node {node_id!r}: over={path!r}: there is no field {part!r}")
     return value
-
-
-# -- the run document's part (no I/O: shared by the local runner and the Temporal workflow) ----------------
-
-
-def state_name(key: str) -> str:
-    return f"map/{key}"
-
-
-def items_name(key: str) -> str:
-    return f"map/{key}/items"
-
-
-def item_name(key: str, index: int) -> str:
-    return f"map/{key}/item/{index}"
-
-
-def begin(doc: Orchestrator, key: str, items: list[Any] | None, count: int | None = None) -> int:
-    """Start (or, if it did not complete, continue) the map ``key``; returns the number of items.
-
-    Local runs give ``items`` (saved with the map); a Temporal workflow gives only ``count`` (its
-    activities saved the items)."""
-    state = doc._fields.get(state_name(key))
-    if state is not None:
-        return int(state["count"])
-    size = len(items) if items is not None else int(count or 0)
-    doc._set(state_name(key), {"count": size})
-    if items is not None:
-        doc._set(items_name(key), items)
-    return size
-
-
-def started(doc: Orchestrator, key: str) -> int | None:
-    """The number of items of a map that started and did not complete (None: none did)."""
-    state = doc._fields.get(state_name(key))
-    return None if state is None else int(state["count"])
-
-
-def item_record(doc: Orchestrator, key: str, index: int) -> dict[str, Any] | None:
-    record: dict[str, Any] | None = doc._fields.get(item_name(key, index))
-    return record
-
-
-def record_item(doc: Orchestrator, key: str, index: int, record: dict[str, Any]) -> None:
-    doc._set(item_name(key, index), record)
-
-
-def completed(doc: Orchestrator, key: str, count: int) -> list[int]:
-    """The items that completed, in item order."""
-    return [
-        i for i in range(count) if (doc._fields.get(item_name(key, i)) or {}).get("status") == "completed"
-    ]
-
-
-def pending(doc: Orchestrator, key: str, count: int) -> list[int]:
-    """The items still to run, in item order (those without a completed result)."""
-    return [
-        i for i in range(count) if (doc._fields.get(item_name(key, i)) or {}).get("status") != "completed"
-    ]
-
-
-def clear(doc: Orchestrator, key: str) -> None:
-    """Remove a completed map's progress (and its nested maps') from the run document."""
-    prefix = state_name(key)
-    for name in [n for n in doc._fields if n == prefix or n.startswith((f"{prefix}/", f"{prefix}:"))]:
-        del doc._fields[name]
-        doc._dirty.discard(name)
-        doc._unset.add(name)
-    doc._unset.add(items_name(key))  # a Temporal workflow never holds the list, which storage has

@@ -25,11 +25,21 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from orchestra.errors import RunError
+from orchestra.multiagent._run_document import RunDocument
 
-__all__ = ["Migration", "SavedRun", "describe_changes", "document_changes", "migrate_document"]
+__all__ = [
+    "Migration",
+    "Pipeline",
+    "SavedRun",
+    "carry_over",
+    "describe_changes",
+    "document_changes",
+    "migrate_document",
+]
 
 
 class SavedRun:
@@ -291,3 +301,57 @@ def document_changes(
             ):
                 out.append(f"{kind} {name} changed")
     return out
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What a saved run is carried over to: the orchestrator as it is now (see ``carry_over``)."""
+
+    what: str  # how messages name it: "graph 'review'"
+    version: str | None
+    migrations: Mapping[str, Migration]
+    topology: dict[str, Any]
+    hashes: tuple[str, ...]  # the topology hashes a saved run may carry (the current one first)
+    node_ids: frozenset[str]
+
+
+def carry_over(document: RunDocument, pipeline: Pipeline, force: bool) -> list[dict[str, Any]]:
+    """Before a resume: migrate a run saved on another version (returns the steps that ran), or refuse
+    one saved by another graph, naming what changed, unless ``force``.
+
+    Raises:
+        RunError: a migration failed or left nodes the graph does not have; or the run was saved by
+            another graph and no migration is registered for its version.
+    """
+    what = pipeline.what
+    saved = document.run.get("version")
+    if saved != pipeline.version and saved in pipeline.migrations:
+        fields, logs = document.whole()
+        fields, logs, applied = migrate_document(fields, logs, pipeline.migrations, pipeline.version, what)
+        document.replace(fields, logs)
+        document.update_run(
+            topology=pipeline.hashes[0],
+            migrations=[*(document.run.get("migrations") or []), *applied],
+        )
+        document.set("topology", pipeline.topology)
+        stale = sorted(n for n in document.node_ids() if n not in pipeline.node_ids)
+        if stale:
+            raise RunError(
+                f"{what}: after the migration from version {saved!r} the run still has nodes the graph "
+                f"does not: {', '.join(stale)}; rename or remove them in the migration "
+                "(run.rename_node(old, new), run.remove_node(id))"
+            )
+        return applied
+    if document.run.get("topology") in pipeline.hashes or force:
+        return []
+    changes = describe_changes(document.field("topology"), pipeline.topology)
+    hint = (
+        f"register a migration for version {saved!r} (migrations={{{saved!r}: fn}}, YAML migrations:)"
+        if saved is not None
+        else "give the graph a version= and register migrations for the next change"
+    )
+    raise RunError(
+        f"{what}: the saved run was made by a different graph ({'; '.join(changes)}); resuming could "
+        f"skip or repeat the wrong nodes. To carry it over, {hint}; or pass force_resume=True "
+        "(orchestra resume --force) to resume anyway, or delete the session to start over"
+    )

@@ -7,7 +7,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
 from orchestra.retry import RetryPolicy
 
-__all__ = ["Emit", "Node", "NodeInput", "NodeKind", "format_input"]
+__all__ = ["Emit", "Node", "NodeInput", "NodeKind", "configure_nodes", "format_input"]
 
 _log = get_logger("orchestra.multiagent")
 _logged = logging.getLogger("orchestra.multiagent")
@@ -37,6 +37,7 @@ _logged = logging.getLogger("orchestra.multiagent")
 NodeKind = Literal["agent", "function", "orchestrator", "map"]
 Join = Literal["all", "any"]
 Emit = Callable[[Any], Awaitable[None]]
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def format_input(task: Any, inputs: dict[str, Any]) -> Any:
@@ -185,7 +186,9 @@ class Node:
             self.check_agent(executor, node_id)
             self.kind = "agent"
             self.initial = _copy_agent_data(executor.agent_data())
-        elif isinstance(executor, Orchestrator):  # a Graph or Swarm
+        elif not inspect.isroutine(executor) and isinstance(executor, Orchestrator):  # a Graph or Swarm
+            # (A protocol's isinstance costs tens of microseconds: a plain function, which a map builds a
+            # node for per item, is told apart first.)
             if executor.session_manager is not None:
                 raise GraphError(
                     f"nested {type(executor).__name__} {executor.id!r} (node {node_id!r}) has its own session "
@@ -220,21 +223,32 @@ class Node:
         if self.initial is not None:
             self.agent.load_agent_data(_copy_agent_data(self.initial))
 
-    async def execute(
+    def execute(
+        self,
+        node_input: NodeInput,
+        orchestrator: Orchestrator,
+        emit: Emit | None,
+        responses: dict[str, Any],
+    ) -> Awaitable[NodeResult]:
+        """Run the node once (await it). Exceptions propagate (the orchestrator fails the node and the run)."""
+        if tracing.recording():
+            return self._execute_traced(node_input, orchestrator, emit, responses)
+        if _logged.isEnabledFor(logging.INFO):
+            return self._execute_logged(node_input, orchestrator, emit, responses)
+        return self._execute(node_input, orchestrator, emit, responses)  # nothing to pay for per node
+
+    async def _execute_traced(
         self,
         node_input: NodeInput,
         orchestrator: Orchestrator,
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
-        """Run the node once. Exceptions propagate (the orchestrator fails the node and the run)."""
-        if not tracing.recording():
-            return await self._execute_logged(node_input, orchestrator, emit, responses)
         attributes = {
             "orchestra.node.id": self.node_id,
             "orchestra.node.kind": self.kind,
             "orchestra.node.attempt": node_input.execution_count,
-            "orchestra.run.resumed": getattr(orchestrator, "_resumed_run", False),
+            "orchestra.run.resumed": orchestrator.resumed,
         }
         with tracing.span(f"execute_node {self.node_id}", attributes) as node_span:
             result = await self._execute_logged(node_input, orchestrator, emit, responses)
@@ -249,7 +263,7 @@ class Node:
         emit: Emit | None,
         responses: dict[str, Any],
     ) -> NodeResult:
-        if not _logged.isEnabledFor(logging.INFO):  # per node: nothing to pay for when nobody listens
+        if not _logged.isEnabledFor(logging.INFO):
             return await self._execute(node_input, orchestrator, emit, responses)
         with structlog.contextvars.bound_contextvars(node_id=self.node_id):
             _log.info("node.start", execution=node_input.execution_count)
@@ -272,9 +286,9 @@ class Node:
             if self.kind == "agent":
                 result = await self._run_agent(node_input, emit, responses)
             elif self.kind == "orchestrator":
-                result = await self._run_orchestrator(node_input, emit, responses, orchestrator._run_options)
+                result = await self._run_orchestrator(node_input, emit, responses, orchestrator.run_options)
             else:
-                result = await self._run_function(node_input, responses, orchestrator._sync_nodes)
+                result = await self._run_function(node_input, responses, orchestrator.sync_nodes)
         except InterruptException as signal:
             result = NodeResult(
                 node_id=self.node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt]
@@ -325,7 +339,7 @@ class Node:
         self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any], options: RunOptions
     ) -> NodeResult:
         nested: Orchestrator = self.executor
-        mine = nested._open_interrupt_ids()
+        mine = nested.open_interrupt_ids()
         answers = [
             {"interruptResponse": {"interruptId": i, "response": r}}
             for i, r in responses.items()
@@ -379,10 +393,41 @@ class Node:
             if inspect.isawaitable(value):
                 value = await value
         try:
-            json.dumps(value)
+            if type(value) not in _JSON_SCALARS:  # a map's items often return one: no encoding then
+                json.dumps(value)
         except (TypeError, ValueError):
             raise GraphError(
                 f"function node {self.node_id!r} returned a {type(value).__name__}, which is not JSON; "
                 "return text, numbers, lists or dicts so the result can be persisted"
             ) from None
         return NodeResult(node_id=self.node_id, status=Status.COMPLETED, output=value)
+
+
+def configure_nodes(
+    nodes: Mapping[str, Node],
+    retry: RetryPolicy | Mapping[str, RetryPolicy] | None,
+    budgets: Mapping[str, Budget] | None,
+) -> None:
+    """Give nodes the retry policies and budgets an orchestrator was built with.
+
+    Raises:
+        GraphError: a policy or budget names a node the orchestrator does not have.
+    """
+    if isinstance(retry, RetryPolicy):
+        for node in nodes.values():
+            node.retry = node.retry or retry
+        retry = None
+    for what, given in (("retry", retry), ("budgets", budgets)):
+        unknown = sorted(set(given or {}) - set(nodes))
+        if unknown:
+            raise GraphError(
+                f"{what} names unknown node(s): {', '.join(unknown)} (the nodes: {', '.join(nodes)})"
+            )
+    for node_id, policy in (retry or {}).items():
+        if not isinstance(policy, RetryPolicy):
+            raise GraphError(f"retry[{node_id!r}] must be a RetryPolicy, not {type(policy).__name__}")
+        nodes[node_id].retry = policy
+    for node_id, budget in (budgets or {}).items():
+        if not isinstance(budget, Budget):
+            raise GraphError(f"budgets[{node_id!r}] must be a Budget, not {type(budget).__name__}")
+        nodes[node_id].budget = budget

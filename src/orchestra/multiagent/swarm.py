@@ -33,26 +33,20 @@ from orchestra.budget import Budget
 from orchestra.errors import GraphError
 from orchestra.hooks import HookProvider, OrchestratorSessionManager
 from orchestra.interrupts import Interrupt, InterruptException
-from orchestra.multiagent.base import MultiAgentBase, configure_nodes
-from orchestra.multiagent.events import (
-    AfterNodeCall,
-    BeforeNodeCall,
-    HandoffEvent,
-    NodeStartEvent,
-    NodeStopEvent,
-)
+from orchestra.multiagent._attempts import run_attempts
+from orchestra.multiagent._swarm_schedule import HANDOFF_TOOL, SwarmScheduler
+from orchestra.multiagent.base import MultiAgentBase
+from orchestra.multiagent.events import BeforeNodeCall, HandoffEvent, NodeStartEvent, NodeStopEvent
 from orchestra.multiagent.migrations import Migration
-from orchestra.multiagent.nodes import Emit, Node, NodeInput
-from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json, output_text
+from orchestra.multiagent.nodes import Emit, Node, configure_nodes
+from orchestra.multiagent.results import NodeResult, Status, SwarmResult, output_json
 from orchestra.retry import RetryPolicy
 from orchestra.tools import FunctionTool, ToolContext
 
 __all__ = ["HANDOFF_TOOL", "Swarm"]
 
-HANDOFF_TOOL = "handoff_to_agent"
 ResumeFrom = Literal["entry_point", "last_active"]
 History = Literal["run", "shared", "private"]
-_CONVERSATION_KEPT = 20  # exchanges of earlier invocations a "shared" history keeps and shows
 
 
 class Swarm(MultiAgentBase):
@@ -194,8 +188,14 @@ class Swarm(MultiAgentBase):
         )
         return FunctionTool(handoff_to_agent, name=HANDOFF_TOOL, context=True)
 
-    def _topology(self, legacy: bool = False) -> dict[str, Any]:
-        return {**super()._topology(legacy), "entry_point": self.entry_point}
+    def take_handoff(self) -> dict[str, Any] | None:
+        """The handoff the last agent's turn made (``{"from", "to", "message", "context"}``), taken: the
+        next turn starts without one."""
+        handoff, self._pending_handoff = self._pending_handoff, None
+        return handoff
+
+    def topology(self, legacy: bool = False) -> dict[str, Any]:
+        return {**super().topology(legacy), "entry_point": self.entry_point}
 
     def structure(self) -> dict[str, Any]:
         """The swarm's agents and limits as JSON: enough to schedule it elsewhere (see ``from_structure``)."""
@@ -250,278 +250,134 @@ class Swarm(MultiAgentBase):
             **structure["limits"],
         )
 
-    def _blank_run(self) -> None:
-        super()._blank_run()
-        self._stopped: str | None = None  # a budget stopped the run (see _end_turn)
-
     def _new_run_record(self, status: Status) -> dict[str, Any]:
         record = super()._new_run_record(status)
         if self.resume_from != "entry_point" or self.history != "run":  # shown by sessions show
             record["sticky"] = {"resume_from": self.resume_from, "history": self.history}
         return record
 
-    # -- across invocations ---------------------------------------------------------------------------
+    # -- the run --------------------------------------------------------------------------------------
 
-    def _start_fresh_document(self, task: Any, run_id: str | None = None) -> None:
+    def start_fresh(self, task: Any, run_id: str | None = None) -> None:
         """A new run; what the swarm keeps across invocations (see the module docstring) stays."""
+        document = self.document
         kept = {
-            name: self._fields[name]
+            name: document.field(name)
             for name in ("last_active", *(("shared_context",) if self.history != "run" else ()))
-            if name in self._fields
+            if name in document
         }
-        conversation = list(self._logs.get("conversation", [])) if self.history == "shared" else []
+        conversation = list(document.log("conversation")) if self.history == "shared" else []
         agents = (
             {n: node.agent.agent_data() for n, node in self.nodes.items()}
             if self.history == "private"
             else {}
         )
-        super()._start_fresh_document(task, run_id)
+        super().start_fresh(task, run_id)
         for name, value in kept.items():
-            self._set(name, value)
+            document.set(name, value)
         if conversation:
-            self._logs["conversation"] = conversation
-            self._dirty_logs.add("conversation")
+            document.set_log("conversation", conversation)
         for node_id, data in agents.items():
             self.nodes[node_id].agent.load_agent_data(data)
 
-    def _first_agent(self) -> str:
-        last = self._fields.get("last_active")
-        if self.resume_from == "last_active" and last in self.nodes:
-            return str(last)
-        return self.entry_point
-
-    def _remember(self, node_id: str, output: Any) -> None:
-        """A run completed with ``node_id``'s answer: what the next invocation starts from."""
-        self._set("last_active", node_id)
-        if self.history == "shared":
-            entry = {
-                "task": output_text(self._fields.get("task")),
-                "agent": node_id,
-                "output": output_text(output),
-            }
-            self._logs["conversation"] = [*self._logs.get("conversation", []), entry][-_CONVERSATION_KEPT:]
-            self._dirty_logs.add("conversation")
+    def scheduler(self) -> SwarmScheduler:
+        """A scheduler of this swarm's run document (one per invocation: see ``SwarmScheduler``)."""
+        return SwarmScheduler(
+            self.document,
+            self.nodes,
+            entry_point=self.entry_point,
+            resume_from=self.resume_from,
+            history=self.history,
+            max_handoffs=self.max_handoffs,
+            max_iterations=self.max_iterations,
+            repetitive_window=self.repetitive_handoff_detection_window,
+            repetitive_min_agents=self.repetitive_handoff_min_unique_agents,
+            budget=self.budget,
+            what=f"{self.kind} {self.id!r}",
+        )
 
     def output_source(self) -> dict[str, Any] | None:
         """Which agent gave the output of the run that just completed (see ``NodeResult.output_from``)."""
-        order = self._logs.get("execution_order")
-        return self._node_source(order[-1]) if order else None
-
-    # -- the run --------------------------------------------------------------------------------------
-
-    def _compose_input(self, node_id: str, activation: dict[str, Any]) -> Any:
-        task = self._fields.get("task")
-        handoff = activation.get("from")
-        if handoff is None:
-            head: Any = task
-            lines = []
-        else:
-            head = activation["input"]
-            lines = [f"Original task: {output_text(task)}", f"Handed off to you by {handoff}."]
-        shared = self._fields.get("shared_context") or {}
-        if shared:
-            lines.append(f"Shared context: {json.dumps(shared, sort_keys=True)}")
-        earlier = self._logs.get("conversation", []) if self.history == "shared" else []
-        if earlier:
-            exchanges = "; ".join(f"user: {e['task']} -> {e['agent']}: {e['output']}" for e in earlier)
-            lines.append(f"Earlier in this conversation: {exchanges}")
-        history = self._logs.get("node_history", [])
-        if history:
-            lines.append(f"Agents so far: {' -> '.join(history)}")
-        others = [n for n in self.nodes if n != node_id]
-        if others:
-            lines.append(f"You can hand off with {HANDOFF_TOOL} to: {', '.join(others)}.")
-        context = "Swarm context:\n" + "\n".join(f"- {line}" for line in lines)
-        if isinstance(head, list):
-            return [*head, {"text": context}]
-        return f"{output_text(head)}\n\n{context}"
-
-    def _repetitive(self) -> str | None:
-        window = self.repetitive_handoff_detection_window
-        if window <= 0:
-            return None
-        history = self._logs.get("node_history", [])
-        recent = history[-window:]
-        if len(recent) >= window and len(set(recent)) < self.repetitive_handoff_min_unique_agents:
-            return (
-                f"repetitive handoffs: the last {window} turns involved only {', '.join(sorted(set(recent)))} "
-                f"(fewer than repetitive_handoff_min_unique_agents={self.repetitive_handoff_min_unique_agents})"
-            )
-        return None
+        order = self.document.log("execution_order")
+        return self.document.output_source(order[-1]) if order else None
 
     async def _run(
         self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
     ) -> SwarmResult:
-        self._begin_run()
-        failure: tuple[str, str | None] | None = None
-        interrupts: list[Interrupt] = []
-        output: Any = None
+        scheduler = self.scheduler()
+        scheduler.begin()
         with anyio.move_on_after(self.execution_timeout) as deadline:
-            while (
-                self._fields.get("next") is not None
-                and failure is None
-                and not interrupts
-                and self._stopped is None
-            ):
-                failure, interrupts, output = await self._turn(invocation_state, emit, responses)
+            while (node_id := scheduler.next()) is not None and scheduler.check_limits(node_id):
+                await self._turn(scheduler, node_id, invocation_state, emit, responses)
         if deadline.cancelled_caught:
-            failure = (f"execution_timeout ({self.execution_timeout:g}s) exceeded", None)
-        self._conclude(failure, interrupts, self._stopped)
+            scheduler.fail(f"execution_timeout ({self.execution_timeout:g}s) exceeded")
+        scheduler.finish()
         if self.status == Status.COMPLETED:
-            if output is None and self._logs.get("execution_order"):
+            output = scheduler.output
+            order = self.document.log("execution_order")
+            if output is None and order:
                 # Resumed after the last turn was saved but not the run's end: that turn's output.
-                last = self.node_result(self._logs["execution_order"][-1])
+                last = self.document.result(order[-1])
                 output = last.output if last is not None else None
-            self._update_run(output=output_json(output))
-        return self._build_result()
+            self.document.update_run(output=output_json(output))
+        return self.build_result()
 
     async def _turn(
-        self, invocation_state: dict[str, Any], emit: Emit | None, responses: dict[str, Any]
-    ) -> tuple[tuple[str, str | None] | None, list[Interrupt], Any]:
-        """One agent turn: returns (failure, interrupts, output)."""
-        node_id = self._fields["next"]["node"]
-        stop = self._limit_before_turn(node_id)
-        if stop is not None:
-            return stop, [], None
-        record = self._node_record(node_id)
-        before = BeforeNodeCall(
-            self, node_id, invocation_state, record["executions"] + 1, _responses=responses
-        )
-        try:
-            await self.hooks.invoke(before)
-        except InterruptException as signal:
-            result = NodeResult(node_id=node_id, status=Status.INTERRUPTED, interrupts=[signal.interrupt])
-            self._update_node(
-                node_id, status=result.status.value, result=result.model_dump(mode="json"), started=False
-            )
-            await self._after_node(AfterNodeCall(self, node_id, invocation_state, result))
-            return None, [signal.interrupt], None
-        if before.cancel_node is not None:
-            error = f"agent {node_id!r} was cancelled by a hook: {before.cancel_node}"
-            result = NodeResult(node_id=node_id, status=Status.FAILED, error=error)
-            self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
-            await self._after_node(AfterNodeCall(self, node_id, invocation_state, result))
-            return (error, error), [], None
-        spent = self._budget_stop(node_id)
-        if spent is not None:
-            self._stopped = str(spent)
-            return None, [], None
-        node_input = self._begin_turn(node_id, invocation_state)
+        self,
+        scheduler: SwarmScheduler,
+        node_id: str,
+        invocation_state: dict[str, Any],
+        emit: Emit | None,
+        responses: dict[str, Any],
+    ) -> None:
+        """One agent turn, run by the local runner."""
+        if self.hooks.has_callbacks(BeforeNodeCall):
+            executions = self.document.record(node_id)["executions"]
+            before = BeforeNodeCall(self, node_id, invocation_state, executions + 1, _responses=responses)
+            try:
+                await self.hooks.invoke(before)
+            except InterruptException as signal:
+                await self.after_node(node_id, scheduler.interrupt_before(node_id, signal.interrupt))
+                return
+            if before.cancel_node is not None:
+                error = f"agent {node_id!r} was cancelled by a hook: {before.cancel_node}"
+                await self.after_node(node_id, scheduler.cancel_before(node_id, error))
+                return
+        if self.metered():
+            spent = scheduler.budget_stop(node_id, self.elapsed_ms() / 1000)
+            if spent is not None:
+                scheduler.stop(str(spent))
+                return
+        node_input = scheduler.start(node_id, invocation_state)
         if emit is not None:
             await emit(NodeStartEvent(node_id, node_input.execution_count))
-        result = await self._attempts_of_turn(node_id, node_input, emit, responses)
-        result.execution_count = node_input.execution_count
-        handoff, self._pending_handoff = self._pending_handoff, None
-        failure, interrupts, output = self._end_turn(result, handoff)
-        if emit is not None:
-            if handoff is not None and result.status == Status.COMPLETED and failure is None:
-                await emit(HandoffEvent(handoff["from"], handoff["to"], handoff["message"]))
-            await emit(NodeStopEvent(node_id, result))
-        await self._after_node(AfterNodeCall(self, node_id, invocation_state, result))
-        return failure, interrupts, output
-
-    async def _attempts_of_turn(
-        self, node_id: str, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any]
-    ) -> NodeResult:
-        """An agent's turn with its retry policy: a failure becomes a FAILED result, a budget reached an
-        INTERRUPTED one without interrupts (the reason in ``error``)."""
         node = self.nodes[node_id]
 
         async def call() -> NodeResult:
             self._pending_handoff = None  # a failed attempt's handoff does not stand
             return await node.execute(node_input, self, emit, responses)
 
-        return await self._node_attempts(node_id, node_input, call, self.node_timeout, f"agent {node_id!r}")
-
-    # -- decisions (no I/O: shared by every execution backend) ----------------------------------------
-
-    def _begin_run(self) -> None:
-        """A fresh run starts at the entry point (or, with ``resume_from="last_active"``, the agent that
-        answered the last run); a resumed one where it stopped."""
-        self._stopped = None
-        if "next" not in self._fields:
-            self._set("next", {"node": self._first_agent(), "input": None, "from": None})
-            if "shared_context" not in self._fields:
-                self._set("shared_context", {})
-
-    def _limit_before_turn(self, node_id: str) -> tuple[str, str | None] | None:
-        """Continue an interrupted or crashed turn as the same execution; stop if max_iterations is reached."""
-        self._continue_execution(node_id)
-        if self.run["execution_count"] >= self.max_iterations:
-            return (
-                f"max_iterations limit ({self.max_iterations}) reached before agent {node_id!r} could run",
-                None,
-            )
-        return None
-
-    def _begin_turn(self, node_id: str, invocation_state: dict[str, Any]) -> NodeInput:
-        """Mark the agent's turn started and build what it receives."""
-        activation = self._fields["next"]
-        executions = self._node_record(node_id)["executions"] + 1
-        self._update_node(node_id, status=Status.EXECUTING.value, executions=executions, started=True)
-        self._update_run(execution_count=self.run["execution_count"] + 1, current=node_id)
-        return NodeInput(
-            node_id=node_id,
-            task=self._compose_input(node_id, activation),
-            inputs={},
-            state=self.state,
-            invocation_state=invocation_state,
-            execution_count=executions,
+        result = await run_attempts(
+            self, scheduler, node_id, node_input, call, self.node_timeout, f"agent {node_id!r}"
         )
+        handoff = self.take_handoff()
+        scheduler.end_turn(result, handoff)
+        if emit is not None:
+            if handoff is not None and result.status == Status.COMPLETED and scheduler.failure is None:
+                await emit(HandoffEvent(handoff["from"], handoff["to"], handoff["message"]))
+            await emit(NodeStopEvent(node_id, result))
+        await self.after_node(node_id, result)
 
-    def _end_turn(
-        self, result: NodeResult, handoff: dict[str, Any] | None
-    ) -> tuple[tuple[str, str | None] | None, list[Interrupt], Any]:
-        """Record a finished turn and decide what comes next: (failure, interrupts, final output)."""
-        node_id = result.node_id
-        self._update_node(node_id, status=result.status.value, result=result.model_dump(mode="json"))
-        self._add_usage(result.usage)
-        self._mark_agent(node_id)
-        if result.status == Status.FAILED:
-            return (f"agent {node_id!r} failed: {result.error}", result.error), [], None
-        if result.status == Status.INTERRUPTED:
-            if not result.interrupts:  # a budget was reached: the turn runs again on resume
-                self._stopped = result.error or "BudgetExceeded"
-            return None, list(result.interrupts), None
-        self._append_log("execution_order", node_id)
-        self._append_log("node_history", node_id)
-        if handoff is None:
-            self._set("next", None)
-            self._remember(node_id, result.output)
-            return None, [], result.output
-        return self._hand_off(handoff), [], None
-
-    def _hand_off(self, handoff: dict[str, Any]) -> tuple[str, str | None] | None:
-        count = self.run.get("handoff_count", 0) + 1
-        self._update_run(handoff_count=count)
-        if count > self.max_handoffs:
-            return (
-                f"max_handoffs limit ({self.max_handoffs}) reached: {handoff['from']} tried to hand off to {handoff['to']}",
-                None,
-            )
-        if handoff["context"]:
-            shared = dict(self._fields.get("shared_context") or {})
-            shared[handoff["from"]] = {**shared.get(handoff["from"], {}), **handoff["context"]}
-            self._set("shared_context", shared)
-        self._append_log(
-            "handoffs", {"from": handoff["from"], "to": handoff["to"], "message": handoff["message"]}
-        )
-        self._set("next", {"node": handoff["to"], "input": handoff["message"], "from": handoff["from"]})
-        repetitive = self._repetitive()
-        return (repetitive, None) if repetitive else None
-
-    def _build_result(self) -> SwarmResult:
-        run = self.run
-        results = {}
-        for node_id in self.nodes:
-            record = self._fields.get(f"node/{node_id}")
-            if record and record.get("result"):
-                results[node_id] = self._restored_result(node_id, record["result"])
+    def build_result(self) -> SwarmResult:
+        """The run in the document as a ``SwarmResult`` (as the run returned it, or would have so far)."""
+        document = self.document
+        run = document.run
+        results = {n: r for n in self.nodes if (r := document.result(n)) is not None}
         status = Status(run["status"])
-        order = list(self._logs.get("execution_order", []))
+        order = list(document.log("execution_order"))
         output = None  # none for an unfinished run
         if status == Status.COMPLETED:
-            output = self._restored_output(order[-1], run.get("output")) if order else run.get("output")
+            output = document.restored_output(order[-1], run.get("output")) if order else run.get("output")
         return SwarmResult(
             status=status,
             results=results,
@@ -532,7 +388,7 @@ class Swarm(MultiAgentBase):
             interrupts=[Interrupt.model_validate(i) for i in run["interrupts"]],
             usage=run["usage"],
             execution_count=run["execution_count"],
-            node_history=list(self._logs.get("node_history", [])),
-            handoffs=list(self._logs.get("handoffs", [])),
-            shared_context=dict(self._fields.get("shared_context") or {}),
+            node_history=list(document.log("node_history")),
+            handoffs=list(document.log("handoffs")),
+            shared_context=dict(document.field("shared_context") or {}),
         )

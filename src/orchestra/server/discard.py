@@ -19,7 +19,6 @@ from orchestra.errors import SnapshotError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.session._journal import Compaction, Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout
-from orchestra.session._multiagent import _with_nested
 from orchestra.storage import Storage
 
 __all__ = ["discard_run", "stored_by"]
@@ -28,7 +27,7 @@ __all__ = ["discard_run", "stored_by"]
 def _scopes(target: Agent | MultiAgentBase) -> list[tuple[ScopeKind, str]]:
     if isinstance(target, Agent):
         return [("agent", target.agent_id)]
-    return [("multiAgent", scope.scope_id) for scope in _with_nested(target)]
+    return [("multiAgent", scope.scope_id) for scope in target.orchestrators()]
 
 
 def _started_ms(started_at: str) -> int:

@@ -92,8 +92,8 @@ async def _settle(
         status = final[-1][1].set["run"].get("status") if final else None
         if status in _FINAL:
             doc = await journal.load_at(final[-1][0])
-            target.load_document(doc.fields, doc.logs)
-            result = target._build_result()
+            target.document.load(doc.fields, doc.logs)
+            result = target.build_result()
             settled.status, settled.output, settled.stored = status, result.output, True
             settled.error = settled.error_code = None
             settled.http_status = 200

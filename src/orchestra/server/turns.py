@@ -341,7 +341,7 @@ def _usage(usage: Any) -> dict[str, int]:
 def nodes_of(target: MultiAgentBase, result: MultiAgentResult | None) -> dict[str, dict[str, Any]]:
     nodes: dict[str, dict[str, Any]] = {}
     for node_id, node in target.nodes.items():
-        record = target._fields.get(f"node/{node_id}") or {}
+        record = target.document.node(node_id) or {}
         node_result = result.results.get(node_id) if result else None
         nodes[node_id] = {
             "kind": node.kind,

@@ -11,9 +11,13 @@ import anyio
 from orchestra._concurrency import held
 from orchestra.errors import SessionError
 from orchestra.hooks import HookRegistry, TurnCheckpoint
-from orchestra.multiagent._orchestrator import Orchestrator
-from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
-from orchestra.multiagent.results import Status
+from orchestra.multiagent import (
+    AfterMultiAgentInvocation,
+    AfterNodeCall,
+    BeforeMultiAgentInvocation,
+    Orchestrator,
+    Status,
+)
 from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document
 from orchestra.session._journal import Journal
@@ -70,7 +74,7 @@ class OrchestratorPersistence:
         journal = self.manager.journal("multiAgent", orchestrator.scope_id)
         doc = await journal.load()
         if doc is not None:
-            orchestrator.load_document(doc.fields, doc.logs)
+            orchestrator.document.load(doc.fields, doc.logs)
         self._journals[orchestrator] = journal
         self._locks[orchestrator] = anyio.Lock()
         for node_id, node in orchestrator.nodes.items():
@@ -84,7 +88,7 @@ class OrchestratorPersistence:
                 )
 
     async def _node_turn(self, orchestrator: Orchestrator, node_id: str, event: TurnCheckpoint) -> None:
-        orchestrator._mark_agent(node_id)
+        orchestrator.document.mark_agent(node_id)
         await self.save(orchestrator)
 
     def journal_of(self, orchestrator: Orchestrator) -> Journal:
@@ -104,7 +108,7 @@ class OrchestratorPersistence:
     async def _save_locked(self, orchestrator: Orchestrator) -> None:
         journal = self._journals[orchestrator]
         journal.run_id = self.manager.run_id
-        fields, logs, unset = orchestrator.take_changes()
+        fields, logs, unset = orchestrator.document.take_changes()
         held = self._unsaved.pop(orchestrator, None)
         if held is not None:
             # What a failed save took is saved now, with what changed since (which is newer).
@@ -140,7 +144,7 @@ class OrchestratorPersistence:
     async def snapshot(self, orchestrator: Orchestrator, app_data: dict[str, Any] | None = None) -> str:
         """Save, then take an immutable snapshot of the run and of its nested runs, under one new id."""
         snapshot_id = str(uuid7())
-        for scope in _with_nested(orchestrator):
+        for scope in orchestrator.orchestrators():
             journal = self._journals.get(scope)
             if journal is None or journal.absent:
                 continue
@@ -149,11 +153,3 @@ class OrchestratorPersistence:
             if self.manager.keep_snapshots is not None:
                 await journal.prune_checkpoints(keep=self.manager.keep_snapshots)
         return snapshot_id
-
-
-def _with_nested(orchestrator: Orchestrator) -> list[Orchestrator]:
-    found = [orchestrator]
-    for node in orchestrator.nodes.values():
-        if node.kind == "orchestrator":
-            found.extend(_with_nested(node.executor))
-    return found

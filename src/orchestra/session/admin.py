@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from orchestra._ids import validate_id
 from orchestra.errors import SessionError
-from orchestra.multiagent._details import run_details
+from orchestra.multiagent.details import run_details
 from orchestra.session._document import Document
 from orchestra.session._erase import erase_session
 from orchestra.session._journal import Journal

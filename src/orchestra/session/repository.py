@@ -409,13 +409,13 @@ class RepositorySessionManager:
             )
         self._orchestrators[orchestrator] = payload is not None
         if payload is not None:
-            orchestrator.deserialize_state(
+            orchestrator.document.load_json(
                 {k: v for k, v in payload.items() if k not in ("id", "updated_at")}
             )
 
     async def _save_orchestrator(self, orchestrator: Any) -> None:
-        orchestrator.take_changes()  # this layout rewrites the whole state: nothing to track
-        payload = {"id": orchestrator.scope_id, "updated_at": now_iso(), **orchestrator.serialize_state()}
+        orchestrator.document.take_changes()  # this layout rewrites the whole state: nothing to track
+        payload = {"id": orchestrator.scope_id, "updated_at": now_iso(), **orchestrator.document.dump()}
         repo = self.session_repository
         if self._orchestrators.get(orchestrator):
             await _call(repo.update_multi_agent(self._session_id, payload))

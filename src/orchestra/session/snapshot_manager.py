@@ -404,7 +404,7 @@ class SnapshotSessionManager:
         removed = [name for name in current.fields if name not in doc.fields]
         logs = {name: doc.logs.get(name, []) for name in {*current.logs, *doc.logs}}
         await journal.save(doc.fields, logs, removed)
-        orchestrator.load_document(doc.fields, doc.logs)
+        orchestrator.document.load(doc.fields, doc.logs)
 
     async def fork(
         self, orchestrator: MultiAgentBase, new_session_id: str, snapshot_id: str | None = None

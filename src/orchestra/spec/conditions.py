@@ -6,23 +6,15 @@ import json
 import operator
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from orchestra._imports import import_object
+from orchestra.multiagent.graph import GraphState, takes_invocation_state
 from orchestra.spec.models import ConditionSpec, FieldTest
 
-if TYPE_CHECKING:
-    from orchestra.multiagent.graph import GraphState
-
 __all__ = ["SpecCondition"]
-
-
-def _wants_invocation_state(fn: Callable[..., Any]) -> bool:
-    from orchestra.multiagent._schedule import _wants_invocation_state as wants
-
-    return wants(fn)
 
 
 class SpecCondition:
@@ -80,7 +72,7 @@ class SpecCondition:
         fn = import_object(spec.call)
         if not callable(fn):
             raise TypeError(f"{spec.call} is not callable")
-        if _wants_invocation_state(fn):
+        if takes_invocation_state(fn):
             return lambda state, inv: bool(fn(state, invocation_state=inv))
         return lambda state, _: bool(fn(state))
 

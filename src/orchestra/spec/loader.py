@@ -34,7 +34,7 @@ from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.models import Model, default_model, resolve_model
 from orchestra.models._registry import scripted_reply
 from orchestra.multiagent import Budget, Graph, Map, MultiAgentBase, RetryPolicy, Swarm
-from orchestra.multiagent._validation import back_edges
+from orchestra.multiagent.validation import back_edges
 from orchestra.retry import error_types
 from orchestra.spec._yaml import Located, load_located
 from orchestra.spec.conditions import SpecCondition
@@ -321,7 +321,7 @@ def _check(
 
 
 def _check_structure(spec: PipelineSpec, ids: dict[str, int], problem: Any) -> None:
-    import networkx as nx  # when a graph is first checked (see multiagent/_validation.py)
+    import networkx as nx  # when a graph is first checked (see multiagent/validation.py)
 
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(ids)

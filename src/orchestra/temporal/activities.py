@@ -32,10 +32,20 @@ from orchestra.errors import (
     StorageConflictError,
 )
 from orchestra.hooks import TurnCheckpoint
-from orchestra.multiagent import DEFAULT_RETRY, Graph, MultiAgentBase, NodeInput, NodeResult, Status, Swarm
-from orchestra.multiagent import map as maps
-from orchestra.multiagent._map_run import finish_result, item_record, run_item_attempt
-from orchestra.multiagent._schedule import ConditionError
+from orchestra.multiagent import (
+    DEFAULT_RETRY,
+    ConditionError,
+    Graph,
+    MapItem,
+    MapScheduler,
+    MultiAgentBase,
+    NodeInput,
+    NodeResult,
+    Status,
+    Swarm,
+    run_map_item,
+)
+from orchestra.multiagent.map import resolve_items
 from orchestra.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session._document import Document, decode_messages
@@ -163,7 +173,7 @@ def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, l
     """What one node's activity loads of the run document (which is shared: the worker's reader keeps it).
 
     Of the agents' state, only the node's own agent's, copied whole: every other agent's conversation
-    stays unread. The node records go as they are (``load_document(shared_records=True)`` copies the one
+    stays unread. The node records go as they are (``RunDocument.load(shared_records=True)`` copies the one
     the node changes); the other records (the run, the state) are copied a level deep, since the
     orchestrator changes them in place."""
     own = (f"agent/{node_id}", f"agent/{node_id}/messages")
@@ -235,7 +245,7 @@ class PipelineActivities:
 
     def _orchestrator(self, request: NodeRequest, storage: Storage) -> MultiAgentBase:
         """The pipeline to run one node in. A function node runs in a copy of the pipeline this worker
-        built once (``_copy_for_run``), so an activity does not build every node of a large pipeline.
+        built once (``copy_for_run``), so an activity does not build every node of a large pipeline.
         Agents and nested orchestrators hold state of their own, so their nodes get the pipeline built
         afresh, where nested graphs and swarms persist (and resume) under the session."""
         loaded = self._spec(request.spec_id, request.spec_hash)
@@ -246,7 +256,7 @@ class PipelineActivities:
             template = self._templates[request.spec_id] = built
         if isinstance(template, Graph) and template.nodes[request.node_id].kind in ("function", "map"):
             # A map's items are fresh copies of its template (or fresh builds): the copy holds none.
-            return template._copy_for_run()
+            return template.copy_for_run()
         orchestrator = build(loaded)
         assert isinstance(orchestrator, MultiAgentBase)
         orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
@@ -319,26 +329,21 @@ class PipelineActivities:
         orchestrator = self._orchestrator(request, storage)
         doc = await self._document(storage, request)
         if doc is not None:
-            orchestrator.load_document(*_node_view(doc, request.node_id), shared_records=True)
+            orchestrator.document.load(*_node_view(doc, request.node_id), shared_records=True)
         node = orchestrator.nodes[request.node_id]
         if request.reset:
             node.reset()
         if node.kind == "agent":
             await self._keep_open_turn(storage, request, orchestrator, node.agent)
         if isinstance(orchestrator, Graph):
-            # A function node sees its inputs only; edge conditions, and an agent's tools (through
-            # ToolContext.orchestrator), may read any node's result.
-            reads_all = node.kind != "function" or any(
-                e.condition for e in orchestrator._out[request.node_id]
-            )
-            orchestrator._restore_results(None if reads_all else request.activation)
-            inputs = {
-                s: orchestrator._results[s].output for s in request.activation if s in orchestrator._results
-            }
-            task = request.prompt if request.prompt is not None else orchestrator._fields.get("task")
+            # Results are read back from the document when read: a function node's inputs only, unless an
+            # edge condition or an agent's tool (through ToolContext.orchestrator) reads others.
+            document = orchestrator.document
+            inputs = {s: r.output for s in request.activation if (r := document.result(s)) is not None}
+            task = request.prompt if request.prompt is not None else orchestrator.document.field("task")
         elif request.swarm_next is not None:  # a swarm turn: its prompt is composed here, from the saved run
             assert isinstance(orchestrator, Swarm)
-            inputs, task = {}, orchestrator._compose_input(request.node_id, request.swarm_next)
+            inputs, task = {}, orchestrator.scheduler().compose_input(request.node_id, request.swarm_next)
         else:
             inputs, task = {}, request.prompt
         invocation_state = await self._invocation_state(storage, request)
@@ -366,11 +371,13 @@ class PipelineActivities:
         started = time.perf_counter()
         timeout: float | None = getattr(orchestrator, "node_timeout", None)
         if request.map_phase == "finish":
-            result, error = finish_result(orchestrator, request.node_id), None
+            spec = orchestrator.nodes[request.node_id].executor
+            result = MapScheduler(orchestrator.document, request.node_id).result(request.node_id, spec)
+            error = None
         elif request.map_phase == "item":
             index = request.map_item
             result, error = await self._run(
-                lambda: run_item_attempt(
+                lambda: run_map_item(
                     orchestrator, request.node_id, node_input, index, request.responses, timeout
                 ),
                 orchestrator,
@@ -389,25 +396,26 @@ class PipelineActivities:
         fired: dict[str, bool] = {}
         join_done = False
         if request.map_phase == "item":
-            record = item_record(result, (time.perf_counter() - started) * 1000, attempts)
+            record = MapScheduler.item_record(result, (time.perf_counter() - started) * 1000, attempts)
             join_done = result.status == Status.COMPLETED and _until_holds(orchestrator, request, result)
             blob: dict[str, Any] = {"result": record}
         else:
             if isinstance(orchestrator, Graph) and result.status == Status.COMPLETED:
-                orchestrator._record_result(result)
+                scheduler = orchestrator.scheduler()
+                scheduler.record(result)  # the conditions see it
                 try:
-                    fired = orchestrator._evaluate_edges(request.node_id, invocation_state)
+                    fired = scheduler.evaluate_edges(request.node_id, invocation_state)
                 except ConditionError as exc:
                     result = NodeResult(node_id=request.node_id, status=Status.FAILED, error=str(exc))
             blob = {"result": result.model_dump(mode="json")}
             if attempts:
                 blob["attempts"] = attempts
-        handoff = orchestrator._pending_handoff if isinstance(orchestrator, Swarm) else None
+        handoff = orchestrator.take_handoff() if isinstance(orchestrator, Swarm) else None
         # Changes, not the whole state: parallel nodes' writes merge at commit, as locally.
         blob["state_changes"] = _state_changes(state_before, orchestrator.state.to_dict())
         blob["state_base"] = state_before
         if node.kind == "agent":
-            fields, messages = orchestrator._agent_fields(request.node_id)
+            fields, messages = orchestrator.document.agent_fields(request.node_id)
             blob["agent"] = fields
             blob["messages"] = messages
         key = f"{base}.json"
@@ -430,9 +438,7 @@ class PipelineActivities:
         """A map's first step: save the list it fans out over (its items read it from there)."""
         node_id = node_input.node_id
         try:
-            items = maps.resolve_items(
-                orchestrator.nodes[node_id].executor, node_id, node_input, orchestrator
-            )
+            items = resolve_items(orchestrator.nodes[node_id].executor, node_id, node_input, orchestrator)
         except Exception as exc:  # over= names nothing, or is not a JSON list: the node fails
             return NodeOutcome(status="failed", blob="", error=f"{type(exc).__name__}: {exc}")
         await _write_blob(storage, key, {"map_items": items})
@@ -490,7 +496,7 @@ class PipelineActivities:
             agent.load_agent_data(AgentData(messages=saved["messages"], **saved["agent"]))
 
         async def checkpoint(event: TurnCheckpoint) -> None:
-            fields, messages = orchestrator._agent_fields(request.node_id)
+            fields, messages = orchestrator.document.agent_fields(request.node_id)
             await storage.write(key, dumps({"agent": fields, "messages": messages}).encode())
 
         agent.hooks.add_callback(TurnCheckpoint, checkpoint)
@@ -663,12 +669,12 @@ async def _fold_map(
         key, blob_key = request.map_list
         found = await storage.read(blob_key)
         if found is not None:
-            fields[maps.items_name(key)] = json.loads(found[0])["map_items"]
-        elif not (same_run and journal.field(maps.items_name(key)) is not None):
+            fields[MapScheduler.items_name(key)] = json.loads(found[0])["map_items"]
+        elif not (same_run and journal.field(MapScheduler.items_name(key)) is not None):
             raise RuntimeError(f"{blob_key}: the map's list is missing")
     keys = [str(blob) for _, _, blob in request.map_items]
     for (key, index, blob_key), found in zip(request.map_items, await read_many(storage, keys), strict=True):
-        name = maps.item_name(str(key), int(index))
+        name = MapScheduler.item_name(str(key), int(index))
         if found is not None:
             blob = json.loads(found[0])
             fields[name] = blob["result"]
@@ -699,14 +705,12 @@ def _until_holds(orchestrator: MultiAgentBase, request: NodeRequest, result: Nod
     spec = orchestrator.nodes[request.node_id].executor
     if not callable(spec.join):
         return False
-    count = maps.started(orchestrator, request.node_id) or 0
-    items = orchestrator._fields.get(maps.items_name(request.node_id)) or []
-    done = {
-        i: (maps.item_record(orchestrator, request.node_id, i) or {}).get("output")
-        for i in maps.completed(orchestrator, request.node_id, count)
-    }
+    scheduler = MapScheduler(orchestrator.document, request.node_id)
+    count = scheduler.started or 0
+    items = scheduler.items()
+    done = {i: (scheduler.item(i) or {}).get("output") for i in scheduler.completed()}
     done[request.map_item] = result.output
-    return bool(spec.satisfied([maps.MapItem(i, items[i], done[i]) for i in sorted(done)], count))
+    return bool(spec.satisfied([MapItem(i, items[i], done[i]) for i in sorted(done)], count))
 
 
 def _holds_execution(stored: dict[str, Any] | None, record: dict[str, Any] | None) -> bool:

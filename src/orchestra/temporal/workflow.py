@@ -1,9 +1,10 @@
 """The pipeline workflow: orchestra's own scheduling decisions, with every node run as an activity.
 
 The workflow builds a *skeleton* of the Graph or Swarm (``from_structure``: the same nodes, edges and
-limits with stand-in executors) and drives it with the very methods a local run uses (``_start_node``,
-``_apply_edges``, ``_queue_ready``, ``_limit_reached``; ``_begin_turn``, ``_end_turn`` for swarms). Those
-methods do no I/O and read no clock, so the workflow stays deterministic. Each node runs in an activity
+limits with stand-in executors) and drives its scheduler (``GraphScheduler``, ``SwarmScheduler``,
+``MapScheduler``) through the very methods the local runner uses: ``begin``, ``next``, ``start``,
+``complete`` (``end_turn`` for swarms), ``finish``. A scheduler does no I/O and reads no clock, so the
+workflow stays deterministic; it reads and changes the run only through the skeleton's run document. Each node runs in an activity
 with retries (a worker that dies costs a retry of that node only); after each node the workflow commits
 the run to the session journal through a local activity (it runs beside the workflow, one at a time, so
 the journal keeps a single writer), so ``orchestra sessions show`` and the dashboard see Temporal runs
@@ -24,8 +25,17 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from orchestra.interrupts import Interrupt
-    from orchestra.multiagent import Graph, Map, MultiAgentBase, NodeResult, Status, Swarm
-    from orchestra.multiagent import map as maps
+    from orchestra.multiagent import (
+        Graph,
+        GraphScheduler,
+        Map,
+        MapScheduler,
+        MultiAgentBase,
+        NodeResult,
+        Status,
+        Swarm,
+        SwarmScheduler,
+    )
     from orchestra.temporal._types import (
         WORKFLOW_NAME,
         CommitRequest,
@@ -42,6 +52,11 @@ _NODE_RETRIES = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milli
 _COMMIT_RETRIES = RetryPolicy(maximum_attempts=20, initial_interval=timedelta(milliseconds=200))
 _UNFINISHED = ("executing", "failed", "interrupted")
 _BATCH_COMMITS = "commit-batches"  # workflow.patched: see _run_graph
+# Runs recorded before the schedulers were shared with the local runner went on after a budget stopped a
+# node, and a sticky swarm's next run started at the entry point with a blank shared context: histories
+# recorded then replay that way (see _budget_stops, _run_swarm).
+_BUDGET_STOPS = "budget-stops"
+_STICKY_SWARMS = "sticky-swarms"
 
 
 @workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
@@ -68,7 +83,7 @@ class PipelineWorkflow:
         orchestrator = self._orchestrator
         if orchestrator is None:
             return {"status": "pending", "nodes": {}, "interrupts": []}
-        records = {n: orchestrator._fields.get(f"node/{n}") or {} for n in orchestrator.nodes}
+        records = {n: orchestrator.document.node(n) or {} for n in orchestrator.nodes}
         nodes = {n: record.get("status", "pending") for n, record in records.items()}
         executions = {n: record.get("executions", 0) for n, record in records.items()}
         seconds = {
@@ -104,8 +119,9 @@ class PipelineWorkflow:
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
         )
+        document = skeleton.document
         if saved is not None:
-            skeleton.load_document(saved["fields"], saved["logs"])
+            document.load(saved["fields"], saved["logs"])
         responses = dict(request.responses)
         fresh = skeleton.status.value not in _UNFINISHED
         if not fresh:
@@ -114,11 +130,11 @@ class PipelineWorkflow:
                     "status": "failed",
                     "reason": "the saved run was made by a different graph; resume with --force",
                 }
-            skeleton._update_run(status=Status.EXECUTING.value, reason=None, error=None, interrupts=[])
+            document.update_run(status=Status.EXECUTING.value, reason=None, error=None, interrupts=[])
         else:
             if request.task is None and not request.task_ref:
                 return {"status": "failed", "reason": f"{skeleton.kind} {skeleton.id!r} has no run to resume"}
-            skeleton._start_fresh_document(request.task, run_id=request.run_id or workflow.info().workflow_id)
+            skeleton.start_fresh(request.task, run_id=request.run_id or workflow.info().workflow_id)
         # The session shows the run (its task, its status) from the start; a fresh run starts from the
         # spec's state, as locally (the nodes' changes merge into it).
         await self._commit(
@@ -128,13 +144,16 @@ class PipelineWorkflow:
         )
         started = workflow.now()
         while True:
+            scheduler: GraphScheduler | SwarmScheduler
             if isinstance(skeleton, Graph):
-                failure, interrupts = await self._run_graph(skeleton, responses, started)
+                scheduler = skeleton.scheduler()
+                await self._run_graph(skeleton, scheduler, responses, started)
             else:
                 assert isinstance(skeleton, Swarm)
-                failure, interrupts = await self._run_swarm(skeleton, responses, started)
-            skeleton._conclude(failure, interrupts)
-            ended = not interrupts or failure is not None
+                scheduler = skeleton.scheduler()
+                await self._run_swarm(skeleton, scheduler, responses, started)
+            scheduler.finish()
+            ended = not scheduler.interrupts or scheduler.failure is not None
             # A run that ended needs its invocation state no more (a resume starts with its own).
             done_with = [request.invocation_state_ref] if ended and request.invocation_state_ref else []
             await self._commit(skeleton, delete=done_with, ends_run=ended)
@@ -144,13 +163,13 @@ class PipelineWorkflow:
             self._responses = None
             await workflow.wait_condition(lambda: self._responses is not None)
             responses = dict(self._responses or {})
-            skeleton._update_run(status=Status.EXECUTING.value, reason=None, interrupts=[])
+            document.update_run(status=Status.EXECUTING.value, reason=None, interrupts=[])
         run = skeleton.run
         return {
             "status": run["status"],
             "reason": run.get("reason"),
             "error": run.get("error"),
-            "execution_order": list(skeleton._logs.get("execution_order", [])),
+            "execution_order": list(document.log("execution_order")),
             "usage": run.get("usage"),
             "execution_count": run.get("execution_count"),
         }
@@ -160,7 +179,7 @@ class PipelineWorkflow:
     def _node_request(self, orchestrator: MultiAgentBase, node_id: str, **options: Any) -> NodeRequest:
         request = self._request
         assert request is not None
-        record = orchestrator._node_record(node_id)
+        record = orchestrator.document.record(node_id)
         return NodeRequest(
             spec_id=request.spec_id,
             session_id=request.session_id,
@@ -277,7 +296,7 @@ class PipelineWorkflow:
         request = self._request
         assert request is not None
         self._commits += 1
-        fields, logs, unset = orchestrator.take_changes(include_agents=False)
+        fields, logs, unset = orchestrator.document.take_changes(include_agents=False)
         if initial_state is not None:
             fields["state"] = initial_state
         kind = orchestrator.nodes[node_id].kind if node_id else None
@@ -312,29 +331,25 @@ class PipelineWorkflow:
         elapsed: float = (workflow.now() - started).total_seconds()
         return limit - elapsed
 
+    @staticmethod
+    def _budget_stops(scheduler: GraphScheduler | SwarmScheduler) -> None:
+        """A budget stopped a node: the run stops (resumable), as it does locally; a history recorded
+        before that went on."""
+        if scheduler.stopped is not None and not workflow.patched(_BUDGET_STOPS):
+            scheduler.stopped = None
+
     async def _run_graph(
-        self, graph: Graph, responses: dict[str, Any], started: Any
-    ) -> tuple[tuple[str, str | None] | None, list[Interrupt]]:
-        fresh = not graph._node_records()
-        graph._restore_queue()
-        if fresh:
-            for entry in graph.entry_points:
-                graph._queue_node(entry, [])
+        self, graph: Graph, scheduler: GraphScheduler, responses: dict[str, Any], started: Any
+    ) -> None:
+        document = graph.document
+        scheduler.begin()
         limit = graph.max_concurrency or math.inf
         running: dict[asyncio.Task[NodeOutcome], str] = {}
-        failure: tuple[str, str | None] | None = None
-        interrupts: list[Interrupt] = []
         while True:
-            while graph._queue and len(running) < limit and failure is None and not interrupts:
-                node_id = graph._queue[0]
-                reason = graph._limit_reached()
-                if reason:
-                    failure = (f"{reason} before node {node_id!r} could run", None)
-                    break
-                graph._queue.pop(0)
-                record = graph._node_record(node_id)
+            while len(running) < limit and (node_id := scheduler.next()) is not None:
+                record = document.record(node_id)
                 reset = graph.reset_on_revisit and record["executions"] >= 1
-                graph._start_node(node_id, {})
+                scheduler.start(node_id, {})
                 request = self._node_request(
                     graph,
                     node_id,
@@ -356,7 +371,7 @@ class PipelineWorkflow:
                 return_when=asyncio.FIRST_COMPLETED,
             )
             if not done:
-                failure = (f"execution_timeout ({graph.execution_timeout:g}s) exceeded", None)
+                scheduler.fail(f"execution_timeout ({graph.execution_timeout:g}s) exceeded")
                 for task in running:
                     task.cancel()
                 break
@@ -368,28 +383,21 @@ class PipelineWorkflow:
             for task in finished:
                 node_id = running.pop(task)
                 outcome = task.result()
-                result = self._result(node_id, outcome, graph._node_record(node_id)["executions"])
-                if graph.nodes[node_id].kind == "map" and result.status == Status.COMPLETED:
-                    maps.clear(graph, node_id)  # its output is in the node's result now
-                graph._record_result(result)
-                if result.status == Status.COMPLETED:
-                    graph._apply_edges(node_id, outcome.fired)
-                elif result.status == Status.INTERRUPTED:
-                    interrupts.extend(result.interrupts)
-                elif failure is None:
-                    failure = (f"node {node_id!r} failed: {result.error}", result.error)
+                result = self._result(node_id, outcome, document.record(node_id)["executions"])
+                # Conditions were evaluated where the node ran: the activity says which edges fired.
+                scheduler.complete(result, {}, fired=outcome.fired)
+                self._budget_stops(scheduler)
                 if batched:
                     batch.append([node_id, outcome.blob])
                 else:
                     await self._commit(graph, node_id, outcome.blob)
             if batch:
                 await self._commit(graph, batch=batch)
-            if failure is not None:
+            if scheduler.failure is not None:
                 for task in running:
                     task.cancel()
                 running.clear()
                 break
-        return failure, interrupts
 
     async def _run_map(self, graph: Graph, request: NodeRequest) -> NodeOutcome:
         """A map node as activities: save its list ("expand"), run each item that has no result yet (at
@@ -398,23 +406,19 @@ class PipelineWorkflow:
         again; the node's outcome is the finish's (or the failure of an item)."""
         node_id = request.node_id
         spec: Map = graph.nodes[node_id].executor
-        count = maps.started(graph, node_id)
-        if count is None:
+        items = MapScheduler(graph.document, node_id)
+        if items.started is None:
             expanded = await self._execute(graph, replace(request, map_phase="expand"), graph.node_timeout)
             if expanded.status != "expanded":
                 return expanded
-            count = maps.begin(graph, node_id, None, count=expanded.map_count)
+            items.begin(spec, count=expanded.map_count)
             await self._commit(graph, map_list=[node_id, expanded.blob])
-        done = [maps.MapItem(i, None, None) for i in maps.completed(graph, node_id, count)]
-        queue = maps.pending(graph, node_id, count)
+        else:
+            items.begin(spec)
         limit = spec.max_concurrency or math.inf
         running: dict[asyncio.Task[NodeOutcome], int] = {}
-        failure: str | None = None
-        interrupts: list[dict[str, Any]] = []
-        joined = spec.satisfied(done, count)
-        while not joined and failure is None:
-            while queue and len(running) < limit:
-                index = queue.pop(0)
+        while not items.joined and items.failure is None:
+            while len(running) < limit and (index := items.take()) is not None:
                 item = replace(request, map_phase="item", map_item=index)
                 running[asyncio.ensure_future(self._execute(graph, item, graph.node_timeout))] = index
             if not running:
@@ -427,51 +431,48 @@ class PipelineWorkflow:
                 record: dict[str, Any] = {"status": outcome.status, "usage": outcome.usage}
                 if outcome.error:
                     record["error"] = outcome.error
-                maps.record_item(graph, node_id, index, record)
+                # The item's own record (its output) is in its blob, folded in by the commit.
+                items.settle(index, record, interrupts=outcome.interrupts, joined=outcome.join_done)
                 if outcome.blob:
                     batch.append([node_id, index, outcome.blob])
-                if outcome.status == "completed":
-                    done.append(maps.MapItem(index, None, None))
-                    joined = joined or outcome.join_done
-                elif outcome.status == "interrupted":
-                    interrupts.extend(outcome.interrupts)
-                elif failure is None:
-                    failure = f"item {index} failed: {outcome.error}"
             await self._commit(graph, map_items=batch)
-            joined = joined or spec.satisfied(done, count)
-            if interrupts and not running:
+            if items.interrupts and not running:
                 break
         for task in running:  # the join holds, or an item failed: the others are not needed
             task.cancel()
-        if failure is not None:
-            return NodeOutcome(status="failed", blob="", error=failure)
-        if interrupts:
-            return NodeOutcome(status="interrupted", blob="", interrupts=interrupts)
+        if items.failure is not None:
+            return NodeOutcome(status="failed", blob="", error=items.failure)
+        if items.interrupts:
+            asked = [i.model_dump(mode="json") for i in items.interrupts]
+            return NodeOutcome(status="interrupted", blob="", interrupts=asked)
         return await self._execute(graph, replace(request, map_phase="finish"), graph.node_timeout)
 
     async def _run_swarm(
-        self, swarm: Swarm, responses: dict[str, Any], started: Any
-    ) -> tuple[tuple[str, str | None] | None, list[Interrupt]]:
-        if "next" not in swarm._fields:
-            swarm._set("next", {"node": swarm.entry_point, "input": None, "from": None})
-            swarm._set("shared_context", {})
-        failure: tuple[str, str | None] | None = None
-        interrupts: list[Interrupt] = []
-        while swarm._fields.get("next") is not None and failure is None and not interrupts:
+        self, swarm: Swarm, scheduler: SwarmScheduler, responses: dict[str, Any], started: Any
+    ) -> None:
+        document = swarm.document
+        if (
+            "next" not in document
+            and (scheduler.first_agent() != swarm.entry_point or "shared_context" in document)
+            and not workflow.patched(_STICKY_SWARMS)
+        ):
+            # A sticky swarm's new run, in a history recorded before it started where the last one ended.
+            document.set("next", {"node": swarm.entry_point, "input": None, "from": None})
+            document.set("shared_context", {})
+        scheduler.begin()
+        while (node_id := scheduler.next()) is not None:
             remaining = self._remaining(swarm.execution_timeout, started)
             if remaining is not None and remaining <= 0:
-                failure = (f"execution_timeout ({swarm.execution_timeout:g}s) exceeded", None)
+                scheduler.fail(f"execution_timeout ({swarm.execution_timeout:g}s) exceeded")
                 break
-            node_id = swarm._fields["next"]["node"]
-            failure = swarm._limit_before_turn(node_id)
-            if failure is not None:
+            if not scheduler.check_limits(node_id):
                 break
-            activation = swarm._fields["next"]
-            node_input = swarm._begin_turn(node_id, {})
+            activation = document.field("next")
+            node_input = scheduler.start(node_id, {})
             # The activity composes the turn's prompt from the saved run (the task stays out of the history).
             request = self._node_request(swarm, node_id, swarm_next=activation, responses=responses)
             outcome = await self._execute(swarm, request, swarm.node_timeout)
             result = self._result(node_id, outcome, node_input.execution_count)
-            failure, interrupts, _ = swarm._end_turn(result, outcome.handoff)
+            scheduler.end_turn(result, outcome.handoff)
+            self._budget_stops(scheduler)
             await self._commit(swarm, node_id, outcome.blob)
-        return failure, interrupts

@@ -7,13 +7,13 @@ failed node, an interrupt nobody can answer from inside a tool) is an error resu
 reads, never an exception that stops the caller. An inner agent used by an agent with a session is
 saved in that session too (see ``DelegateTool._share_session``); one used by an agent node of a Graph or
 Swarm is saved with the run, beside that node's agent, and restored on resume
-(``MultiAgentBase.attach_tool_agent``).
+(``RunDocument.attach_tool_agent``).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from orchestra.models import ToolSpec
 from orchestra.tools._tool import ToolContext, ToolResultDict, check_tool_name, tool_result
@@ -82,10 +82,11 @@ class DelegateTool:
         request = asked(tool_use)
         if request is None:
             return empty_request(tool_use_id, self._name)
-        orchestrator = context.orchestrator if _is_agent(self.target) else None
+        # The run document of the Graph or Swarm whose agent node calls this tool, if any.
+        run = getattr(context.orchestrator, "document", None) if _is_agent(self.target) else None
         saved_as = (
-            orchestrator.attach_tool_agent(context.agent, self._name, self.target)
-            if orchestrator is not None and hasattr(orchestrator, "attach_tool_agent")
+            run.attach_tool_agent(context.agent, self._name, self.target)
+            if isinstance(run, _SavesToolAgents)
             else None
         )
         try:
@@ -96,8 +97,8 @@ class DelegateTool:
                 tool_use_id, f"Error: {self._name} failed: {type(exc).__name__}: {exc}", "error"
             )
         finally:
-            if saved_as is not None and orchestrator is not None:
-                orchestrator._mark_agent(saved_as)  # saved with the node that called it
+            if saved_as is not None and isinstance(run, _SavesToolAgents):
+                run.mark_agent(saved_as)  # saved with the node that called it
         status = getattr(result, "status", None)
         if status is not None and getattr(status, "value", status) != "completed":
             reason = getattr(result, "reason", None) or status
@@ -125,6 +126,16 @@ class DelegateTool:
         inner.session_manager = manager
         inner.hooks.add_hook(manager)
         await inner.hooks.invoke(AgentInitialized(inner))
+
+
+@runtime_checkable
+class _SavesToolAgents(Protocol):
+    """What a run document offers an agent used as a tool (``orchestra.multiagent.RunDocument``, which
+    sits above this module)."""
+
+    def attach_tool_agent(self, caller: Any, tool_name: str, agent: Any) -> str | None: ...
+
+    def mark_agent(self, key: str) -> None: ...
 
 
 def _is_agent(target: Any) -> bool:
