@@ -71,7 +71,7 @@ def test_a_tool_that_raised_marks_its_span_as_an_error_with_error_type(spans):
 
 def test_an_error_result_without_an_exception_is_an_error_too(spans):
     # Unknown tool: the loop answers an error result; the span says so with the conventions' fallback.
-    agent = Agent(model=ScriptedModel([ToolCall("nope", {}), "ok"]), tools=[add])
+    agent = Agent(model=ScriptedModel([ToolCall("nope", {}), "ok"], allow_unknown_tools=True), tools=[add])
     agent("go")
     (tool_span,) = finished(spans, "execute_tool")
     assert tool_span.status.status_code is StatusCode.ERROR
