@@ -351,7 +351,9 @@ def test_a_key_retry_after_a_kill_inside_a_tool(schedule: list[tuple[int, bool]]
 
     root = tempfile.mkdtemp()
     config = transfer_config(Path(root))
-    config.write_text(config.read_text() + "runs: {server_gone_after_s: 0.05}\n")
+    text = config.read_text()  # the platform config's runs: settings, with a server gone at once
+    assert "server_gone_after_s: 1.5" in text
+    config.write_text(text.replace("server_gone_after_s: 1.5", "server_gone_after_s: 0.05"))
     out = os.path.join(root, "told.jsonl")
     create_app(load_config(config))  # its imports (the protocol doors) are done once, not in every fork
     run_processes(key_retry_worker, (root, out, die_in_tool), schedule)

@@ -14,12 +14,13 @@ the loop yields nothing, and a model call reads its whole stream in one step.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
 from orchestra import tracing
+from orchestra.agent._model_call import ModelCall
 from orchestra.agent._tools import run_tools
 from orchestra.agent.result import (
     AgentMetrics,
@@ -27,21 +28,19 @@ from orchestra.agent.result import (
     AgentStreamEvent,
     MessageEvent,
     ResultEvent,
-    TextChunkEvent,
-    ToolCallEvent,
     ToolResultEvent,
 )
 from orchestra.agent.structured import InvocationOutput
 from orchestra.agent.turn import Checkpoint, PendingTools, TurnAgent, start_turn
 from orchestra.conversation import NullConversationManager
-from orchestra.errors import ContextWindowOverflowError, MaxCyclesError
+from orchestra.errors import MaxCyclesError
 from orchestra.history import EMPTY_REPLY
 from orchestra.hooks import AfterInvocation, AfterModelCall, BeforeInvocation, BeforeModelCall, MessageAdded
 from orchestra.messages import MessageDict, Usage
-from orchestra.models import ModelTelemetry, StreamStop, TextDelta, ToolUseEvent, UsageEvent
+from orchestra.models import ModelTelemetry
 from orchestra.tools import TurnControl
 
-__all__ = ["Invocation", "ModelCall", "append_message", "run_invocation"]
+__all__ = ["Invocation", "append_message", "run_invocation"]
 
 
 async def run_invocation(invocation: Invocation) -> AsyncGenerator[AgentStreamEvent, None]:
@@ -52,7 +51,7 @@ async def run_invocation(invocation: Invocation) -> AsyncGenerator[AgentStreamEv
     (hooks run for exceptions, not for cancellations, where nothing may be awaited).
     """
     with invocation:  # its span
-        await invocation.hooks.invoke(BeforeInvocation(invocation.agent, invocation.state))
+        await invocation.begin()
         try:
             await invocation.start()
             for event in invocation.take_events():
@@ -129,17 +128,18 @@ class Invocation:
         self.started = time.perf_counter()
         self.telemetry = tracing.model_telemetry(agent.model) if tracing.recording() else None
 
-    # -- its span ---------------------------------------------------------------------------------------
+    # -- its span (none while nothing records) ----------------------------------------------------------
 
     def __enter__(self) -> Invocation:
-        self._span = _agent_span(self.agent, self.telemetry)
-        self.span = self._span.__enter__()
+        if self.telemetry is not None:
+            self._span = _agent_span(self.agent, self.telemetry)
+            self.span = self._span.__enter__()
         return self
 
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        return self._span.__exit__(typ, exc, tb)
+        return self._span.__exit__(typ, exc, tb) if self.telemetry is not None else None
 
     # -- the steps --------------------------------------------------------------------------------------
 
@@ -154,6 +154,10 @@ class Invocation:
         await append_message(self.agent, message, self.state)
         if self.streaming:
             self.events.append(MessageEvent(message))
+
+    async def begin(self) -> None:
+        if self.hooks.has_callbacks(BeforeInvocation):
+            await self.hooks.invoke(BeforeInvocation(self.agent, self.state))
 
     async def start(self) -> None:
         """The prompt, or the open turn to finish first (``turn.start_turn``)."""
@@ -177,7 +181,7 @@ class Invocation:
                 )
         if self.hooks.has_callbacks(BeforeModelCall):
             await self.hooks.invoke(BeforeModelCall(agent, self.state))
-        return ModelCall(self)
+        return ModelCall(agent, self.output, self.checkpoint, self.telemetry, self.streaming)
 
     async def model_failed(self, exc: Exception) -> bool:
         """The model call raised: whether a hook asked for it again (``AfterModelCall.retry``)."""
@@ -296,7 +300,8 @@ class Invocation:
         checkpoint = self.checkpoint
         event = AfterInvocation(self.agent, self.state, result=result)
         try:
-            await self.hooks.invoke(event)
+            if self.hooks.has_callbacks(AfterInvocation):
+                await self.hooks.invoke(event)
         except BaseException as exc:
             if not event.stored:
                 checkpoint.roll_back()
@@ -317,119 +322,10 @@ class Invocation:
             )
 
 
-class ModelCall:
-    """One model request and its reply: an async context manager, and inside it an async iterator.
-
-    Iterating reads the model's stream into ``message``, ``tool_uses``, ``usage`` and ``stop_reason``; a
-    streamed invocation's reader gets a ``TextChunkEvent`` or ``ToolCallEvent`` per chunk, and without a
-    reader the whole stream is read in one step. A ``ContextWindowOverflowError`` before the first chunk
-    lets the conversation manager reduce the history, and the request is made again. Leaving the block
-    closes the provider's stream (in this task, which a task group inside it needs) and the ``chat`` span.
-    """
-
-    def __init__(self, invocation: Invocation) -> None:
-        self.invocation = invocation
-        self.text: list[str] = []
-        self.tool_uses: list[dict[str, Any]] = []
-        self.usage: Usage | None = None
-        self.stop_reason = "end_turn"
-        self.message: MessageDict = _NO_REPLY
-        self._events: AsyncIterator[Any] | None = None  # the provider's stream while it is open
-        self._started = False
-
-    async def __aenter__(self) -> ModelCall:
-        invocation = self.invocation
-        self._span = _chat_span(invocation.telemetry)
-        self.span = self._span.__enter__()
-        if invocation.telemetry is not None:
-            agent = invocation.agent
-            self.span.content("gen_ai.input.messages", tracing.genai_messages, agent.messages)
-            self.span.content("gen_ai.system_instructions", tracing.system_instructions, agent.system_prompt)
-        return self
-
-    async def __aexit__(
-        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        try:
-            await self._close()
-            if typ is None:
-                self._reply()
-        except BaseException as error:
-            return self._span.__exit__(type(error), error, error.__traceback__)
-        return self._span.__exit__(typ, exc, tb)
-
-    def __aiter__(self) -> ModelCall:
-        return self
-
-    async def __anext__(self) -> AgentStreamEvent:
-        streaming = self.invocation.streaming
-        while True:
-            try:
-                if self._events is None:
-                    self._events = self._open()
-                event = await self._events.__anext__()
-            except StopAsyncIteration:
-                self._events = None  # finished: nothing to close
-                raise
-            except ContextWindowOverflowError as exc:
-                if self._started:
-                    raise
-                await self._reduce(exc)
-                continue
-            self._started = True
-            if isinstance(event, TextDelta):
-                self.text.append(event.text)
-                if streaming:
-                    return TextChunkEvent(event.text)
-            elif isinstance(event, ToolUseEvent):
-                tool_use = {"toolUseId": event.tool_use_id, "name": event.name, "input": event.input}
-                self.tool_uses.append(tool_use)
-                if streaming:
-                    return ToolCallEvent(tool_use)
-            elif isinstance(event, UsageEvent):
-                self.usage = event.usage
-            elif isinstance(event, StreamStop):
-                self.stop_reason = event.reason
-
-    def _open(self) -> AsyncIterator[Any]:
-        invocation = self.invocation
-        agent = invocation.agent
-        model = agent.model
-        specs, options = invocation.output.request(agent.tool_registry.specs(), model)
-        return model.stream(agent.messages, tool_specs=specs, system_prompt=agent.system_prompt, **options)
-
-    async def _close(self) -> None:
-        events, self._events = self._events, None
-        if events is not None and hasattr(events, "aclose"):
-            await events.aclose()
-
-    async def _reduce(self, error: ContextWindowOverflowError) -> None:
-        """The request does not fit the context window: let the conversation manager reduce the history."""
-        await self._close()
-        invocation = self.invocation
-        invocation.checkpoint.before_reshape()
-        await invocation.agent.conversation_manager.reduce_context(invocation.agent, error)
-
-    def _reply(self) -> None:
-        reply = "".join(self.text)
-        content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
-        content.extend({"toolUse": tool_use} for tool_use in self.tool_uses)
-        self.message = {"role": "assistant", "content": content}
-        if self.invocation.telemetry is not None:
-            span, stop_reason = self.span, self.stop_reason
-            if self.usage is not None:
-                span.usage(self.usage)
-            span.set(gen_ai__response__finish_reasons=[tracing.finish_reason(stop_reason)])
-            span.content("gen_ai.output.messages", tracing.output_messages, self.message, stop_reason)
-
-
 _NO_EVENTS: list[AgentStreamEvent] = []  # never appended to: take_events hands out new lists
-_NO_REPLY: MessageDict = {"role": "assistant", "content": []}
 
 
-def _agent_span(agent: TurnAgent, telemetry: ModelTelemetry | None) -> AbstractContextManager[Any]:
-    if telemetry is None:
-        return tracing.span("invoke_agent")  # the shared no-op
+def _agent_span(agent: TurnAgent, telemetry: ModelTelemetry) -> AbstractContextManager[Any]:
     attributes = {
         **tracing.chat_attributes(telemetry, "invoke_agent"),
         "gen_ai.agent.name": agent.name,
@@ -437,10 +333,3 @@ def _agent_span(agent: TurnAgent, telemetry: ModelTelemetry | None) -> AbstractC
         "gen_ai.conversation.id": getattr(agent.session_manager, "session_id", None),
     }
     return tracing.span(f"invoke_agent {agent.name}", attributes)
-
-
-def _chat_span(telemetry: ModelTelemetry | None) -> AbstractContextManager[Any]:
-    if telemetry is None:
-        return tracing.span("chat")  # the shared no-op
-    kind: tracing.SpanKind = "client" if telemetry.remote else "internal"
-    return tracing.span(f"chat {telemetry.request_model}", tracing.chat_attributes(telemetry), kind)

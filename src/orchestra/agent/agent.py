@@ -28,11 +28,10 @@ from orchestra.agent.structured import (
     OutputTool,
     resolve_output_type,
 )
-from orchestra.agent.turn import PendingTools, open_turn
+from orchestra.agent.turn import PendingTools, open_turn, restored_turn
 from orchestra.budget import Budget
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
-from orchestra.errors import ConfigurationError, ModelNotConfiguredError, SnapshotError
-from orchestra.history import repair_history, unfinished_turn
+from orchestra.errors import ConfigurationError, ModelNotConfiguredError
 from orchestra.hooks import (
     AgentInitialized,
     HookProvider,
@@ -432,29 +431,12 @@ class Agent:
         return open_turn(self.messages, self.pending_tools)
 
     def load_agent_data(self, data: AgentData) -> None:
-        """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
-        pending = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
-        # A process killed in the middle of a turn may have saved part of it: it is resumed by the next
-        # invocation (or, without resume_turns, dropped). Any other broken rule is damage, which is
-        # refused rather than cut away with what follows it.
-        messages = list(data.messages)
-        kept, damage = unfinished_turn(messages, interrupted=pending is not None)
-        if damage:
-            raise SnapshotError(
-                f"agent {self.name!r}: the stored history breaks its rules at messages[{kept}] ({damage[0]}), "
-                "which is more than the unfinished last turn a killed process leaves: it is damaged. "
-                "Nothing was loaded; restore it from an export or an immutable snapshot"
-            )
-        keep = kept < len(messages) and (self.resume_turns or (pending is not None and bool(pending.started)))
-        self.messages = list(repair_history(messages, interrupted=pending is not None, keep_unfinished=keep))
-        if keep:
-            last = self.messages[-1]
-            calls = [b["toolUse"] for b in last["content"] if "toolUse" in b]
-            if pending is None and last["role"] == "assistant" and calls:
-                pending = PendingTools(calls)  # the model's calls, none run yet
-            self.log.info("history_open_turn_kept", open_messages=len(messages) - kept)
-        elif kept < len(messages):
-            self.log.warning("history_unfinished_turn_dropped", dropped=len(messages) - kept, kept=kept)
+        """Restore what ``agent_data`` captured (the history list is replaced, not appended to).
+
+        Raises:
+            SnapshotError: the stored history is damaged (see ``turn.restored_turn``); nothing is loaded.
+        """
+        self.messages, pending = restored_turn(self, data.messages, data.interrupt_state)
         self.state.replace(data.state)
         self.conversation_manager.restore_state(data.conversation_manager_state)
         self.system_prompt = data.system_prompt

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestra.agent.protocol import AgentLike
-from orchestra.errors import AgentError
-from orchestra.history import is_blank_text, unfinished_turn
+from orchestra.errors import AgentError, SnapshotError
+from orchestra.history import is_blank_text, repair_history, unfinished_turn
 from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
 from orchestra.messages import MessageDict, ToolResultDict, validate_message
 
@@ -38,6 +38,7 @@ __all__ = [
     "TurnStart",
     "open_turn",
     "prompt_messages",
+    "restored_turn",
     "start_turn",
     "turn_closed",
 ]
@@ -45,11 +46,12 @@ __all__ = [
 
 class TurnAgent(AgentLike, Protocol):
     """What the loop and the turn's state use of an agent (an ``Agent``): ``AgentLike`` and its tools,
-    conversation manager, cycle limit and ledger."""
+    conversation manager, cycle limit, ledger, and whether it resumes open turns."""
 
     conversation_manager: ConversationManager
     max_cycles: int
     pending_tools: PendingTools | None
+    resume_turns: bool
 
     @property
     def tool_registry(self) -> ToolRegistry: ...
@@ -239,6 +241,41 @@ def open_turn(messages: list[MessageDict], pending: PendingTools | None) -> int 
         if message["role"] == "user" and not any("toolResult" in b for b in message["content"]):
             return index
     return 0
+
+
+def restored_turn(
+    agent: TurnAgent, messages: list[MessageDict], interrupt_state: dict[str, Any] | None
+) -> tuple[list[MessageDict], PendingTools | None]:
+    """The history and the ledger ``agent`` gets from stored ones (``Agent.load_agent_data``).
+
+    A process killed in the middle of a turn may have saved part of it: it is kept for the next invocation
+    to resume (or, without ``resume_turns``, dropped, unless a side-effecting tool of it started: then it
+    is always resumed, so that the effect runs once). Any other broken rule is damage, which is refused
+    rather than cut away with what follows it.
+
+    Raises:
+        SnapshotError: the history breaks a rule before its last turn.
+    """
+    pending = PendingTools.from_dict(interrupt_state) if interrupt_state else None
+    messages = list(messages)
+    kept, damage = unfinished_turn(messages, interrupted=pending is not None)
+    if damage:
+        raise SnapshotError(
+            f"agent {agent.name!r}: the stored history breaks its rules at messages[{kept}] ({damage[0]}), "
+            "which is more than the unfinished last turn a killed process leaves: it is damaged. "
+            "Nothing was loaded; restore it from an export or an immutable snapshot"
+        )
+    keep = kept < len(messages) and (agent.resume_turns or (pending is not None and bool(pending.started)))
+    restored = list(repair_history(messages, interrupted=pending is not None, keep_unfinished=keep))
+    if keep:
+        last = restored[-1]
+        calls = [b["toolUse"] for b in last["content"] if "toolUse" in b]
+        if pending is None and last["role"] == "assistant" and calls:
+            pending = PendingTools(calls)  # the model's calls, none run yet
+        agent.log.info("history_open_turn_kept", open_messages=len(messages) - kept)
+    elif kept < len(messages):
+        agent.log.warning("history_unfinished_turn_dropped", dropped=len(messages) - kept, kept=kept)
+    return restored, pending
 
 
 @dataclass
