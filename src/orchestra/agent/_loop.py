@@ -219,7 +219,7 @@ class Invocation:
         agent, pending = self.agent, self.pending
         assert pending is not None
         self.tool_calls += len(pending.waiting())
-        turn = TurnControl(pending.interrupts)
+        turn = TurnControl(pending.interrupts, self.streaming)
         agent.pending_tools = pending  # the turn's ledger, saved with the agent while tools run
         finished = await run_tools(agent, pending, self.state, turn, self.output, self.checkpoint)
         if self.streaming:
@@ -298,21 +298,21 @@ class Invocation:
         turn is stored, a failure (a full disk, a lost answer, a cancellation) rolls it back like any other,
         so that an error means nothing was stored; after that, the turn is kept and the error says so."""
         checkpoint = self.checkpoint
-        event = AfterInvocation(self.agent, self.state, result=result)
-        try:
-            if self.hooks.has_callbacks(AfterInvocation):
+        if self.hooks.has_callbacks(AfterInvocation):
+            event = AfterInvocation(self.agent, self.state, result=result)
+            try:
                 await self.hooks.invoke(event)
-        except BaseException as exc:
-            if not event.stored:
-                checkpoint.roll_back()
-            else:
-                checkpoint.close()
-                if isinstance(exc, Exception):
-                    exc.add_note(
-                        f"agent {self.agent.name!r}: its turn was stored in the session before this error, "
-                        "and is kept"
-                    )
-            raise
+            except BaseException as exc:
+                if not event.stored:
+                    checkpoint.roll_back()
+                else:
+                    checkpoint.close()
+                    if isinstance(exc, Exception):
+                        exc.add_note(
+                            f"agent {self.agent.name!r}: its turn was stored in the session before this "
+                            "error, and is kept"
+                        )
+                raise
         checkpoint.close()
         if self.telemetry is not None:
             self.span.usage(result.metrics.usage)

@@ -302,7 +302,7 @@ def start_turn(agent: TurnAgent, prompt: Any) -> TurnStart:
         ValueError: a prompt that is not one (see ``prompt_messages``).
     """
     pending = agent.pending_tools
-    if is_interrupt_responses(prompt):
+    if not isinstance(prompt, str) and is_interrupt_responses(prompt):
         if pending is None:
             raise AgentError(f"agent {agent.name!r} got interrupt responses but is not interrupted")
         for interrupt_id, response in interrupt_responses(prompt).items():

@@ -84,7 +84,9 @@ def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> li
             raise TypeError(
                 f"a scripted reply is a str, a ToolCall or a list of them, not {type(part).__name__}"
             )
-    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens)
+    usage = Usage(
+        input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
+    )
     events.append(UsageEvent(usage))
     events.append(StreamStop("tool_use" if calls else "end_turn"))
     return events

@@ -112,12 +112,12 @@ class ToolContext:
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
         """Tell whoever streams the agent how far this call is (a ``ToolProgressEvent``)."""
-        if self.turn is not None:
+        if self.turn is not None and self.turn.streamed:
             self.turn.progress.append(ToolProgressEvent(self.tool_use["toolUseId"], progress, total, message))
 
     def progress_reporter(self) -> Any:
         """``report_progress`` as a plain callable (safe from other threads), or None when nothing listens."""
-        return self.report_progress if self.turn is not None else None
+        return self.report_progress if self.turn is not None and self.turn.streamed else None
 
     def interrupt(self, name: str, reason: Any = None) -> Any:
         """Ask a human (or the calling application) for input and stop the run until it answers.
@@ -148,10 +148,12 @@ class ToolProgressEvent:
 
 class TurnControl:
     """One round of an agent's tool calls, as its tools see it: they may end the agent's turn (see
-    ``ToolContext.end_turn``) and report progress (collected here, in order, from any thread), and
-    ``interrupts`` holds the turn's questions with the answers given so far (``ToolContext.interrupt``)."""
+    ``ToolContext.end_turn``) and report progress (collected here, in order, from any thread, when the
+    invocation is ``streamed``: nobody else reads it), and ``interrupts`` holds the turn's questions with
+    the answers given so far (``ToolContext.interrupt``)."""
 
-    def __init__(self, interrupts: dict[str, Interrupt] | None = None) -> None:
+    def __init__(self, interrupts: dict[str, Interrupt] | None = None, streamed: bool = True) -> None:
+        self.streamed = streamed
         self.ended = False
         self.messages: list[str] = []
         self.progress: list[ToolProgressEvent] = []
