@@ -43,7 +43,7 @@ from orchestra.interrupts import Interrupt
 from orchestra.messages import MessageDict, validate_message, validate_messages
 from orchestra.models import MODEL_ENV_VAR, Model, default_model, resolve_model
 from orchestra.retry import RetryPolicy
-from orchestra.tools import ToolRegistry
+from orchestra.tools import DelegateTool, ToolRegistry
 
 __all__ = ["Agent", "AgentData", "AgentStream", "deferred_initialization"]
 
@@ -405,14 +405,12 @@ class Agent:
             interrupt_state=self.pending_tools.to_dict() if self.pending_tools else None,
         )
 
-    def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
+    def as_tool(self, name: str | None = None, description: str | None = None) -> DelegateTool:
         """This agent as a tool another agent's model can call (``{"input": "..."}`` -> its answer).
 
         It runs with the caller's invocation state and keeps its own conversation. ``name`` defaults to
         the agent's name, ``description`` to its description.
         """
-        from orchestra.tools.delegate import DelegateTool
-
         return DelegateTool(self, name, description)
 
     def open_interrupts(self) -> list[Interrupt]:
