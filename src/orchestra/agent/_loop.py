@@ -98,6 +98,32 @@ class Invocation:
         result: the result, once finished.
     """
 
+    __slots__ = (
+        "_span",
+        "agent",
+        "checkpoint",
+        "cycles",
+        "done",
+        "events",
+        "hooks",
+        "message",
+        "output",
+        "pending",
+        "prompt",
+        "queued",
+        "result",
+        "resumed",
+        "retrying",
+        "span",
+        "started",
+        "state",
+        "stop_reason",
+        "streaming",
+        "telemetry",
+        "tool_calls",
+        "usage",
+    )
+
     def __init__(
         self,
         agent: TurnAgent,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
@@ -28,6 +27,23 @@ class ModelCall:
     again. Leaving the block closes the provider's stream (in this task, as a task group inside it
     needs) and the call's ``chat`` span (only made when ``telemetry`` says spans are recorded).
     """
+
+    __slots__ = (
+        "_events",
+        "_span",
+        "_started",
+        "agent",
+        "checkpoint",
+        "message",
+        "output",
+        "span",
+        "stop_reason",
+        "streaming",
+        "telemetry",
+        "text",
+        "tool_uses",
+        "usage",
+    )
 
     def __init__(
         self,
@@ -54,7 +70,7 @@ class ModelCall:
         if self.telemetry is not None:
             kind: tracing.SpanKind = "client" if self.telemetry.remote else "internal"
             name, attributes = f"chat {self.telemetry.request_model}", tracing.chat_attributes(self.telemetry)
-            self._span: AbstractContextManager[Any] = tracing.span(name, attributes, kind)
+            self._span = tracing.span(name, attributes, kind)
             self.span = self._span.__enter__()
             self.span.content("gen_ai.input.messages", tracing.genai_messages, self.agent.messages)
             self.span.content(

@@ -44,6 +44,8 @@ class Owner:
 class Hold:
     """One operation's hold on an agent; releasing it twice, or after it was taken over, does nothing."""
 
+    __slots__ = ("_owner", "agent_name", "what")
+
     def __init__(self, owner: Owner, agent_name: str, what: str) -> None:
         self._owner = owner
         self.agent_name = agent_name

@@ -11,8 +11,11 @@ failure came after one of its side-effecting tools ran, or its tools wait for in
   only ever holds whole turns (or a turn kept open on purpose, see ``Checkpoint.keep_open_turn``).
 - ``start_turn`` decides how an invocation begins: with a new prompt, with answers to the turn's
   interrupts, or by finishing an open turn first (the new prompt then waits in the ledger's ``queued``).
+- ``restored_turn`` decides what a stored history and ledger become when an agent is loaded: a turn a
+  killed process left open is kept to be resumed (or dropped), anything else broken is refused.
 
-Nothing here does I/O or calls a hook: the loop (``_loop.py``) does, with these.
+Nothing here calls a hook or touches storage (it logs a turn it resumes or drops): the loop
+(``_loop.py``) and the sessions do, with these.
 """
 
 from __future__ import annotations
@@ -133,6 +136,17 @@ class Checkpoint:
     history is made only if the conversation manager is about to reshape it (a context overflow).
     """
 
+    __slots__ = (
+        "_agent",
+        "_closed",
+        "_dropped",
+        "_length",
+        "_manager_state",
+        "_messages",
+        "_pending",
+        "kept_open",
+    )
+
     def __init__(self, agent: TurnAgent) -> None:
         self._agent = agent
         self._length = len(agent.messages)
@@ -187,6 +201,8 @@ class Checkpoint:
 
 def prompt_messages(prompt: Any) -> list[MessageDict]:
     """The messages a prompt adds: a string, a list of content blocks, or a list of messages."""
+    if isinstance(prompt, str) and prompt.strip():  # the common case, without a validation
+        return [{"role": "user", "content": [{"text": prompt}]}]
     messages = _prompt_messages(prompt)
     for message in messages:
         if any(is_blank_text(block) for block in message["content"]) or not message["content"]:
