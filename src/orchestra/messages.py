@@ -134,7 +134,9 @@ class Message(_Model):
 
 
 class Usage(_Model):
-    """Token usage of one or more model calls."""
+    """Token usage of one or more model calls (a value: frozen, so one may be shared)."""
+
+    model_config = ConfigDict(**_Model.model_config, frozen=True)
 
     input_tokens: int = Field(default=0, alias="inputTokens")
     output_tokens: int = Field(default=0, alias="outputTokens")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -67,6 +68,15 @@ def _estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4) if text else 0
 
 
+@functools.lru_cache(maxsize=4096)
+def _usage(input_tokens: int, output_tokens: int) -> Usage:
+    """The usage of a reply (one frozen object per count: a pydantic model costs more to build than the
+    rest of a scripted reply)."""
+    return Usage(
+        input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
+    )
+
+
 def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> list[ModelEvent]:
     parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, str | ToolCall) else reply
     events: list[ModelEvent] = []
@@ -84,10 +94,7 @@ def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> li
             raise TypeError(
                 f"a scripted reply is a str, a ToolCall or a list of them, not {type(part).__name__}"
             )
-    usage = Usage(
-        input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
-    )
-    events.append(UsageEvent(usage))
+    events.append(UsageEvent(_usage(input_tokens, output_tokens)))
     events.append(StreamStop("tool_use" if calls else "end_turn"))
     return events
 
@@ -95,7 +102,9 @@ def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> li
 def _check_tools(model: str, reply: Reply, tool_specs: Sequence[ToolSpec]) -> None:
     """A reply that calls a tool the agent was not given fails here, loudly: a real model's made-up tool
     name only gets an error result (and a warning in the log), which a test would not notice."""
-    parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, str | ToolCall) else reply
+    if isinstance(reply, str):
+        return
+    parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, ToolCall) else reply
     names = [spec["name"] for spec in tool_specs]
     for part in parts:
         if isinstance(part, ToolCall) and part.name not in names:
