@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
-from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
-from orchestra import tracing
 from orchestra.agent._model_call import ModelCall
+from orchestra.agent._spans import spans_for
 from orchestra.agent._tools import run_tools
 from orchestra.agent.result import (
     AgentMetrics,
@@ -37,7 +36,6 @@ from orchestra.errors import MaxCyclesError
 from orchestra.history import EMPTY_REPLY
 from orchestra.hooks import AfterInvocation, AfterModelCall, BeforeInvocation, BeforeModelCall, MessageAdded
 from orchestra.messages import MessageDict, Usage
-from orchestra.models import ModelTelemetry
 from orchestra.tools import TurnControl
 
 __all__ = ["Invocation", "append_message", "run_invocation"]
@@ -99,7 +97,6 @@ class Invocation:
     """
 
     __slots__ = (
-        "_span",
         "agent",
         "checkpoint",
         "cycles",
@@ -114,12 +111,11 @@ class Invocation:
         "result",
         "resumed",
         "retrying",
-        "span",
+        "spans",
         "started",
         "state",
         "stop_reason",
         "streaming",
-        "telemetry",
         "tool_calls",
         "usage",
     )
@@ -152,20 +148,16 @@ class Invocation:
         self.retrying = False  # the model call failed and a hook asked for it again: not a new cycle
         self.result: AgentResult | None = None
         self.started = time.perf_counter()
-        self.telemetry = tracing.model_telemetry(agent.model) if tracing.recording() else None
-
-    # -- its span (none while nothing records) ----------------------------------------------------------
+        self.spans = spans_for(agent)
 
     def __enter__(self) -> Invocation:
-        if self.telemetry is not None:
-            self._span = _agent_span(self.agent, self.telemetry)
-            self.span = self._span.__enter__()
+        self.spans.enter_invocation()
         return self
 
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        return self._span.__exit__(typ, exc, tb) if self.telemetry is not None else None
+    ) -> None:
+        self.spans.exit_invocation(typ, exc, tb)
 
     # -- the steps --------------------------------------------------------------------------------------
 
@@ -207,7 +199,7 @@ class Invocation:
                 )
         if self.hooks.has_callbacks(BeforeModelCall):
             await self.hooks.invoke(BeforeModelCall(agent, self.state))
-        return ModelCall(agent, self.output, self.checkpoint, self.telemetry, self.streaming)
+        return ModelCall(agent, self.output, self.checkpoint, self.spans, self.streaming)
 
     async def model_failed(self, exc: Exception) -> bool:
         """The model call raised: whether a hook asked for it again (``AfterModelCall.retry``)."""
@@ -340,22 +332,7 @@ class Invocation:
                         )
                 raise
         checkpoint.close()
-        if self.telemetry is not None:
-            self.span.usage(result.metrics.usage)
-            self.span.set(orchestra__stop_reason=result.stop_reason)
-            self.span.content(
-                "gen_ai.output.messages", tracing.output_messages, result.message, result.stop_reason
-            )
+        self.spans.invocation_result(result.message, result.stop_reason, result.metrics.usage)
 
 
 _NO_EVENTS: list[AgentStreamEvent] = []  # never appended to: take_events hands out new lists
-
-
-def _agent_span(agent: TurnAgent, telemetry: ModelTelemetry) -> AbstractContextManager[Any]:
-    attributes = {
-        **tracing.chat_attributes(telemetry, "invoke_agent"),
-        "gen_ai.agent.name": agent.name,
-        "gen_ai.agent.id": agent.agent_id,
-        "gen_ai.conversation.id": getattr(agent.session_manager, "session_id", None),
-    }
-    return tracing.span(f"invoke_agent {agent.name}", attributes)

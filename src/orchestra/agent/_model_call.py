@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
-from orchestra import tracing
+from orchestra.agent._spans import InvocationSpans, NoSpans
 from orchestra.agent.result import AgentStreamEvent, TextChunkEvent, ToolCallEvent
 from orchestra.agent.structured import InvocationOutput
 from orchestra.agent.turn import Checkpoint, TurnAgent
 from orchestra.errors import ContextWindowOverflowError
 from orchestra.messages import MessageDict, Usage
-from orchestra.models import ModelTelemetry, StreamStop, TextDelta, ToolUseEvent, UsageEvent
+from orchestra.models import StreamStop, TextDelta, ToolUseEvent, UsageEvent
 
 __all__ = ["ModelCall"]
 
@@ -25,21 +25,19 @@ class ModelCall:
     reader the whole stream is read in one step. A ``ContextWindowOverflowError`` before the first chunk
     lets the conversation manager reduce the history (past ``checkpoint``), and the request is made
     again. Leaving the block closes the provider's stream (in this task, as a task group inside it
-    needs) and the call's ``chat`` span (only made when ``telemetry`` says spans are recorded).
+    needs) and the call's ``chat`` span (see ``_spans.py``).
     """
 
     __slots__ = (
         "_events",
-        "_span",
         "_started",
         "agent",
         "checkpoint",
         "message",
         "output",
-        "span",
+        "spans",
         "stop_reason",
         "streaming",
-        "telemetry",
         "text",
         "tool_uses",
         "usage",
@@ -50,13 +48,13 @@ class ModelCall:
         agent: TurnAgent,
         output: InvocationOutput,
         checkpoint: Checkpoint,
-        telemetry: ModelTelemetry | None,
+        spans: InvocationSpans | NoSpans,
         streaming: bool,
     ) -> None:
         self.agent = agent
         self.output = output
         self.checkpoint = checkpoint
-        self.telemetry = telemetry
+        self.spans = spans
         self.streaming = streaming
         self.text: list[str] = []
         self.tool_uses: list[dict[str, Any]] = []
@@ -67,30 +65,20 @@ class ModelCall:
         self._started = False
 
     async def __aenter__(self) -> ModelCall:
-        if self.telemetry is not None:
-            kind: tracing.SpanKind = "client" if self.telemetry.remote else "internal"
-            name, attributes = f"chat {self.telemetry.request_model}", tracing.chat_attributes(self.telemetry)
-            self._span = tracing.span(name, attributes, kind)
-            self.span = self._span.__enter__()
-            self.span.content("gen_ai.input.messages", tracing.genai_messages, self.agent.messages)
-            self.span.content(
-                "gen_ai.system_instructions", tracing.system_instructions, self.agent.system_prompt
-            )
+        self.spans.enter_chat(self.agent)
         return self
 
     async def __aexit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        traced = self.telemetry is not None
+    ) -> None:
         try:
             await self._close()
             if typ is None:
                 self._reply()
         except BaseException as error:
-            if not traced:
-                raise
-            return self._span.__exit__(type(error), error, error.__traceback__)
-        return self._span.__exit__(typ, exc, tb) if traced else None
+            self.spans.exit_chat(type(error), error, error.__traceback__)
+            raise
+        self.spans.exit_chat(typ, exc, tb)
 
     def __aiter__(self) -> ModelCall:
         return self
@@ -146,8 +134,4 @@ class ModelCall:
         content: list[dict[str, Any]] = [{"text": reply}] if reply.strip() else []
         content.extend({"toolUse": tool_use} for tool_use in self.tool_uses)
         self.message = {"role": "assistant", "content": content}
-        if self.telemetry is not None:
-            span, stop_reason = self.span, self.stop_reason
-            span.usage(self.usage if self.usage is not None else Usage())
-            span.set(gen_ai__response__finish_reasons=[tracing.finish_reason(stop_reason)])
-            span.content("gen_ai.output.messages", tracing.output_messages, self.message, stop_reason)
+        self.spans.chat_reply(self.message, self.stop_reason, self.usage)
