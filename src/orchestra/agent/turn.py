@@ -273,6 +273,8 @@ def restored_turn(
         SnapshotError: the history breaks a rule before its last turn.
     """
     pending = PendingTools.from_dict(interrupt_state) if interrupt_state else None
+    if not messages:  # nothing to check (an orchestrator resets its agents to this on every run)
+        return [], pending
     messages = list(messages)
     kept, damage = unfinished_turn(messages, interrupted=pending is not None)
     if damage:
