@@ -20,6 +20,7 @@ from orchestra.hooks import (
     MessageRedacted,
     TurnCheckpoint,
 )
+from orchestra.messages import MessageDict
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document
@@ -235,11 +236,11 @@ class SnapshotSessionManager:
                 agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
             except SnapshotError as exc:
                 raise SnapshotError(f"{journal.layout.describe()}: {exc}") from None
-        # Its tool calls' keys come from its scope; the conversation manager notes what it cuts in a kept list.
-        kept = list(doc.logs.get(DROPPED_MESSAGES, [])) if doc is not None else []
-        agent.bind_session(
-            self._scope_of(agent), dropped_messages=kept if self.keep_dropped_messages else None
-        )
+        # Its tool calls' keys come from its scope; what the conversation manager cuts goes in a kept list.
+        kept: list[MessageDict] | None = None
+        if self.keep_dropped_messages:
+            kept = list(doc.logs.get(DROPPED_MESSAGES, [])) if doc is not None else []
+        agent.bind_session(self._scope_of(agent), dropped_messages=kept)
         binding.state_version = agent.state.version
         self._agents[agent] = binding
 
