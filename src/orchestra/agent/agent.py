@@ -98,6 +98,8 @@ class Agent:
             retries aside).
     """
 
+    kind = "agent"  # what it is as a tool's target (``DelegateTool``), as a Graph's kind is "graph"
+
     def __init__(
         self,
         model: Model | str | Mapping[str, Any] | None = None,

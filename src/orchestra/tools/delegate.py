@@ -118,6 +118,7 @@ class DelegateTool:
         manager = getattr(caller, "session_manager", None)
         if not _is_agent(inner) or manager is None or inner.session_manager is not None:
             return
+        # Imported here: hooks' events name the agent's result, which names this package's types.
         from orchestra.hooks import AgentInitialized
 
         if inner.agent_id in ("default", caller.agent_id):
@@ -128,6 +129,6 @@ class DelegateTool:
 
 
 def _is_agent(target: Any) -> bool:
-    from orchestra.agent.agent import Agent
-
-    return isinstance(target, Agent)
+    # An Agent says so (``Agent.kind``), as a Graph or Swarm says what it is: the agent package sits above
+    # this one, so it is not imported here.
+    return getattr(target, "kind", None) == "agent"
