@@ -1,7 +1,7 @@
 """The agent loop's promises beyond its results (issue 33 point 3): an invocation nobody streams builds no
 stream event and no hook event nobody listens to, while a stream still gets every event in order; an
-agent is bound to where it is stored through ``bind_session``, which its tools' idempotency keys follow;
-its ledger is ``agent.pending_tools``."""
+agent is bound to where it is stored through ``bind_session``, which its tools' idempotency keys follow,
+and given a session after it was built through ``attach_session``; its ledger is ``agent.pending_tools``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from orchestra.agent import (
     ToolResultEvent,
 )
 from orchestra.conversation import SlidingWindowConversationManager
+from orchestra.errors import ConfigurationError
 from orchestra.hooks import (
     AfterInvocation,
     AfterModelCall,
@@ -29,6 +30,8 @@ from orchestra.hooks import (
     BeforeToolCall,
     MessageAdded,
 )
+from orchestra.session import SnapshotSessionManager
+from orchestra.storage import InMemoryStorage
 from orchestra.testing import ScriptedModel, ToolCall, collect
 from orchestra.tools.effects import idempotency_key
 
@@ -134,6 +137,31 @@ async def test_the_conversation_manager_notes_what_it_cuts_in_the_bound_list() -
     await agent.invoke_async("second")
     assert [m["content"][0]["text"] for m in agent.messages] == ["second", "two"]
     assert [m["content"][0]["text"] for m in kept] == ["first", "one"]
+
+
+async def test_attach_session_gives_a_built_agent_its_session_and_restores_what_it_saved() -> None:
+    storage = InMemoryStorage()
+    first = await Agent.create(
+        model=ScriptedModel(["one"]),
+        agent_id="helper",
+        session_manager=SnapshotSessionManager("s1", storage=storage),
+    )
+    await first.invoke_async("hi")
+    later = Agent(model=ScriptedModel(["two"]))  # built without a session, as a tool's inner agent is
+    await later.attach_session(SnapshotSessionManager("s1", storage=storage), agent_id="helper")
+    assert (later.agent_id, later.effect_scope) == ("helper", "s1/agent/helper")
+    assert [m["content"][0]["text"] for m in later.messages] == ["hi", "one"]
+    await later.invoke_async("again")  # and saves there
+    reloaded = await Agent.create(
+        model=ScriptedModel([]),
+        agent_id="helper",
+        session_manager=SnapshotSessionManager("s1", storage=storage),
+    )
+    assert [m["content"][0]["text"] for m in reloaded.messages] == ["hi", "one", "again", "two"]
+    with pytest.raises(ConfigurationError, match="already has a session manager"):
+        await later.attach_session(SnapshotSessionManager("s2", storage=storage))
+    with pytest.raises(ConfigurationError, match="must be a session manager"):
+        await Agent(model=ScriptedModel([])).attach_session(object())  # type: ignore[arg-type]
 
 
 async def test_pending_tools_is_the_ledger_of_an_interrupted_turn() -> None:

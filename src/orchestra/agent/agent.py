@@ -164,12 +164,7 @@ class Agent:
         self.log = get_logger("orchestra.agent", agent=self.name)
         self.session_manager = session_manager
         if session_manager is not None:
-            if not isinstance(session_manager, SessionManager):
-                raise ConfigurationError(
-                    f"agent {self.name!r}: session_manager must be a session manager (a HookProvider with a "
-                    f"session_id), got {type(session_manager).__name__}"
-                )
-            self.hooks.add_hook(session_manager)
+            self.hooks.add_hook(self._checked(session_manager))
         self._initialized = False
         if not self.hooks.has_callbacks(AgentInitialized):
             self._initialized = True  # nothing to run: no event loop needed
@@ -187,6 +182,38 @@ class Agent:
         self._initialized = True
         if self.hooks.has_callbacks(AgentInitialized):
             await self.hooks.invoke(AgentInitialized(self))
+
+    async def attach_session(self, session_manager: SessionManager, *, agent_id: str | None = None) -> None:
+        """Give an agent built without a session manager one, as ``Agent(session_manager=)`` would, and
+        restore what that session saved of it (``AgentInitialized``). An agent used as another's tool is
+        saved in its caller's session this way (``DelegateTool``).
+
+        Args:
+            session_manager: the session manager.
+            agent_id: the id to store the agent under from now on (default: its own).
+
+        Raises:
+            ConfigurationError: the agent has a session manager already, or ``session_manager`` is not one.
+        """
+        if self.session_manager is not None:
+            raise ConfigurationError(
+                f"agent {self.name!r} already has a session manager (session {self.session_id!r})"
+            )
+        manager = self._checked(session_manager)
+        if agent_id is not None:
+            self.agent_id = validate_id(agent_id, "agent_id")
+        self.session_manager = manager
+        self.hooks.add_hook(manager)
+        self._initialized = True  # what initialize() would run runs now
+        await self.hooks.invoke(AgentInitialized(self))
+
+    def _checked(self, session_manager: Any) -> SessionManager:
+        if not isinstance(session_manager, SessionManager):
+            raise ConfigurationError(
+                f"agent {self.name!r}: session_manager must be a session manager (a HookProvider with a "
+                f"session_id), got {type(session_manager).__name__}"
+            )
+        return session_manager
 
     @classmethod
     async def create(cls, *args: Any, **kwargs: Any) -> Agent:

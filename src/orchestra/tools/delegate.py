@@ -118,14 +118,10 @@ class DelegateTool:
         manager = getattr(caller, "session_manager", None)
         if not _is_agent(inner) or manager is None or inner.session_manager is not None:
             return
-        # Imported here: hooks' events name the agent's result, which names this package's types.
-        from orchestra.hooks import AgentInitialized
-
-        if inner.agent_id in ("default", caller.agent_id):
-            inner.agent_id = f"{caller.agent_id}-{self._name}"[:128]
-        inner.session_manager = manager
-        inner.hooks.add_hook(manager)
-        await inner.hooks.invoke(AgentInitialized(inner))
+        agent_id = inner.agent_id
+        if agent_id in ("default", caller.agent_id):
+            agent_id = f"{caller.agent_id}-{self._name}"[:128]
+        await inner.attach_session(manager, agent_id=agent_id)
 
 
 def _is_agent(target: Any) -> bool:
