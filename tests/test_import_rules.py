@@ -6,7 +6,9 @@
    package ``P`` at run time also runs ``orchestra/P/__init__.py`` first, so it is an edge to that too
    (not for a ``TYPE_CHECKING`` import, which runs nothing). Imports inside functions run later, when the
    call is made: they never break a load, so they are a graph of their own, reported
-   (``python tests/test_import_rules.py``) but not counted as circles.
+   (``python tests/test_import_rules.py``) but not counted as circles, except among the ``ENFORCED``
+   packages: there a function-level import may not close a circle either (an import put inside a
+   function to dodge a circle is still one).
 2. **No private reaches.** A package is a first-level subpackage of ``orchestra`` (``orchestra.agent``,
    ``orchestra.hooks``, ...); a module directly under ``orchestra`` is a package of its own. Outside a
    package, nothing imports its ``_`` modules or its ``_`` names, and nothing reads, writes or passes
@@ -278,6 +280,18 @@ def test_no_import_circles() -> None:
     edges = [e for e in import_graph(sources()) if not e.lazy]
     found = [c for c in circles(edges) if frozenset(c) not in ALLOWED_CIRCLES]
     assert not found, "import circles (module-level imports, TYPE_CHECKING included):\n" + "\n".join(
+        " <-> ".join(c) for c in found
+    )
+
+
+def test_no_circles_among_the_enforced_packages_even_through_function_imports() -> None:
+    edges = [
+        e
+        for e in import_graph(sources())
+        if package_of(e.source) and package_of(e.target) and enforced(e.source) and enforced(e.target)
+    ]
+    found = [c for c in circles(edges) if frozenset(c) not in ALLOWED_CIRCLES]
+    assert not found, "import circles, imports inside functions included:\n" + "\n".join(
         " <-> ".join(c) for c in found
     )
 
