@@ -3,6 +3,12 @@
 Prints one JSON object: total seconds, the mean turn time of the first and last 50 turns, and their
 ratio (target <= 1.3: a turn must not get slower as the history grows to 600 messages).
 
+Then one invocation beside its floor, measured in the same run: the floor is the same turn without a
+framework (the prompt and the reply validated as messages, as W1's floor does, and the same scripted
+model's stream read into the reply), so the ratio is what the agent's loop, hooks and result add to a
+model call; beside it, the model call alone (plain dicts, nothing validated). Rounds alternate, best of
+7, in CPU time (the machine is shared).
+
 With ``--long``, a second object: 5,000 turns (a 10,000-message conversation) with the test model,
 the mean call of the first and last 100 turns, their ratio, and the process's peak RSS (the test
 models used to copy the whole history on every call).
@@ -32,6 +38,8 @@ import anyio
 
 from orchestra import Agent
 from orchestra.conversation import NullConversationManager
+from orchestra.messages import validate_message
+from orchestra.models import TextDelta
 from orchestra.testing import ScriptedModel
 
 
@@ -55,6 +63,48 @@ async def run(turns: int) -> dict[str, float]:
         "first_50_mean_ms": round(first * 1000, 4),
         "last_50_mean_ms": round(last * 1000, 4),
         "last_50_over_first_50": round(last / first, 3),
+    }
+
+
+async def _floor_turns(turns: int, validate: bool) -> float:
+    """CPU seconds for ``turns`` turns without a framework: the prompt, the model's stream read into a
+    reply, the reply (both validated as messages with ``validate``)."""
+    model = ScriptedModel([f"reply number {i}" for i in range(turns)])
+    check = validate_message if validate else dict
+    messages: list[Any] = []
+    started = time.process_time()
+    for i in range(turns):
+        messages.append(check({"role": "user", "content": [{"text": f"turn number {i}"}]}))
+        text = [event.text async for event in model.stream(messages) if isinstance(event, TextDelta)]
+        messages.append(check({"role": "assistant", "content": [{"text": "".join(text)}]}))
+    return time.process_time() - started
+
+
+async def _agent_turns(turns: int) -> float:
+    """CPU seconds for ``turns`` invocations of an agent (the same model and prompts, no session)."""
+    model = ScriptedModel([f"reply number {i}" for i in range(turns)])
+    agent = Agent(model=model, conversation_manager=NullConversationManager())
+    started = time.process_time()
+    for i in range(turns):
+        await agent.invoke_async(f"turn number {i}")
+    return time.process_time() - started
+
+
+def run_invocation_cost(turns: int = 1000, rounds: int = 7) -> dict[str, Any]:
+    floor, model, agent = [], [], []
+    for _ in range(rounds):  # alternated: the machine's noise hits all three
+        floor.append(anyio.run(_floor_turns, turns, True))
+        model.append(anyio.run(_floor_turns, turns, False))
+        agent.append(anyio.run(_agent_turns, turns))
+    us_floor, us_model, us_agent = (min(times) / turns * 1e6 for times in (floor, model, agent))
+    return {
+        "benchmark": "agent_invocation_cost",
+        "turn": "a prompt, one model call, a reply of text; no session",
+        "floor_us_per_turn_no_framework": round(us_floor, 1),
+        "model_call_alone_us": round(us_model, 1),
+        "agent_us_per_invocation": round(us_agent, 1),
+        "agent_over_floor": round(us_agent / us_floor, 2),
+        "agent_over_model_call_alone": round(us_agent / us_model, 2),
     }
 
 
@@ -198,6 +248,7 @@ def main() -> None:
     parser.add_argument("--effects", action="store_true", help="also measure the effect ledger per turn")
     args = parser.parse_args()
     print(json.dumps(anyio.run(run, args.turns)))
+    print(json.dumps(run_invocation_cost()))
     if args.long:
         print(json.dumps(anyio.run(run_long)))
     if args.tracing:

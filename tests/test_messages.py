@@ -2,9 +2,11 @@ import base64
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from orchestra.messages import (
     Message,
+    Usage,
     messages_from_json,
     messages_to_json,
     text_of,
@@ -12,6 +14,8 @@ from orchestra.messages import (
     validate_message,
     validate_messages,
 )
+from orchestra.models import UsageEvent
+from orchestra.testing import ScriptedModel
 
 
 def test_plain_form_is_accepted_and_kept_plain():
@@ -103,3 +107,15 @@ def test_text_of_joins_text_blocks_only():
     }
     assert text_of(message) == "a\nb"
     assert text_of(None) == ""
+
+
+async def test_usage_is_a_value_a_scripted_model_may_share_between_replies():
+    model = ScriptedModel(["same", "same"])
+    usages = []
+    for _ in range(2):
+        async for event in model.stream([{"role": "user", "content": [{"text": "hi"}]}]):
+            if isinstance(event, UsageEvent):
+                usages.append(event.usage)
+    assert usages[0] == usages[1] == Usage(input_tokens=1, output_tokens=1, total_tokens=2)
+    with pytest.raises(ValidationError, match="frozen"):
+        usages[0].input_tokens = 5  # nobody can change what another reply's usage says

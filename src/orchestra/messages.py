@@ -29,6 +29,7 @@ __all__ = [
     "Role",
     "ToolResult",
     "ToolResultContent",
+    "ToolResultDict",
     "ToolUse",
     "Usage",
     "messages_from_json",
@@ -43,6 +44,9 @@ __all__ = [
 Role = Literal["user", "assistant"]
 MessageDict = dict[str, Any]
 """A message in its plain form: ``{"role": ..., "content": [...]}``."""
+ToolResultDict = dict[str, Any]
+"""A tool result block in its plain form: ``{"toolUseId": ..., "status": "success" | "error", "content":
+[{"text": ...} | {"json": ...}]}``."""
 
 
 class _Model(BaseModel):
@@ -130,7 +134,9 @@ class Message(_Model):
 
 
 class Usage(_Model):
-    """Token usage of one or more model calls."""
+    """Token usage of one or more model calls (a value: frozen, so one may be shared)."""
+
+    model_config = ConfigDict(**_Model.model_config, frozen=True)
 
     input_tokens: int = Field(default=0, alias="inputTokens")
     output_tokens: int = Field(default=0, alias="outputTokens")

@@ -295,7 +295,7 @@ async def test_a_new_prompt_waits_for_the_answer_the_open_turn_asks_and_runs_aft
     assert done.text == "next"  # the reply to the new prompt, after the open turn's
     texts = [m["content"][0].get("text") for m in later.messages]
     assert texts == ["buy it", None, None, "after the payment", "and a receipt please", "next"]
-    assert later._pending_tools is None
+    assert later.pending_tools is None
     assert runs == []
     reloaded = crashed_agent("interrupt", storage, runs)
     assert reloaded.messages == later.messages

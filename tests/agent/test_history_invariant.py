@@ -120,19 +120,19 @@ class World:
 
 
 def answers(agent: Agent) -> list[dict[str, Any]]:
-    assert agent._pending_tools is not None
+    assert agent.pending_tools is not None
     return [
         {"interruptResponse": {"interruptId": i.id, "response": "yes"}}
-        for i in agent._pending_tools.interrupts.values()
+        for i in agent.pending_tools.interrupts.values()
         if i.response is None
     ]
 
 
 def next_request(agent: Agent) -> list[dict[str, Any]]:
     """The messages of the next model request this agent can make."""
-    if agent._pending_tools is None:
+    if agent.pending_tools is None:
         return [*agent.messages, {"role": "user", "content": [{"text": "next"}]}]
-    uses = agent._pending_tools.tool_uses
+    uses = agent.pending_tools.tool_uses
     results = [
         {"toolResult": {"toolUseId": u["toolUseId"], "status": "success", "content": [{"text": "r"}]}}
         for u in uses
@@ -141,9 +141,10 @@ def next_request(agent: Agent) -> list[dict[str, Any]]:
 
 
 def check(agent: Agent) -> None:
-    interrupted = agent._pending_tools is not None
+    interrupted = agent.pending_tools is not None
     assert history_problems(agent.messages, interrupted=interrupted) == []
-    assert agent._owner is None, "the agent is still held after the step"
+    with agent.exclusive("check"):  # raises ConcurrencyError if the step left the agent held
+        pass
     messages = next_request(agent)
     specs = agent.tool_registry.specs()
     assert bedrock_problems(BEDROCK.request_body(messages, specs, "be brief")) == []
@@ -156,11 +157,11 @@ async def run_step(world: World, agent: Agent, action: tuple[Any, ...]) -> None:
         try:
             await getattr(agent.tool, action[1]).call_async()
         except OrchestraError:
-            assert agent._pending_tools is not None  # refused only while interrupted
+            assert agent.pending_tools is not None  # refused only while interrupted
         return
     world.script = list(action[1])
     prompt: Any = "go"
-    if agent._pending_tools is not None:
+    if agent.pending_tools is not None:
         prompt = answers(agent) if kind == "answer" else "go"
     with anyio.CancelScope() as scope:
         world.scope = scope
@@ -198,13 +199,13 @@ def test_every_step_leaves_a_history_both_providers_accept(steps: list[tuple[Any
             open_turn = reloaded.open_turn()
             if open_turn is None:
                 assert (
-                    history_problems(reloaded.messages, interrupted=reloaded._pending_tools is not None) == []
+                    history_problems(reloaded.messages, interrupted=reloaded.pending_tools is not None) == []
                 )
             else:
                 # A turn left open by a cancelled save is resumed by the next invocation: the whole turns
                 # before it keep the invariant, and the request the resume makes passes both providers.
                 assert history_problems(reloaded.messages[:open_turn]) == []
-                request = next_request(reloaded) if reloaded._pending_tools else reloaded.messages
+                request = next_request(reloaded) if reloaded.pending_tools else reloaded.messages
                 specs = reloaded.tool_registry.specs()
                 assert bedrock_problems(BEDROCK.request_body(request, specs, "be brief")) == []
                 assert openai_problems(OPENAI.request_body(request, specs, "be brief")) == []

@@ -1,6 +1,7 @@
-"""The ``Agent`` and what it returns."""
+"""The ``Agent``, what it returns, and what its parts see of it."""
 
-from orchestra.agent.agent import Agent, AgentData
+from orchestra.agent.agent import Agent
+from orchestra.agent.protocol import AgentData, AgentLike
 from orchestra.agent.result import (
     AgentMetrics,
     AgentResult,
@@ -13,16 +14,19 @@ from orchestra.agent.result import (
     ToolResultEvent,
 )
 from orchestra.agent.state import AgentState, JSONState
+from orchestra.agent.turn import PendingTools
 
 __all__ = [
     "Agent",
     "AgentData",
+    "AgentLike",
     "AgentMetrics",
     "AgentResult",
     "AgentState",
     "AgentStreamEvent",
     "JSONState",
     "MessageEvent",
+    "PendingTools",
     "ResultEvent",
     "TextChunkEvent",
     "ToolCallEvent",

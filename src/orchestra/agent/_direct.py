@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from orchestra._sync import run_sync
+from orchestra.agent._loop import append_message
+from orchestra.agent._tools import run_tool
+from orchestra.agent.turn import TurnAgent
 from orchestra.errors import AgentError
 from orchestra.tools import ToolResultDict
 
-if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
-
 __all__ = ["ToolCaller"]
+
+
+class _Caller(TurnAgent, Protocol):
+    """What a direct call uses of its agent (an ``Agent``)."""
+
+    record_direct_tool_call: bool
+
+    def exclusive(self, what: str) -> AbstractContextManager[None]: ...
 
 
 class ToolCaller:
     """``agent.tool``: one attribute per tool of the agent."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: _Caller) -> None:
         self._agent = agent
 
     def __getattr__(self, name: str) -> _DirectCall:
@@ -42,7 +51,7 @@ class ToolCaller:
 
 
 class _DirectCall:
-    def __init__(self, agent: Agent, name: str) -> None:
+    def __init__(self, agent: _Caller, name: str) -> None:
         self._agent = agent
         self._name = name
 
@@ -57,21 +66,19 @@ class _DirectCall:
         return run_sync(self.call_async, **kwargs)
 
     async def call_async(self, **kwargs: Any) -> ToolResultDict:
-        from orchestra.agent._loop import run_tool
-
         agent = self._agent
         record = kwargs.pop("record_direct_tool_call", agent.record_direct_tool_call)
         invocation_state: dict[str, Any] = kwargs.pop("invocation_state", None) or {}
         key: str | None = kwargs.pop("idempotency_key", None)
         tool_use = {"toolUseId": f"tooluse_{secrets.token_hex(8)}", "name": self._name, "input": kwargs}
         with agent.exclusive("direct tool call"):
-            if record and agent._pending_tools is not None:
+            if record and agent.pending_tools is not None:
                 raise AgentError(
                     f"agent {agent.name!r} is interrupted: its last message holds tool calls that wait for "
                     f"interrupt responses, and a recorded call of {self._name!r} would land between them and "
                     "their results. Answer the interrupts first, or pass record_direct_tool_call=False"
                 )
-            result = await run_tool(agent, tool_use, invocation_state, idempotency_key=key)
+            result = await run_tool(agent, tool_use, invocation_state, key=key)
             if not record:
                 return result
             length = len(agent.messages)
@@ -90,7 +97,7 @@ class _DirectCall:
                     {"role": "user", "content": [{"toolResult": result}]},
                     {"role": "assistant", "content": [{"text": f"agent.tool.{self._name} was called."}]},
                 ):
-                    await agent._append_message(message, invocation_state)
+                    await append_message(agent, message, invocation_state)
             except BaseException:
                 del agent.messages[length:]  # the four messages are recorded whole or not at all
                 raise

@@ -26,7 +26,7 @@ from orchestra.hooks import AfterModelCall, BeforeInvocation, BeforeModelCall, H
 from orchestra.retry import describe_failure
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
 
 __all__ = ["InvocationMeter", "ModelCallRetries"]
 
@@ -35,7 +35,7 @@ class InvocationMeter:
     """Counts each invocation's model calls against ``agent.budget``."""
 
     def __init__(self) -> None:
-        self._spent: weakref.WeakKeyDictionary[Agent, tuple[Spent, float]] = weakref.WeakKeyDictionary()
+        self._spent: weakref.WeakKeyDictionary[AgentLike, tuple[Spent, float]] = weakref.WeakKeyDictionary()
 
     def register_hooks(self, registry: HookRegistry) -> None:
         registry.add_callback(BeforeInvocation, self._start)
@@ -80,7 +80,7 @@ class ModelCallRetries:
     """Makes a failed model call again by ``agent.retry``."""
 
     def __init__(self) -> None:
-        self._attempt: weakref.WeakKeyDictionary[Agent, int] = weakref.WeakKeyDictionary()
+        self._attempt: weakref.WeakKeyDictionary[AgentLike, int] = weakref.WeakKeyDictionary()
 
     def register_hooks(self, registry: HookRegistry) -> None:
         registry.add_callback(BeforeInvocation, self._start)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
-from contextlib import aclosing, contextmanager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,28 +16,34 @@ from orchestra._logging import get_logger
 from orchestra._sync import run_sync
 from orchestra.agent._direct import ToolCaller
 from orchestra.agent._limits import InvocationMeter, ModelCallRetries
-from orchestra.agent._loop import Checkpoint, PendingTools, run_invocation
-from orchestra.agent.result import AgentResult, AgentStreamEvent, ResultEvent
+from orchestra.agent._loop import Invocation, append_message, run_invocation
+from orchestra.agent.protocol import AgentData
+from orchestra.agent.result import AgentResult
 from orchestra.agent.state import JSONState
-from orchestra.agent.structured import DEFAULT_MAX_RETRIES, OutputTool, resolve_output_type
+from orchestra.agent.stream import AgentStream, Hold, Owner
+from orchestra.agent.structured import (
+    DEFAULT_MAX_RETRIES,
+    TEXT_OUTPUT,
+    InvocationOutput,
+    OutputTool,
+    resolve_output_type,
+)
+from orchestra.agent.turn import PendingTools, open_turn, restored_turn
 from orchestra.budget import Budget
 from orchestra.conversation import ConversationManager, SlidingWindowConversationManager
-from orchestra.errors import ConcurrencyError, ConfigurationError, ModelNotConfiguredError, SnapshotError
-from orchestra.history import repair_history, unfinished_turn
+from orchestra.errors import ConfigurationError, ModelNotConfiguredError
 from orchestra.hooks import (
     AgentInitialized,
     HookProvider,
     HookRegistry,
-    MessageAdded,
     MessageRedacted,
     SessionManager,
 )
 from orchestra.interrupts import Interrupt
 from orchestra.messages import MessageDict, validate_message, validate_messages
-from orchestra.models import Model, default_model, resolve_model
-from orchestra.models._registry import MODEL_ENV_VAR
+from orchestra.models import MODEL_ENV_VAR, Model, default_model, resolve_model
 from orchestra.retry import RetryPolicy
-from orchestra.tools import ToolRegistry
+from orchestra.tools import DelegateTool, ToolRegistry
 
 __all__ = ["Agent", "AgentData", "AgentStream", "deferred_initialization"]
 
@@ -56,18 +59,6 @@ def deferred_initialization() -> Iterator[None]:
         yield
     finally:
         _defer_initialization.reset(token)
-
-
-@dataclass
-class AgentData:
-    """What a session persists of an agent (what a snapshot trigger receives as ``agent_data``)."""
-
-    messages: list[MessageDict]
-    state: dict[str, Any]
-    conversation_manager_state: dict[str, Any]
-    system_prompt: str | None
-    interrupt_state: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Agent:
@@ -107,6 +98,8 @@ class Agent:
             retries aside).
     """
 
+    kind = "agent"  # what it is as a tool's target (``DelegateTool``), as a Graph's kind is "graph"
+
     def __init__(
         self,
         model: Model | str | Mapping[str, Any] | None = None,
@@ -130,17 +123,13 @@ class Agent:
     ) -> None:
         self.name = name or "agent"
         self.resume_turns = resume_turns
-        # Where this agent's turns are stored (set by whatever persists it: a session manager, an
-        # orchestrator): with a tool-call id it makes the call's idempotency key.
-        self.effect_scope: str | None = None
+        self._effect_scope: str | None = None
         self.agent_id = validate_id(agent_id or "default", "agent_id")
         self.description = description
         self.system_prompt = system_prompt
         self._model = resolve_model(model) if model is not None else None
         self.messages: list[MessageDict] = validate_messages(messages or [])
-        # What the conversation manager took out of the history, oldest first, when a session keeps it
-        # (SnapshotSessionManager(keep_dropped_messages=True) sets a list; None: nobody keeps them).
-        self.dropped_messages: list[MessageDict] | None = None
+        self._dropped_messages: list[MessageDict] | None = None
         owner = f"agent {self.name!r} state"
         if isinstance(state, JSONState):
             self.state = state
@@ -167,19 +156,15 @@ class Agent:
         self._limits: set[type] = set()
         self.budget = budget
         self.retry = retry
-        self._pending_tools: PendingTools | None = None
-        self._owner_lock = threading.Lock()
-        self._owner: _Exclusive | None = None
+        # The ledger of the turn's tool calls while they run or wait for interrupt responses (see
+        # orchestra.agent.turn); None between turns. Read it; only the agent's loop changes it.
+        self.pending_tools: PendingTools | None = None
+        self._owner = Owner()
         self._own_session_id = secrets.token_hex(4)
         self.log = get_logger("orchestra.agent", agent=self.name)
         self.session_manager = session_manager
         if session_manager is not None:
-            if not isinstance(session_manager, SessionManager):
-                raise ConfigurationError(
-                    f"agent {self.name!r}: session_manager must be a session manager (a HookProvider with a "
-                    f"session_id), got {type(session_manager).__name__}"
-                )
-            self.hooks.add_hook(session_manager)
+            self.hooks.add_hook(self._checked(session_manager))
         self._initialized = False
         if not self.hooks.has_callbacks(AgentInitialized):
             self._initialized = True  # nothing to run: no event loop needed
@@ -197,6 +182,38 @@ class Agent:
         self._initialized = True
         if self.hooks.has_callbacks(AgentInitialized):
             await self.hooks.invoke(AgentInitialized(self))
+
+    async def attach_session(self, session_manager: SessionManager, *, agent_id: str | None = None) -> None:
+        """Give an agent built without a session manager one, as ``Agent(session_manager=)`` would, and
+        restore what that session saved of it (``AgentInitialized``). An agent used as another's tool is
+        saved in its caller's session this way (``DelegateTool``).
+
+        Args:
+            session_manager: the session manager.
+            agent_id: the id to store the agent under from now on (default: its own).
+
+        Raises:
+            ConfigurationError: the agent has a session manager already, or ``session_manager`` is not one.
+        """
+        if self.session_manager is not None:
+            raise ConfigurationError(
+                f"agent {self.name!r} already has a session manager (session {self.session_id!r})"
+            )
+        manager = self._checked(session_manager)
+        if agent_id is not None:
+            self.agent_id = validate_id(agent_id, "agent_id")
+        self.session_manager = manager
+        self.hooks.add_hook(manager)
+        self._initialized = True  # what initialize() would run runs now
+        await self.hooks.invoke(AgentInitialized(self))
+
+    def _checked(self, session_manager: Any) -> SessionManager:
+        if not isinstance(session_manager, SessionManager):
+            raise ConfigurationError(
+                f"agent {self.name!r}: session_manager must be a session manager (a HookProvider with a "
+                f"session_id), got {type(session_manager).__name__}"
+            )
+        return session_manager
 
     @classmethod
     async def create(cls, *args: Any, **kwargs: Any) -> Agent:
@@ -254,6 +271,30 @@ class Agent:
         return self._own_session_id
 
     @property
+    def effect_scope(self) -> str | None:
+        """Where this agent's turns are stored (``bind_session``): with a tool-call id it makes the call's
+        idempotency key (see ``orchestra.tools.effects``); None while nothing persists the agent."""
+        return self._effect_scope
+
+    @property
+    def dropped_messages(self) -> list[MessageDict] | None:
+        """What the conversation manager took out of the history, oldest first, when a session keeps it
+        (``bind_session(dropped_messages=...)``); None when nobody does."""
+        return self._dropped_messages
+
+    def bind_session(self, scope: str, *, dropped_messages: list[MessageDict] | None = None) -> None:
+        """Bind the agent to where it is stored (its session manager or its orchestrator's does this).
+
+        Args:
+            scope: where its turns are stored (e.g. ``<session>/agent/<agent id>``): its tool calls'
+                idempotency keys are made from it.
+            dropped_messages: a list the conversation manager notes what it cuts into, for a session that
+                keeps them (``SnapshotSessionManager(keep_dropped_messages=True)``); None keeps none.
+        """
+        self._effect_scope = scope
+        self._dropped_messages = dropped_messages
+
+    @property
     def model(self) -> Model:
         """The agent's model; without one, the model named by ``ORCHESTRA_MODEL``."""
         if self._model is None:
@@ -301,20 +342,19 @@ class Agent:
         output_type: type[BaseModel] | None = None,
     ) -> AgentResult:
         """Invoke the agent and return the result."""
-        stream = self.stream_async(prompt, invocation_state=invocation_state, output_type=output_type)
-        # Nobody reads the events: drive the invocation's own generator, without the stream's per-event
-        # wrapper (the hold and the rollback are the same). aclosing: a cancelled invocation must release
-        # the agent at once, not when the GC finalizes it.
-        result: AgentResult | None = None
-        try:
-            async with aclosing(stream._start()) as events:
-                async for event in events:
-                    if type(event) is ResultEvent:
-                        result = event.result
-        finally:
-            stream._finish()
-        assert result is not None, "an invocation always ends with a ResultEvent"
-        return result
+        output = self._output(output_type)
+        state = {} if invocation_state is None else invocation_state
+        with self.exclusive("invoke"):
+            invocation = Invocation(self, prompt, state, output, streaming=False)
+            log = self._debug_log()
+            # Nobody reads events: the loop yields none (a cancellation or an error goes through it, so it
+            # is never left suspended and needs no closing).
+            async for _ in run_invocation(invocation):
+                pass
+            if log is not None:
+                log.debug("invocation.end")
+        assert invocation.result is not None, "an invocation that returns has its result"
+        return invocation.result
 
     def stream_async(
         self,
@@ -328,30 +368,44 @@ class Agent:
         Stopping early (``aclose()``, ``aclosing``, or dropping the stream after a ``break``) ends the
         invocation: the history is rolled back to where it started and the agent is free at once.
         """
+        output = self._output(output_type)
+        state = {} if invocation_state is None else invocation_state
+        return AgentStream(
+            self.exclusive("invoke"),
+            lambda: Invocation(self, prompt, state, output, streaming=True),
+            self._debug_log(),
+        )
+
+    def _output(self, output_type: type[BaseModel] | None) -> InvocationOutput:
         chosen = resolve_output_type(output_type) if output_type is not None else self.output_type
-        output = OutputTool(chosen, self.max_output_retries) if chosen is not None else None
-        if output is not None and output.name in self.tool_registry:
+        if chosen is None:
+            return TEXT_OUTPUT
+        output = OutputTool(chosen, self.max_output_retries)
+        if output.name in self.tool_registry:
             raise ConfigurationError(
                 f"agent {self.name!r} has a tool named {output.name!r}, the name of its output type's final "
                 "tool; rename the tool or the output type"
             )
-        return AgentStream(self, prompt, {} if invocation_state is None else invocation_state, output)
+        return output
 
-    def exclusive(self, what: str) -> _Exclusive:
+    def _debug_log(self) -> Any:
+        """A logger bound to a new invocation id when debug logging is on (nothing to format otherwise)."""
+        if not _debug_log.isEnabledFor(logging.DEBUG):
+            return None
+        log = self.log.bind(invocation_id=secrets.token_hex(4))
+        log.debug("invocation.start")
+        return log
+
+    def exclusive(self, what: str) -> Hold:
         """Hold the agent for one operation; a second, overlapping one raises ``ConcurrencyError``."""
-        return _Exclusive(self, what)
+        return self._owner.hold(self.name, what)
 
     # -- history --------------------------------------------------------------------------------------
-
-    async def _append_message(self, message: MessageDict, invocation_state: dict[str, Any]) -> None:
-        self.messages.append(message)
-        if self.hooks.has_callbacks(MessageAdded):
-            await self.hooks.invoke(MessageAdded(self, message, invocation_state))
 
     async def append_message(self, message: Mapping[str, Any]) -> MessageDict:
         """Validate and append a message to the history (hooks see it as added)."""
         plain = validate_message(message)
-        await self._append_message(plain, {})
+        await append_message(self, plain, {})
         return plain
 
     async def redact_latest_message(self, redacted: str | Mapping[str, Any]) -> None:
@@ -377,23 +431,21 @@ class Agent:
             state=self.state.to_dict(),
             conversation_manager_state=self.conversation_manager.get_state(),
             system_prompt=self.system_prompt,
-            interrupt_state=self._pending_tools.to_dict() if self._pending_tools else None,
+            interrupt_state=self.pending_tools.to_dict() if self.pending_tools else None,
         )
 
-    def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
+    def as_tool(self, name: str | None = None, description: str | None = None) -> DelegateTool:
         """This agent as a tool another agent's model can call (``{"input": "..."}`` -> its answer).
 
         It runs with the caller's invocation state and keeps its own conversation. ``name`` defaults to
         the agent's name, ``description`` to its description.
         """
-        from orchestra.tools.delegate import DelegateTool
-
         return DelegateTool(self, name, description)
 
     def open_interrupts(self) -> list[Interrupt]:
         """The questions the agent waits on: its tools' interrupts that have no answer yet (answer them
         with ``agent([interrupt.to_response(answer), ...])``); empty when it waits for none."""
-        pending = self._pending_tools
+        pending = self.pending_tools
         return pending.open_interrupts() if pending is not None else []
 
     def open_turn(self) -> int | None:
@@ -403,169 +455,16 @@ class Agent:
         tool started; the next invocation finishes it first. An agent waiting for interrupt responses is
         not holding an open turn: it waits for the answers.
         """
-        pending = self._pending_tools
-        if pending is not None and pending.open_interrupts():
-            return None
-        if pending is None and self.messages:
-            last = self.messages[-1]  # the common case, checked per invocation in O(1): a finished turn
-            if last["role"] == "assistant" and not any("toolUse" in block for block in last["content"]):
-                return None
-        kept, _ = unfinished_turn(self.messages, interrupted=pending is not None)
-        if kept < len(self.messages):
-            return kept
-        if pending is None:
-            return None
-        for index in range(len(self.messages) - 1, -1, -1):  # the prompt of the turn the ledger belongs to
-            message = self.messages[index]
-            if message["role"] == "user" and not any("toolResult" in b for b in message["content"]):
-                return index
-        return 0
+        return open_turn(self.messages, self.pending_tools)
 
     def load_agent_data(self, data: AgentData) -> None:
-        """Restore what ``agent_data`` captured (the history list is replaced, not appended to)."""
-        pending = PendingTools.from_dict(data.interrupt_state) if data.interrupt_state else None
-        # A process killed in the middle of a turn may have saved part of it: it is resumed by the next
-        # invocation (or, without resume_turns, dropped). Any other broken rule is damage, which is
-        # refused rather than cut away with what follows it.
-        messages = list(data.messages)
-        kept, damage = unfinished_turn(messages, interrupted=pending is not None)
-        if damage:
-            raise SnapshotError(
-                f"agent {self.name!r}: the stored history breaks its rules at messages[{kept}] ({damage[0]}), "
-                "which is more than the unfinished last turn a killed process leaves: it is damaged. "
-                "Nothing was loaded; restore it from an export or an immutable snapshot"
-            )
-        keep = kept < len(messages) and (self.resume_turns or (pending is not None and bool(pending.started)))
-        self.messages = list(repair_history(messages, interrupted=pending is not None, keep_unfinished=keep))
-        if keep:
-            last = self.messages[-1]
-            calls = [b["toolUse"] for b in last["content"] if "toolUse" in b]
-            if pending is None and last["role"] == "assistant" and calls:
-                pending = PendingTools(calls, {}, {})  # the model's calls, none run yet
-            self.log.info("history_open_turn_kept", open_messages=len(messages) - kept)
-        elif kept < len(messages):
-            self.log.warning("history_unfinished_turn_dropped", dropped=len(messages) - kept, kept=kept)
+        """Restore what ``agent_data`` captured (the history list is replaced, not appended to).
+
+        Raises:
+            SnapshotError: the stored history is damaged (see ``turn.restored_turn``); nothing is loaded.
+        """
+        self.messages, pending = restored_turn(self, data.messages, data.interrupt_state)
         self.state.replace(data.state)
         self.conversation_manager.restore_state(data.conversation_manager_state)
         self.system_prompt = data.system_prompt
-        self._pending_tools = pending
-
-
-class _Exclusive:
-    """One operation's hold on an agent; releasing it twice, or after it was taken over, does nothing."""
-
-    def __init__(self, agent: Agent, what: str) -> None:
-        self._agent = agent
-        self._what = what
-
-    def __enter__(self) -> None:
-        agent = self._agent
-        with agent._owner_lock:
-            if agent._owner is not None:
-                raise ConcurrencyError(
-                    f"agent {agent.name!r} is already running an invocation; an agent runs one "
-                    f"invocation at a time (this {self._what} overlapped it). Create one agent per "
-                    "concurrent conversation, or await the first invocation."
-                )
-            agent._owner = self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
-
-    def release(self) -> None:
-        agent = self._agent
-        with agent._owner_lock:
-            if agent._owner is self:
-                agent._owner = None
-
-
-class AgentStream(AsyncGenerator[AgentStreamEvent, None]):
-    """The events of one invocation (what ``Agent.stream_async`` returns).
-
-    The first event takes the agent's hold (an overlapping invocation raises ``ConcurrencyError``); the
-    end of the stream, an error, ``aclose()`` or ``aclosing`` releases it. A stream dropped before its
-    end (``async for ...: break`` without ``aclosing``) is abandoned: the moment it is garbage (at once
-    in CPython), the history is rolled back and the agent released, so the next call never meets a
-    ``ConcurrencyError`` from a stream nobody reads.
-    """
-
-    def __init__(
-        self, agent: Agent, prompt: Any, invocation_state: dict[str, Any], output: OutputTool | None = None
-    ) -> None:
-        self._agent = agent
-        self._output = output
-        self._prompt = prompt
-        self._invocation_state = invocation_state
-        self._hold = agent.exclusive("invoke")
-        self._checkpoint: Checkpoint | None = None
-        # run_invocation's generator refers to the agent and the checkpoint, never to this object, so a
-        # dropped stream is garbage at once instead of living on in a reference cycle.
-        self._events: AsyncGenerator[AgentStreamEvent, None] | None = None
-        self._finished = False
-        self._log: Any = None
-
-    def _start(self) -> AsyncGenerator[AgentStreamEvent, None]:
-        if self._finished:
-            raise StopAsyncIteration
-        self._hold.__enter__()
-        agent = self._agent
-        if _debug_log.isEnabledFor(logging.DEBUG):  # nothing to bind or format when nobody listens
-            self._log = agent.log.bind(invocation_id=secrets.token_hex(4))
-            self._log.debug("invocation.start")
-        self._checkpoint = Checkpoint(agent)
-        self._events = run_invocation(
-            agent, self._prompt, self._invocation_state, self._checkpoint, self._output
-        )
-        return self._events
-
-    def _finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self._hold.release()
-
-    async def __anext__(self) -> AgentStreamEvent:
-        events = self._events if self._events is not None else self._start()
-        try:
-            return await events.__anext__()
-        except StopAsyncIteration:
-            if self._log is not None:
-                self._log.debug("invocation.end")
-            self._finish()
-            raise
-        except BaseException:
-            self._finish()
-            raise
-
-    async def asend(self, value: None) -> AgentStreamEvent:
-        return await self.__anext__()
-
-    async def athrow(
-        self,
-        typ: type[BaseException] | BaseException,
-        val: object = None,
-        tb: TracebackType | None = None,
-    ) -> AgentStreamEvent:
-        exc = typ if isinstance(typ, BaseException) else typ()
-        if self._events is None:
-            self._finished = True
-            raise exc
-        try:
-            return await self._events.athrow(exc)
-        finally:
-            self._finish()
-
-    async def aclose(self) -> None:
-        if self._events is None:
-            self._finished = True
-            return
-        try:
-            await self._events.aclose()  # rolls the history back if the invocation had not finished
-        finally:
-            self._finish()
-
-    def __del__(self) -> None:
-        if not self._finished and self._checkpoint is not None:
-            # Abandoned mid-invocation. The generator itself is closed later, by the event loop's
-            # finalizer; by then the checkpoint and the hold are spent and it changes nothing.
-            self._checkpoint.roll_back()
-            self._finish()
+        self.pending_tools = pending

@@ -11,6 +11,9 @@ attempts the invocation raises ``StructuredOutputError`` (and its turn is rolled
 A tool's input is an object for every provider, so an output type whose schema is not one (a
 ``RootModel[list[str]]``, a ``RootModel[int]``) is wrapped, before anything runs: the tool takes
 ``{"value": <the type's schema>}`` and the value under ``value`` is validated.
+
+The loop knows an invocation's output only as an ``InvocationOutput``: ``OutputTool`` for a structured
+one, ``TEXT_OUTPUT`` (which asks for nothing) otherwise.
 """
 
 from __future__ import annotations
@@ -20,18 +23,27 @@ import inspect
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pydantic
 from pydantic import BaseModel, ValidationError
 
 from orchestra._imports import import_object
+from orchestra._pydantic import validation_problems
 from orchestra.errors import ConfigurationError, StructuredOutputError
+from orchestra.messages import MessageDict
 from orchestra.models import Model, ToolSpec
-from orchestra.tools import ToolContext, ToolResultDict, tool_result
-from orchestra.tools._tool import validation_problems
+from orchestra.tools import AgentTool, ToolContext, ToolResultDict, tool_result
 
-__all__ = ["OutputTool", "model_from_schema", "resolve_output_type", "supports_tool_choice"]
+__all__ = [
+    "TEXT_OUTPUT",
+    "InvocationOutput",
+    "OutputTool",
+    "TextOutput",
+    "model_from_schema",
+    "resolve_output_type",
+    "supports_tool_choice",
+]
 
 DEFAULT_MAX_RETRIES = 3
 _NAME = re.compile(r"[^a-zA-Z0-9_-]")
@@ -46,6 +58,52 @@ def resolve_output_type(value: Any) -> type[BaseModel]:
             f"output_type must be a pydantic BaseModel subclass (or 'module:Class' naming one), not {value!r}"
         )
     return value
+
+
+class InvocationOutput(Protocol):
+    """What an invocation's output asks of the agent loop (see the module docstring)."""
+
+    @property
+    def value(self) -> BaseModel | None:
+        """The validated output once given (``result.output``)."""
+        ...
+
+    def tool(self, name: str) -> AgentTool | None:
+        """A tool of the output's own that the model called by ``name``, if it is one."""
+        ...
+
+    def request(self, specs: list[ToolSpec], model: Model) -> tuple[list[ToolSpec], dict[str, Any]]:
+        """The tool specs of a model request with the output's own, and the request's extra options."""
+        ...
+
+    def unfinished(self, agent_name: str) -> MessageDict | None:
+        """The model ended its turn: None to let it end, or the prompt that asks it to go on."""
+        ...
+
+    def after_tools(self, agent_name: str) -> None:
+        """A round of tool calls finished (raises when the output's attempts are spent)."""
+        ...
+
+
+class TextOutput:
+    """No structured output: the model's last text is the result; nothing is asked of the loop."""
+
+    value = None
+
+    def tool(self, name: str) -> AgentTool | None:
+        return None
+
+    def request(self, specs: list[ToolSpec], model: Model) -> tuple[list[ToolSpec], dict[str, Any]]:
+        return specs, {}
+
+    def unfinished(self, agent_name: str) -> MessageDict | None:
+        return None
+
+    def after_tools(self, agent_name: str) -> None:
+        return None
+
+
+TEXT_OUTPUT = TextOutput()
 
 
 class OutputTool:
@@ -68,6 +126,26 @@ class OutputTool:
         self.value: BaseModel | None = None
         self.failures = 0
         self.last_problem = "the model never called it"
+        self.forced = False  # asked for by name (tool_choice), once the model ended a turn without it
+
+    def tool(self, name: str) -> AgentTool | None:
+        return self if name == self.name else None
+
+    def request(self, specs: list[ToolSpec], model: Model) -> tuple[list[ToolSpec], dict[str, Any]]:
+        options = {"tool_choice": self.name} if self.forced and supports_tool_choice(model) else {}
+        return [*specs, self.spec], options
+
+    def unfinished(self, agent_name: str) -> MessageDict | None:
+        """The model ended its turn without the tool: ask for it, forced where the model takes
+        ``tool_choice`` (raises ``StructuredOutputError`` once the attempts are spent)."""
+        reminder = self.missed()
+        self.check(agent_name)
+        self.forced = True
+        return {"role": "user", "content": [{"text": reminder}]}
+
+    def after_tools(self, agent_name: str) -> None:
+        if self.value is None:
+            self.check(agent_name)  # invalid input past the retries
 
     async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
         tool_use_id = tool_use["toolUseId"]

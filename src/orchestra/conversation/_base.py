@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from orchestra.messages import MessageDict
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
 
 __all__ = ["ConversationManager", "is_clean_start"]
 
@@ -25,9 +25,9 @@ class ConversationManager(Protocol):
 
     removed_message_count: int
 
-    async def apply_management(self, agent: Agent) -> None: ...
+    async def apply_management(self, agent: AgentLike) -> None: ...
 
-    async def reduce_context(self, agent: Agent, error: Exception | None = None) -> None: ...
+    async def reduce_context(self, agent: AgentLike, error: Exception | None = None) -> None: ...
 
     def get_state(self) -> dict[str, Any]:
         """A JSON dict that sessions persist."""
@@ -38,7 +38,7 @@ class ConversationManager(Protocol):
         ...
 
 
-def note_dropped(agent: Agent, messages: Sequence[MessageDict]) -> None:
+def note_dropped(agent: AgentLike, messages: Sequence[MessageDict]) -> None:
     """A manager is taking ``messages`` out of ``agent``'s history: keep them where a session wants them."""
     if agent.dropped_messages is not None:
         agent.dropped_messages.extend(messages)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from orchestra.errors import ContextWindowOverflowError
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
 
 __all__ = ["NullConversationManager"]
 
@@ -18,10 +18,10 @@ class NullConversationManager:
     def __init__(self) -> None:
         self.removed_message_count = 0
 
-    async def apply_management(self, agent: Agent) -> None:
+    async def apply_management(self, agent: AgentLike) -> None:
         return None
 
-    async def reduce_context(self, agent: Agent, error: Exception | None = None) -> None:
+    async def reduce_context(self, agent: AgentLike, error: Exception | None = None) -> None:
         raise ContextWindowOverflowError(
             f"agent {agent.name!r}: the conversation ({len(agent.messages)} messages) exceeds the model's "
             "context window and NullConversationManager does not reduce it; use "

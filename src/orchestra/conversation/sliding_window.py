@@ -9,7 +9,7 @@ from orchestra.conversation._base import is_clean_start, note_dropped
 from orchestra.errors import ContextWindowOverflowError
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
 
 __all__ = ["SlidingWindowConversationManager"]
 
@@ -41,7 +41,7 @@ class SlidingWindowConversationManager:
         self.should_truncate_results = should_truncate_results
         self.removed_message_count = 0
 
-    async def apply_management(self, agent: Agent) -> None:
+    async def apply_management(self, agent: AgentLike) -> None:
         messages = agent.messages
         excess = len(messages) - self.window_size
         if excess <= 0:
@@ -61,13 +61,13 @@ class SlidingWindowConversationManager:
             del messages[:cut]
             self.removed_message_count += cut
 
-    async def reduce_context(self, agent: Agent, error: Exception | None = None) -> None:
+    async def reduce_context(self, agent: AgentLike, error: Exception | None = None) -> None:
         if error is not None and self.should_truncate_results and self._truncate_largest_result(agent):
             return
         excess = len(agent.messages) - self.window_size
         self._trim(agent, max(excess, 2), error)
 
-    def _trim(self, agent: Agent, count: int, error: Exception | None = None) -> None:
+    def _trim(self, agent: AgentLike, count: int, error: Exception | None = None) -> None:
         messages = agent.messages
         cut = count
         while cut < len(messages) and not is_clean_start(messages, cut):
@@ -81,7 +81,7 @@ class SlidingWindowConversationManager:
         del messages[:cut]
         self.removed_message_count += cut
 
-    def _truncate_largest_result(self, agent: Agent) -> bool:
+    def _truncate_largest_result(self, agent: AgentLike) -> bool:
         best: tuple[int, int, int] | None = None  # (size, message index, block index)
         for i, message in enumerate(agent.messages):
             for j, block in enumerate(message["content"]):

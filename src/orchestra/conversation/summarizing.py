@@ -10,7 +10,7 @@ from orchestra.messages import MessageDict, user_message
 from orchestra.models import Model, complete_text, resolve_model
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
 
 __all__ = ["SummarizingConversationManager"]
 
@@ -44,10 +44,10 @@ class SummarizingConversationManager:
         self.removed_message_count = 0
         self.summary_message: MessageDict | None = None
 
-    async def apply_management(self, agent: Agent) -> None:
+    async def apply_management(self, agent: AgentLike) -> None:
         return None
 
-    async def reduce_context(self, agent: Agent, error: Exception | None = None) -> None:
+    async def reduce_context(self, agent: AgentLike, error: Exception | None = None) -> None:
         messages = agent.messages
         limit = len(messages) - self.preserve_recent_messages
         split = self._split_point(messages, max(1, int(len(messages) * self.summary_ratio)), limit)

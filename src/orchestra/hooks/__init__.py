@@ -1,13 +1,5 @@
 """Hooks: typed events, a registry, and the ``HookProvider`` protocol plugins implement."""
 
-from orchestra.hooks._registry import (
-    HookCallback,
-    HookEvent,
-    HookProvider,
-    HookRegistry,
-    OrchestratorSessionManager,
-    SessionManager,
-)
 from orchestra.hooks.events import (
     AfterInvocation,
     AfterModelCall,
@@ -19,6 +11,14 @@ from orchestra.hooks.events import (
     MessageAdded,
     MessageRedacted,
     TurnCheckpoint,
+)
+from orchestra.hooks.registry import (
+    HookCallback,
+    HookEvent,
+    HookProvider,
+    HookRegistry,
+    OrchestratorSessionManager,
+    SessionManager,
 )
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The events an agent emits to its hooks.
 
-Every event carries the agent; events inside an invocation also carry ``invocation_state``, the very dict
-passed to the invocation (by reference, so a hook's change is seen by later hooks and tools).
+Every event carries the agent (an ``Agent``, typed as ``orchestra.agent.protocol.AgentLike``, which names
+no hook); events inside an invocation also carry ``invocation_state``, the very dict passed to the
+invocation (by reference, so a hook's change is seen by later hooks and tools).
 """
 
 from __future__ import annotations
@@ -9,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestra.hooks._registry import HookEvent
-from orchestra.messages import MessageDict, Usage
+from orchestra.hooks.registry import HookEvent
+from orchestra.messages import MessageDict, ToolResultDict, Usage
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
     from orchestra.agent.result import AgentResult
-    from orchestra.tools._tool import ToolResultDict
 
 __all__ = [
     "AfterInvocation",
@@ -35,14 +35,14 @@ __all__ = [
 class AgentInitialized(HookEvent):
     """The agent was constructed (session managers restore the saved state here)."""
 
-    agent: Agent
+    agent: AgentLike
 
 
 @dataclass
 class BeforeInvocation(HookEvent):
     """An invocation starts, before the prompt is added to the history."""
 
-    agent: Agent
+    agent: AgentLike
     invocation_state: dict[str, Any]
 
 
@@ -55,7 +55,7 @@ class AfterInvocation(HookEvent):
     ``stored`` once the turn is in storage, and an error raised after that keeps the turn and says so.
     """
 
-    agent: Agent
+    agent: AgentLike
     invocation_state: dict[str, Any]
     result: AgentResult | None = None
     exception: BaseException | None = None
@@ -67,7 +67,7 @@ class AfterInvocation(HookEvent):
 class MessageAdded(HookEvent):
     """A message was appended to ``agent.messages``."""
 
-    agent: Agent
+    agent: AgentLike
     message: MessageDict
     invocation_state: dict[str, Any] = field(default_factory=dict)
 
@@ -76,7 +76,7 @@ class MessageAdded(HookEvent):
 class MessageRedacted(HookEvent):
     """A message of the history was replaced by a redacted version (persisted under every save strategy)."""
 
-    agent: Agent
+    agent: AgentLike
     index: int
     message: MessageDict
     previous: MessageDict | None = None
@@ -87,7 +87,7 @@ class MessageRedacted(HookEvent):
 class BeforeModelCall(HookEvent):
     """The model is about to be called with the current history."""
 
-    agent: Agent
+    agent: AgentLike
     invocation_state: dict[str, Any]
 
 
@@ -100,7 +100,7 @@ class AfterModelCall(HookEvent):
     chunks of the failed call's reply; the history never holds them.
     """
 
-    agent: Agent
+    agent: AgentLike
     invocation_state: dict[str, Any]
     message: MessageDict | None = None
     stop_reason: str | None = None
@@ -114,7 +114,7 @@ class AfterModelCall(HookEvent):
 class BeforeToolCall(HookEvent):
     """A tool is about to run. Set ``cancel`` to a message to skip it (the model sees an error result)."""
 
-    agent: Agent
+    agent: AgentLike
     tool_use: dict[str, Any]
     invocation_state: dict[str, Any]
     cancel: str | None = None
@@ -124,7 +124,7 @@ class BeforeToolCall(HookEvent):
 class AfterToolCall(HookEvent):
     """A tool ran. ``result`` may be replaced; ``exception`` is what the tool raised, if anything."""
 
-    agent: Agent
+    agent: AgentLike
     tool_use: dict[str, Any]
     invocation_state: dict[str, Any]
     result: ToolResultDict
@@ -138,5 +138,5 @@ class TurnCheckpoint(HookEvent):
     one returned (see ``orchestra.tools.effects``). Session managers save the agent here: its messages up
     to the model's tool calls, and its tool ledger (``interrupt_state``)."""
 
-    agent: Agent
+    agent: AgentLike
     invocation_state: dict[str, Any]

@@ -16,10 +16,11 @@ from orchestra.models._base import (
     UsageEvent,
     complete_text,
 )
-from orchestra.models._registry import default_model, resolve_model
+from orchestra.models._registry import MODEL_ENV_VAR, default_model, resolve_model, scripted_reply
 from orchestra.models.scripted import FunctionModel, ModelRequest, Reply, ScriptedModel, ToolCall
 
 __all__ = [
+    "MODEL_ENV_VAR",
     "FunctionModel",
     "Model",
     "ModelEvent",
@@ -37,4 +38,5 @@ __all__ = [
     "complete_text",
     "default_model",
     "resolve_model",
+    "scripted_reply",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -67,34 +68,43 @@ def _estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4) if text else 0
 
 
-async def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> AsyncIterator[ModelEvent]:
+@functools.lru_cache(maxsize=4096)
+def _usage(input_tokens: int, output_tokens: int) -> Usage:
+    """The usage of a reply (one frozen object per count: a pydantic model costs more to build than the
+    rest of a scripted reply)."""
+    return Usage(
+        input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
+    )
+
+
+def _reply_events(reply: Reply, ids: Callable[[], str], input_tokens: int) -> list[ModelEvent]:
     parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, str | ToolCall) else reply
+    events: list[ModelEvent] = []
     output_tokens = 0
     calls = 0
     for part in parts:
         if isinstance(part, str):
             output_tokens += _estimate_tokens(part)
-            yield TextDelta(part)
+            events.append(TextDelta(part))
         elif isinstance(part, ToolCall):
             calls += 1
             output_tokens += _estimate_tokens(part.name) + 1
-            yield ToolUseEvent(part.tool_use_id or ids(), part.name, dict(part.input))
+            events.append(ToolUseEvent(part.tool_use_id or ids(), part.name, dict(part.input)))
         else:
             raise TypeError(
                 f"a scripted reply is a str, a ToolCall or a list of them, not {type(part).__name__}"
             )
-    yield UsageEvent(
-        Usage(
-            input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
-        )
-    )
-    yield StreamStop("tool_use" if calls else "end_turn")
+    events.append(UsageEvent(_usage(input_tokens, output_tokens)))
+    events.append(StreamStop("tool_use" if calls else "end_turn"))
+    return events
 
 
 def _check_tools(model: str, reply: Reply, tool_specs: Sequence[ToolSpec]) -> None:
     """A reply that calls a tool the agent was not given fails here, loudly: a real model's made-up tool
     name only gets an error result (and a warning in the log), which a test would not notice."""
-    parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, str | ToolCall) else reply
+    if isinstance(reply, str):
+        return
+    parts: Sequence[str | ToolCall] = [reply] if isinstance(reply, ToolCall) else reply
     names = [spec["name"] for spec in tool_specs]
     for part in parts:
         if isinstance(part, ToolCall) and part.name not in names:
@@ -214,7 +224,7 @@ class ScriptedModel(_RecordingModel):
             _check_tools(f"ScriptedModel {self._name!r}", reply, tool_specs)
         self._position += 1
         await self._delay()
-        async for event in _reply_events(reply, self._next_id, input_tokens):
+        for event in _reply_events(reply, self._next_id, input_tokens):
             yield event
 
 
@@ -262,5 +272,5 @@ class FunctionModel(_RecordingModel):
             reply = await reply
         if not self.allow_unknown_tools:
             _check_tools(f"FunctionModel {self._name!r}", reply, tool_specs)
-        async for event in _reply_events(reply, self._next_id, input_tokens):
+        for event in _reply_events(reply, self._next_id, input_tokens):
             yield event

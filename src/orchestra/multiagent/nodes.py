@@ -296,7 +296,7 @@ class Node:
         except BaseException:
             # ...unless a side-effecting tool of its turn ran: that turn stays open (its ledger is saved),
             # and the node's next run resumes it rather than running the effect again.
-            pending = self.agent._pending_tools if self.kind == "agent" else None
+            pending = self.agent.pending_tools if self.kind == "agent" else None
             if before is not None and not (pending is not None and pending.started):
                 self.agent.load_agent_data(before)
             raise
@@ -310,7 +310,7 @@ class Node:
         self, node_input: NodeInput, emit: Emit | None, responses: dict[str, Any]
     ) -> NodeResult:
         agent = self.agent
-        pending = agent._pending_tools
+        pending = agent.pending_tools
         if pending is not None and any(i in responses for i in pending.interrupts):
             prompt: Any = [
                 {"interruptResponse": {"interruptId": i, "response": responses[i]}}

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestra.agent import Agent
-from orchestra.agent._loop import PendingTools
+from orchestra.agent import Agent, PendingTools
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
 from orchestra.server.runs import RunRecord, RunStore
@@ -74,7 +73,7 @@ def _described(interrupt: Interrupt, node: str | None, tool: dict[str, Any] | No
 def open_interrupts(target: Agent | MultiAgentBase) -> list[dict[str, Any]]:
     """The questions ``target`` waits on, each with the node (pipelines) and the tool that asked."""
     if isinstance(target, Agent):
-        pending = target._pending_tools
+        pending = target.pending_tools
         if pending is None:
             return []
         tools = _tools(pending)
@@ -86,7 +85,7 @@ def open_interrupts(target: Agent | MultiAgentBase) -> list[dict[str, Any]]:
     nodes: dict[str, tuple[str | None, dict[str, Any] | None]] = {}
     for node_id, node in target.nodes.items():
         result = target.node_result(node_id)
-        tools = _tools(node.agent._pending_tools) if node.kind == "agent" else {}
+        tools = _tools(node.agent.pending_tools) if node.kind == "agent" else {}
         for interrupt in result.interrupts if result is not None else []:
             nodes[interrupt.id] = (node_id, tools.get(interrupt.id))
     described = []
@@ -100,7 +99,7 @@ def open_interrupts(target: Agent | MultiAgentBase) -> list[dict[str, Any]]:
 def answered_ids(target: Agent | MultiAgentBase) -> set[str]:
     """The questions of the current wait that already have their answer."""
     if isinstance(target, Agent):
-        pending = target._pending_tools
+        pending = target.pending_tools
         return (
             set()
             if pending is None

@@ -80,7 +80,7 @@ class OrchestratorPersistence:
         for node_id, node in orchestrator.nodes.items():
             if node.kind == "agent":
                 # A node's side-effecting tools make its open turn durable mid-node, in the run's journal.
-                node.agent.effect_scope = (
+                node.agent.bind_session(
                     f"{self.manager.session_id}/multiAgent/{orchestrator.scope_id}/{node_id}"
                 )
                 node.agent.hooks.add_callback(

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestra._concurrency import map_concurrently
 from orchestra._ids import validate_id
 from orchestra._json import decode_bytes
-from orchestra.agent.agent import Agent, AgentData
+from orchestra.agent import AgentData, AgentLike
 from orchestra.errors import SessionConflictError, SessionError, SnapshotError, StorageConflictError
 from orchestra.hooks import (
     AfterInvocation,
@@ -364,7 +364,7 @@ class RepositorySessionManager:
     def __init__(self, session_id: str, session_repository: SessionRepository) -> None:
         self._session_id = validate_id(session_id, "session_id")
         self.session_repository = session_repository
-        self._agents: weakref.WeakKeyDictionary[Agent, _Tracked] = weakref.WeakKeyDictionary()
+        self._agents: weakref.WeakKeyDictionary[AgentLike, _Tracked] = weakref.WeakKeyDictionary()
         self._orchestrators: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     @property
@@ -432,7 +432,7 @@ class RepositorySessionManager:
 
     async def _on_initialized(self, event: AgentInitialized) -> None:
         agent = event.agent
-        agent.effect_scope = f"{self._session_id}/agent/{agent.agent_id}"  # keys of its tool calls
+        agent.bind_session(f"{self._session_id}/agent/{agent.agent_id}")  # the keys of its tool calls
         repo = self.session_repository
         await self._ensure_session()
         stored: SessionAgent | None = await _call(repo.read_agent(self._session_id, agent.agent_id))
@@ -455,13 +455,13 @@ class RepositorySessionManager:
         agent.load_agent_data(data)
         self._agents[agent] = _Tracked(count, stored)
 
-    def _tracked(self, agent: Agent) -> _Tracked:
+    def _tracked(self, agent: AgentLike) -> _Tracked:
         tracked = self._agents.get(agent)
         if tracked is None:
             raise SessionError(f"agent {agent.name!r} is not attached to session {self._session_id!r}")
         return tracked
 
-    async def _create_message(self, agent: Agent, message: MessageDict) -> None:
+    async def _create_message(self, agent: AgentLike, message: MessageDict) -> None:
         tracked = self._tracked(agent)
         session_message = SessionMessage(
             message=Message.model_validate(message), message_id=tracked.next_message_id
@@ -494,7 +494,7 @@ class RepositorySessionManager:
     async def _on_after_invocation(self, event: AfterInvocation) -> None:
         await self._save_agent(event.agent)
 
-    async def _save_agent(self, agent: Agent) -> None:
+    async def _save_agent(self, agent: AgentLike) -> None:
         tracked = self._tracked(agent)
         data = agent.agent_data()
         await _call(

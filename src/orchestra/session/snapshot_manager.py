@@ -10,7 +10,7 @@ import anyio
 
 from orchestra._concurrency import held
 from orchestra._ids import validate_id
-from orchestra.agent.agent import Agent, AgentData
+from orchestra.agent import Agent, AgentData, AgentLike
 from orchestra.errors import SessionError, SnapshotError
 from orchestra.hooks import (
     AfterInvocation,
@@ -20,6 +20,7 @@ from orchestra.hooks import (
     MessageRedacted,
     TurnCheckpoint,
 )
+from orchestra.messages import MessageDict
 from orchestra.multiagent.base import MultiAgentBase
 from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document
@@ -181,7 +182,7 @@ class SnapshotSessionManager:
             raise ValueError(f"keep_snapshots must be 0 or more, not {keep_snapshots}")
         self.keep_snapshots = keep_snapshots
         self.keep_dropped_messages = keep_dropped_messages
-        self._agents: weakref.WeakKeyDictionary[Agent, _AgentBinding] = weakref.WeakKeyDictionary()
+        self._agents: weakref.WeakKeyDictionary[AgentLike, _AgentBinding] = weakref.WeakKeyDictionary()
         self._orchestrators: OrchestratorPersistence | None = None
         self.run_id: str | None = None
         """Written into every journal record this manager saves while set (``orchestra serve`` sets its run
@@ -227,7 +228,6 @@ class SnapshotSessionManager:
         journal = self.journal("agent", agent.agent_id)
         journal.known_names = _AGENT_NAMES.__contains__
         journal.recheck_after = self.recheck_after
-        agent.effect_scope = f"{self._session_id}/agent/{agent.agent_id}"
         binding = _AgentBinding(journal)
         doc = await journal.load()
         if doc is None:
@@ -238,12 +238,18 @@ class SnapshotSessionManager:
                 agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
             except SnapshotError as exc:
                 raise SnapshotError(f"{journal.layout.describe()}: {exc}") from None
-        if self.keep_dropped_messages:  # the conversation manager notes what it cuts (Agent.dropped_messages)
-            agent.dropped_messages = list(doc.logs.get(DROPPED_MESSAGES, [])) if doc is not None else []
+        # Its tool calls' keys come from its scope; what the conversation manager cuts goes in a kept list.
+        kept: list[MessageDict] | None = None
+        if self.keep_dropped_messages:
+            kept = list(doc.logs.get(DROPPED_MESSAGES, [])) if doc is not None else []
+        agent.bind_session(self._scope_of(agent), dropped_messages=kept)
         binding.state_version = agent.state.version
         self._agents[agent] = binding
 
-    def _binding(self, agent: Agent) -> _AgentBinding:
+    def _scope_of(self, agent: AgentLike) -> str:
+        return f"{self._session_id}/agent/{agent.agent_id}"
+
+    def _binding(self, agent: AgentLike) -> _AgentBinding:
         if not isinstance(agent, Agent):
             raise SessionError(
                 f"{type(agent).__name__} is not an Agent: for a Graph or Swarm use save_run_snapshot, "
@@ -257,12 +263,12 @@ class SnapshotSessionManager:
             )
         return binding
 
-    async def _save(self, agent: Agent, end: str | None = None) -> bool:
+    async def _save(self, agent: AgentLike, end: str | None = None) -> bool:
         binding = self._binding(agent)
         async with held(binding.lock):
             return await self._save_locked(agent, binding, end)
 
-    async def _save_locked(self, agent: Agent, binding: _AgentBinding, end: str | None = None) -> bool:
+    async def _save_locked(self, agent: AgentLike, binding: _AgentBinding, end: str | None = None) -> bool:
         if self.before_save is not None:
             await self.before_save()
         data = agent.agent_data()
@@ -336,7 +342,7 @@ class SnapshotSessionManager:
             return "latest"
         return await self._checkpoint(agent, app_data)
 
-    async def _checkpoint(self, agent: Agent, app_data: dict[str, Any] | None = None) -> str:
+    async def _checkpoint(self, agent: AgentLike, app_data: dict[str, Any] | None = None) -> str:
         snapshot_id = str(uuid7())
         journal = self._binding(agent).journal
         await journal.checkpoint(snapshot_id, app_data)
@@ -366,7 +372,9 @@ class SnapshotSessionManager:
             doc, _ = await journal.read_checkpoint(snapshot_id)
         agent.load_agent_data(agent_data_of(doc, agent.system_prompt))
         if self.keep_dropped_messages:
-            agent.dropped_messages = list(doc.logs.get(DROPPED_MESSAGES, []))
+            agent.bind_session(
+                self._scope_of(agent), dropped_messages=list(doc.logs.get(DROPPED_MESSAGES, []))
+            )
 
     # -- orchestrator time travel ---------------------------------------------------------------------
 

@@ -473,7 +473,7 @@ class PipelineActivities:
         # The next attempt starts from the node's state before it started, as locally (the failed one
         # was rolled back), unless a side-effecting tool of its turn ran: then, as locally, the turn stays
         # open and the next attempt resumes it from the checkpoint (the effect runs once).
-        pending = node.agent._pending_tools if node.kind == "agent" else None
+        pending = node.agent.pending_tools if node.kind == "agent" else None
         if not (pending is not None and pending.started):
             await delete_many(storage, [_turn_key(request)])
         raise ApplicationError(
@@ -488,7 +488,7 @@ class PipelineActivities:
         checkpoint its open turn (``TurnCheckpoint``) into a blob of this execution, and a retried
         attempt (after a worker died) starts from that blob, so the turn resumes instead of starting over
         and an effect runs once. Keys are the same as locally: the session, the scope, the node."""
-        agent.effect_scope = f"{request.session_id}/multiAgent/{request.scope_id}/{request.node_id}"
+        agent.bind_session(f"{request.session_id}/multiAgent/{request.scope_id}/{request.node_id}")
         key = _turn_key(request)
         found = await storage.read(key)
         if found is not None:  # an earlier attempt of this execution kept its turn open

@@ -15,14 +15,16 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra._context import current_orchestrator
+from orchestra._pydantic import validation_problems
 from orchestra.errors import ConfigurationError
 from orchestra.history import EMPTY_TOOL_OUTPUT, TOOL_NAME_PATTERN
 from orchestra.interrupts import Interrupt, InterruptException
+from orchestra.messages import ToolResultDict
 from orchestra.models import ToolSpec
 from orchestra.tools.effects import OnUnknown
 
 if TYPE_CHECKING:
-    from orchestra.agent.agent import Agent
+    from orchestra.agent.protocol import AgentLike
 
 __all__ = [
     "AgentTool",
@@ -35,9 +37,6 @@ __all__ = [
     "tool",
     "tool_result",
 ]
-
-ToolResultDict = dict[str, Any]
-"""``{"toolUseId": ..., "status": "success" | "error", "content": [{"text": ...} | {"json": ...}]}``"""
 
 CONTEXT_PARAMETER = "tool_context"
 
@@ -81,17 +80,23 @@ class ToolContext:
         orchestrator: the Graph or Swarm running the agent, if any (its ``state`` is shared by all nodes).
         idempotency_key: the same on every execution of this call (after a crash, a retry, a resume in
             another process): pass it on to what the tool changes (see ``orchestra.tools.effects``).
+        turn: the agent loop's round of tool calls this call belongs to (None for a direct call,
+            ``agent.tool.NAME(...)``): what ``end_turn``, ``report_progress`` and ``interrupt`` act on.
     """
 
-    agent: Agent
+    agent: AgentLike
     tool_use: dict[str, Any]
     invocation_state: dict[str, Any]
     orchestrator: Any = field(default_factory=current_orchestrator.get)
     idempotency_key: str = ""
-    _interrupts: dict[str, Interrupt] = field(default_factory=dict, repr=False)
-    _turn: TurnControl | None = field(default=None, repr=False)
+    turn: TurnControl | None = field(default=None, repr=False)
     # What a tool caught and answered as an error result (its span's ``error.type``).
-    _error: BaseException | None = field(default=None, repr=False)
+    _error: BaseException | None = field(default=None, init=False, repr=False)
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the tool raised and answered as an error result, if anything (hooks and spans see it)."""
+        return self._error
 
     def end_turn(self, message: str) -> None:
         """End the agent's turn once this tool call returns: no further model call in this invocation.
@@ -99,22 +104,20 @@ class ToolContext:
         The agent's history gets the tool results and then an assistant message with ``message``, so
         roles keep alternating. Swarm's handoff tool uses this.
         """
-        if self._turn is None:
+        if self.turn is None:
             raise RuntimeError("end_turn() is only available while the agent loop runs the tool")
-        self._turn.end(message)
+        self.turn.end(message)
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
         """Tell whoever streams the agent how far this call is (a ``ToolProgressEvent``)."""
-        if self._turn is not None:
-            self._turn.progress.append(
-                ToolProgressEvent(self.tool_use["toolUseId"], progress, total, message)
-            )
+        if self.turn is not None and self.turn.streamed:
+            self.turn.progress.append(ToolProgressEvent(self.tool_use["toolUseId"], progress, total, message))
 
     def progress_reporter(self) -> Any:
         """``report_progress`` as a plain callable (safe from other threads), or None when nothing listens."""
-        return self.report_progress if self._turn is not None else None
+        return self.report_progress if self.turn is not None and self.turn.streamed else None
 
     def interrupt(self, name: str, reason: Any = None) -> Any:
         """Ask a human (or the calling application) for input and stop the run until it answers.
@@ -124,7 +127,7 @@ class ToolContext:
         this interrupt, the tool runs again from the start and this call returns the response.
         """
         interrupt_id = Interrupt.make_id(self.tool_use["toolUseId"], name)
-        known = self._interrupts.get(interrupt_id)
+        known = self.turn.interrupts.get(interrupt_id) if self.turn is not None else None
         if known is not None and known.response is not None:
             return known.response
         raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
@@ -144,13 +147,17 @@ class ToolProgressEvent:
 
 
 class TurnControl:
-    """Lets the tools of one model turn end the agent's turn (see ``ToolContext.end_turn``) and report
-    progress (collected here, in order, from any thread)."""
+    """One round of an agent's tool calls, as its tools see it: they may end the agent's turn (see
+    ``ToolContext.end_turn``) and report progress (collected here, in order, from any thread, when the
+    invocation is ``streamed``: nobody else reads it), and ``interrupts`` holds the turn's questions with
+    the answers given so far (``ToolContext.interrupt``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, interrupts: dict[str, Interrupt] | None = None, streamed: bool = True) -> None:
+        self.streamed = streamed
         self.ended = False
         self.messages: list[str] = []
         self.progress: list[ToolProgressEvent] = []
+        self.interrupts: dict[str, Interrupt] = interrupts if interrupts is not None else {}
 
     def end(self, message: str) -> None:
         self.ended = True
@@ -170,14 +177,6 @@ class AgentTool(Protocol):
     async def invoke(self, tool_use: dict[str, Any], context: ToolContext) -> ToolResultDict:
         """Run the tool for ``tool_use``; errors inside the tool become an error result."""
         ...
-
-
-def validation_problems(exc: ValidationError) -> str:
-    """A pydantic validation error as one line naming each field: ``total: Input should be ...; ...``."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}"
-        for err in exc.errors(include_url=False)
-    )
 
 
 def tool_result(tool_use_id: str, value: Any, status: str = "success") -> ToolResultDict:

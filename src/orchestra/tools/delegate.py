@@ -119,13 +119,10 @@ class DelegateTool:
         manager = getattr(caller, "session_manager", None)
         if not _is_agent(inner) or manager is None or inner.session_manager is not None:
             return
-        from orchestra.hooks import AgentInitialized
-
-        if inner.agent_id in ("default", caller.agent_id):
-            inner.agent_id = f"{caller.agent_id}-{self._name}"[:128]
-        inner.session_manager = manager
-        inner.hooks.add_hook(manager)
-        await inner.hooks.invoke(AgentInitialized(inner))
+        agent_id = inner.agent_id
+        if agent_id in ("default", caller.agent_id):
+            agent_id = f"{caller.agent_id}-{self._name}"[:128]
+        await inner.attach_session(manager, agent_id=agent_id)
 
 
 @runtime_checkable
@@ -139,6 +136,6 @@ class _SavesToolAgents(Protocol):
 
 
 def _is_agent(target: Any) -> bool:
-    from orchestra.agent.agent import Agent
-
-    return isinstance(target, Agent)
+    # An Agent says so (``Agent.kind``), as a Graph or Swarm says what it is: the agent package sits above
+    # this one, so it is not imported here.
+    return getattr(target, "kind", None) == "agent"
