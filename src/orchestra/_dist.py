@@ -9,16 +9,16 @@ __all__ = ["DISTRIBUTION", "install_hint", "installed_version"]
 DISTRIBUTION = "orchestra-agents"
 
 
-def installed_version() -> str:
-    """The version of the installed distribution (its metadata, as pip installed it)."""
+def installed_version(source_version: str) -> str:
+    """The version of the installed distribution (its metadata, as pip installed it), or
+    ``source_version`` (the package's ``__version__``, passed in: this module sits below the package's
+    root) when run from a source tree that was never installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version(DISTRIBUTION)
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        from orchestra import __version__
-
-        return f"{__version__} (not installed)"
+    except PackageNotFoundError:
+        return f"{source_version} (not installed)"
 
 
 def install_hint(extra: str) -> str:

@@ -95,9 +95,10 @@ def _configure_logging(ctx: typer.Context, log_format: str, verbosity: int) -> N
 
 def _print_version(value: bool) -> None:
     if value:
+        from orchestra import __version__
         from orchestra._dist import DISTRIBUTION, installed_version
 
-        out.print(f"{DISTRIBUTION} {installed_version()}", highlight=False)
+        out.print(f"{DISTRIBUTION} {installed_version(__version__)}", highlight=False)
         raise typer.Exit(EXIT_OK)
 
 

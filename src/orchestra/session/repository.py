@@ -43,6 +43,7 @@ from orchestra.hooks import (
     TurnCheckpoint,
 )
 from orchestra.messages import Message, MessageDict, validate_message
+from orchestra.multiagent.events import AfterMultiAgentInvocation, AfterNodeCall, BeforeMultiAgentInvocation
 from orchestra.session._strands_files import file_json, message_from_file, message_to_file
 from orchestra.session.snapshot import now_iso
 from orchestra.storage import ABSENT, Expect, LocalFileStorage, Storage
@@ -380,12 +381,6 @@ class RepositorySessionManager:
 
     def register_multi_agent_hooks(self, registry: HookRegistry) -> None:
         """Persist a Graph or Swarm as one ``multi_agent.json`` (rewritten whole after every node)."""
-        from orchestra.multiagent.events import (
-            AfterMultiAgentInvocation,
-            AfterNodeCall,
-            BeforeMultiAgentInvocation,
-        )
-
         registry.add_callback(BeforeMultiAgentInvocation, self._restore_orchestrator)
         registry.add_callback(AfterNodeCall, lambda event: self._save_orchestrator(event.orchestrator))
         registry.add_callback(
