@@ -10,7 +10,7 @@ from typing import Any
 from orchestra import tracing
 from orchestra.server.config import HostedSpec, OnBusy
 from orchestra.server.runs import Mode, RunRecord
-from orchestra.session._uuid7 import uuid7
+from orchestra.session import uuid7
 
 __all__ = ["Invocation", "input_text"]
 

@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from orchestra._logging import get_logger
 from orchestra.errors import StorageError
-from orchestra.session._uuid7 import uuid7
+from orchestra.session import uuid7
 from orchestra.storage import Storage
 
 __all__ = ["Liveness"]

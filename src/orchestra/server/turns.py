@@ -23,13 +23,13 @@ from orchestra.messages import MessageDict
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
 from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult, output_text
-from orchestra.server.discard import discard_run, stored_by
 from orchestra.server.events import EventLog, stream_event
 from orchestra.server.interrupts import open_interrupts, response_blocks
 from orchestra.server.outcomes import Failure, NothingToResume, failure_of
 from orchestra.server.runs import RunRecord, RunStore
 from orchestra.server.signals import Stop, StopRequest
 from orchestra.session import Compaction, SnapshotSessionManager
+from orchestra.session.scopes import discard_run, stored_by
 
 if TYPE_CHECKING:
     from orchestra.server.runtime import Invocation

@@ -38,9 +38,7 @@ from orchestra.multiagent._map_run import finish_result, item_record, run_item_a
 from orchestra.multiagent._schedule import ConditionError
 from orchestra.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
-from orchestra.session._document import Document, decode_messages
-from orchestra.session._journal import Journal
-from orchestra.session._layout import ScopeLayout
+from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_messages
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, storage_from_uri
 from orchestra.storage._base import delete_many, read_many

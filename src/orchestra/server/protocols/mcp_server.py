@@ -35,7 +35,7 @@ from orchestra.server.protocols._common import (
     trace_headers,
 )
 from orchestra.server.runtime import Invocation, Runtime
-from orchestra.session._uuid7 import uuid7
+from orchestra.session import uuid7
 
 __all__ = ["INPUT_SCHEMA", "mount_mcp"]
 
