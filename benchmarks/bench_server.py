@@ -245,8 +245,8 @@ def measure(
 async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
     """``sessions`` sessions, one turn each, then a second turn each, in one runtime on local files; run in
     a fresh process (``_measure.in_fresh_process``), which adds the peak RSS over the imports."""
+    from orchestra.hosting.runtime import Invocation, Runtime
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
 
     def rss_mb() -> float:
         with open("/proc/self/status") as status:

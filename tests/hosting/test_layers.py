@@ -8,9 +8,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import networkx as nx
-import pytest
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "orchestra"
 

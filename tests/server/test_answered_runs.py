@@ -11,8 +11,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from orchestra.hosting.runtime import Invocation, Runtime
 from orchestra.server import load_config
-from orchestra.server.runtime import Invocation, Runtime
 from tests.server.conftest import write_platform_config
 
 

@@ -269,7 +269,7 @@ def test_text_that_cannot_be_stored_is_422_before_the_model_is_called(server):
 
 
 def test_the_server_keeps_in_memory_only_the_runs_being_served(server):
-    from orchestra.server.slots import _CACHED
+    from orchestra.hosting.slots import _CACHED
 
     for index in range(20):
         assert invoke(server, "chat", {"input": "hi", "session_id": f"s-{index}"}).status_code == 200

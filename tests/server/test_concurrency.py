@@ -129,8 +129,8 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
     """The run record is written as "executing" beside the session load, before the turn is stored; the
     final record is queued and written after the answer. A server that dies in between (here: its
     runtime is dropped before the flush) leaves the "executing" record, never a stored turn without one."""
+    from orchestra.hosting.runtime import Invocation, Runtime
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
     from tests.server.conftest import write_config
 
     config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
@@ -159,8 +159,8 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
 async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, stream):
     """A corrupt session fails the turn before anything is stored; its "executing" record goes too, in
     the answered and in the streamed path alike."""
+    from orchestra.hosting.runtime import Invocation, Runtime
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
     from tests.server.conftest import write_config
 
     config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
@@ -174,7 +174,7 @@ async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, strea
     runtime = Runtime(config)  # a server that starts now loads the session (the first kept it in memory)
     turn = Invocation(hosted, "second", "s1", None)
     if stream:
-        from orchestra.server.events import EventLog
+        from orchestra.hosting.events import EventLog
 
         log = EventLog(runtime.unsynced("acme"), turn.run_id, 100)
         await runtime.invoke("acme", turn, log)
@@ -222,7 +222,7 @@ async def test_a_failed_flush_keeps_the_records_for_the_next_one():
     """Storage that fails while run records are written after the answer loses none of them: they stay
     readable from memory and the next flush writes them."""
     from orchestra.errors import StorageUnavailableError
-    from orchestra.server.runs import RunRecord, RunStore
+    from orchestra.hosting.runs import RunRecord, RunStore
     from orchestra.storage import InMemoryStorage
     from orchestra.storage._base import ForwardingStorage
 

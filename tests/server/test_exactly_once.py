@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from orchestra.client import AsyncClient, InsufficientStorageError
+from orchestra.hosting.runtime import Invocation, Runtime
 from orchestra.server import load_config
-from orchestra.server.runtime import Invocation, Runtime
 from orchestra.storage import LocalFileStorage
 from orchestra.testing import FaultyStorage
 from tests.server.conftest import KEYS, Server, auth, write_config

@@ -195,9 +195,9 @@ async def test_an_enqueue_message_takes_the_session_over_from_runs_whose_server_
     # The session's document names a run of a server that is gone, and a message that waited there: neither
     # hands the session on. A new message waits behind them, and takes the session once it reads that no
     # live run is ahead of it.
+    from orchestra.hosting.runtime import Invocation, Runtime
+    from orchestra.hosting.slots import Holder, SlotState
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
-    from orchestra.server.slots import Holder, SlotState
     from tests.server.conftest import write_config
 
     runtime = Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store", "runs: {poll_s: 0.02}\n")))

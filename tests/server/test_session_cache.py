@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestra.hosting.runtime import Invocation, Runtime
 from orchestra.server import load_config
-from orchestra.server.runtime import Invocation, Runtime
 from orchestra.session import SnapshotSessionManager, admin
 from orchestra.testing import CountingStorage
 from tests.server.conftest import write_config
@@ -189,7 +189,7 @@ async def test_an_enqueue_turn_that_lost_to_a_reject_turn_of_another_server_runs
 async def test_a_background_run_of_the_session_leaves_no_kept_agent_behind(tmp_path):
     # A background run loads the session and writes a turn; the agent kept by the turn before it is then
     # behind, and the next plain turn here must not run on it (it used to lose its save: 409).
-    from orchestra.server.background import start_background
+    from orchestra.hosting.background import start_background
 
     runtime = runtime_on(tmp_path)
     await runtime.invoke("acme", turn(runtime, "one"))

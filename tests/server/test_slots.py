@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import anyio
 
-from orchestra.server.liveness import Liveness
-from orchestra.server.slots import Holder, SessionSlots
+from orchestra.hosting.liveness import Liveness
+from orchestra.hosting.slots import Holder, SessionSlots
 from orchestra.storage import InMemoryStorage
 from orchestra.testing import FaultyStorage
 

@@ -17,12 +17,12 @@ from starlette.background import BackgroundTask
 from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra._logging import get_logger
+from orchestra.hosting.outcomes import Failure
+from orchestra.hosting.runs import RunRecord, RunSummary
 from orchestra.server.auth import KeyRing
-from orchestra.server.outcomes import Failure
-from orchestra.server.runs import RunRecord, RunSummary
 
 if TYPE_CHECKING:
-    from orchestra.server.runtime import Runtime
+    from orchestra.hosting.runtime import Runtime
 
 log = get_logger("orchestra.server")
 

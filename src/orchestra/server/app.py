@@ -26,6 +26,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, SnapshotError, StorageError
+from orchestra.hosting.background import Background
+from orchestra.hosting.config import HostedSpec, ServerConfig, load_config
+from orchestra.hosting.idempotency import KeyRefused
+from orchestra.hosting.outcomes import failure_of
+from orchestra.hosting.runs import RunRecord
+from orchestra.hosting.runtime import Invocation, Runtime
+from orchestra.hosting.slots import Busy
+from orchestra.hosting.webhooks import WebhookRefused
 from orchestra.server._api import (
     _REQUEST_ID,
     ID_PATH,
@@ -48,16 +56,8 @@ from orchestra.server._api import (
     workspace,
 )
 from orchestra.server.auth import KeyRing
-from orchestra.server.background import Background
-from orchestra.server.config import HostedSpec, ServerConfig, load_config
-from orchestra.server.idempotency import KeyRefused
-from orchestra.server.outcomes import failure_of
 from orchestra.server.routes import invocation_of, mount_runs
-from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Invocation, Runtime
-from orchestra.server.slots import Busy
 from orchestra.server.streams import invoke_events
-from orchestra.server.webhooks import WebhookRefused
 from orchestra.session import admin
 from orchestra.session.snapshot_manager import whole_conversation
 

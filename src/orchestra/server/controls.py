@@ -26,11 +26,11 @@ from fastapi.responses import RedirectResponse, Response
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError
-from orchestra.server.background import NotResumable, cancel_run, cancellable, resume_run, start_background
+from orchestra.hosting.background import NotResumable, cancel_run, cancellable, resume_run, start_background
+from orchestra.hosting.runs import RunRecord
+from orchestra.hosting.runtime import Invocation, Runtime
+from orchestra.hosting.slots import Busy
 from orchestra.server.pages import badge, conversation, page
-from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Invocation, Runtime
-from orchestra.server.slots import Busy
 from orchestra.session import admin
 from orchestra.session.snapshot_manager import whole_conversation
 

@@ -21,12 +21,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
+from orchestra.hosting.config import ServerConfig
+from orchestra.hosting.runs import RunRecord
+from orchestra.hosting.runtime import Runtime
 from orchestra.server.auth import KeyRing, SessionTokens
-from orchestra.server.config import ServerConfig
 from orchestra.server.controls import controls_html, mount_controls
 from orchestra.server.pages import STATUS_COLOURS, badge, conversation, page
-from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Runtime
 
 __all__ = ["mount_dashboard"]
 

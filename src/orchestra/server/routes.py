@@ -21,6 +21,12 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from orchestra.hosting.background import NotResumable, cancel_run, cancellable, resume_run, start_background
+from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.idempotency import KeyRefused, fingerprint, validate_idempotency_key
+from orchestra.hosting.runs import RunRecord, RunSummary
+from orchestra.hosting.runtime import Invocation, Runtime, input_text
+from orchestra.hosting.slots import Busy
 from orchestra.server._api import (
     ID_PATH,
     ApiError,
@@ -33,12 +39,6 @@ from orchestra.server._api import (
     _plain,
     _run_or_404,
 )
-from orchestra.server.background import NotResumable, cancel_run, cancellable, resume_run, start_background
-from orchestra.server.config import HostedSpec, ServerConfig
-from orchestra.server.idempotency import KeyRefused, fingerprint, validate_idempotency_key
-from orchestra.server.runs import RunRecord, RunSummary
-from orchestra.server.runtime import Invocation, Runtime, input_text
-from orchestra.server.slots import Busy
 from orchestra.server.streams import run_events
 
 __all__ = ["invocation_of", "mount_runs"]

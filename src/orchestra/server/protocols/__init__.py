@@ -19,9 +19,9 @@ import typing
 if typing.TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from orchestra.hosting.config import ServerConfig
+    from orchestra.hosting.runtime import Runtime
     from orchestra.server.auth import KeyRing
-    from orchestra.server.config import ServerConfig
-    from orchestra.server.runtime import Runtime
 
 __all__ = ["available", "mount_protocols"]
 

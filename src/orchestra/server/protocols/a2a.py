@@ -50,8 +50,9 @@ from starlette.routing import Mount, Router
 from starlette.types import Receive, Scope, Send
 
 from orchestra._ids import validate_id
+from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.runtime import Invocation, Runtime
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import (
     bearer_workspace,
     description_of,
@@ -59,7 +60,6 @@ from orchestra.server.protocols._common import (
     output_text,
     trace_headers,
 )
-from orchestra.server.runtime import Invocation, Runtime
 
 __all__ = ["agent_card", "mount_a2a"]
 

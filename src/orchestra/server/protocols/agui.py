@@ -52,10 +52,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from orchestra._ids import validate_id
+from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.runtime import Invocation, Runtime
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
-from orchestra.server.runtime import Invocation, Runtime
 
 __all__ = ["AgUiRun", "mount_agui", "state_delta"]
 

@@ -24,8 +24,9 @@ from starlette.types import Receive, Scope, Send
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
+from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.runtime import Invocation, Runtime
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import (
     bearer_workspace,
     description_of,
@@ -34,7 +35,6 @@ from orchestra.server.protocols._common import (
     output_text,
     trace_headers,
 )
-from orchestra.server.runtime import Invocation, Runtime
 from orchestra.session import uuid7
 
 __all__ = ["INPUT_SCHEMA", "mount_mcp"]

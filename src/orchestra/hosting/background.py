@@ -28,17 +28,17 @@ import anyio
 
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
-from orchestra.server.events import EventLog
-from orchestra.server.runs import RunRecord, RunStore
-from orchestra.server.settle import settle_from_session
-from orchestra.server.signals import StopMode, StopRequest
-from orchestra.server.slots import Busy, Holder
-from orchestra.server.turns import terminal_event
-from orchestra.server.webhooks import Webhooks
+from orchestra.hosting.events import EventLog
+from orchestra.hosting.runs import RunRecord, RunStore
+from orchestra.hosting.settle import settle_from_session
+from orchestra.hosting.signals import StopMode, StopRequest
+from orchestra.hosting.slots import Busy, Holder
+from orchestra.hosting.turns import terminal_event
+from orchestra.hosting.webhooks import Webhooks
 
 if TYPE_CHECKING:
-    from orchestra.server.config import HostedSpec
-    from orchestra.server.runtime import Invocation, Runtime
+    from orchestra.hosting.config import HostedSpec
+    from orchestra.hosting.runtime import Invocation, Runtime
 
 __all__ = [
     "Background",
@@ -120,7 +120,7 @@ async def resume_run(runtime: Runtime, workspace: str, record: RunRecord, hosted
         NotResumable: the run has not ended, completed, was rolled back, waits for interrupt answers,
             was stateless, answered interrupts, or was resumed already.
     """
-    from orchestra.server.runtime import Invocation
+    from orchestra.hosting.runtime import Invocation
 
     run_id = record.run_id
     if not record.final or record.status in ("completed", "rolled_back"):
@@ -215,7 +215,7 @@ async def drive(runtime: Runtime, workspace: str, run_id: str) -> None:
         version = await runs.replace(record, version)
     except StorageConflictError:
         return  # another server started it first
-    from orchestra.server.runtime import Invocation
+    from orchestra.hosting.runtime import Invocation
 
     invocation = Invocation.of_record(hosted, record)
     if taken_over:

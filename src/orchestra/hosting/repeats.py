@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from orchestra.errors import StorageConflictError
-from orchestra.server.idempotency import KeyEntry, KeyRefused
-from orchestra.server.outcomes import Failure
-from orchestra.server.runs import RunRecord
-from orchestra.server.settle import settle_from_session
-from orchestra.server.turns import recorded_failure
+from orchestra.hosting.idempotency import KeyEntry, KeyRefused
+from orchestra.hosting.outcomes import Failure
+from orchestra.hosting.runs import RunRecord
+from orchestra.hosting.settle import settle_from_session
+from orchestra.hosting.turns import recorded_failure
 
 if TYPE_CHECKING:
-    from orchestra.server.runtime import Invocation, Runtime
+    from orchestra.hosting.runtime import Invocation, Runtime
 
 __all__ = ["already_done", "claim", "lost_run"]
 

@@ -32,7 +32,7 @@ from orchestra.errors import (
     StorageOutcomeUnknownError,
     StorageUnavailableError,
 )
-from orchestra.server.interrupts import ResponsesRefused
+from orchestra.hosting.interrupts import ResponsesRefused
 
 __all__ = ["Failure", "NothingToResume", "failure_of"]
 

@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from orchestra.agent import Agent
 from orchestra.errors import SnapshotError
+from orchestra.hosting.interrupts import open_interrupts
 from orchestra.multiagent import MultiAgentBase
-from orchestra.server.interrupts import open_interrupts
 from orchestra.session.scopes import Journal, open_scope, started_ms
 from orchestra.session.snapshot import Record
 from orchestra.session.snapshot_manager import agent_data_of, whole_conversation
 from orchestra.spec import build
 
 if TYPE_CHECKING:
-    from orchestra.server.config import ServerConfig
-    from orchestra.server.runs import RunRecord, RunStore
+    from orchestra.hosting.config import ServerConfig
+    from orchestra.hosting.runs import RunRecord, RunStore
     from orchestra.storage import Storage
 
 __all__ = ["close_resumed", "ended_in_session", "settle_from_session"]

@@ -3,7 +3,7 @@
 A key is stored as ``idempotency/<agent_id>/<sha256 of the key>.json`` in the workspace's storage, naming
 the run that answers it and a fingerprint of the request. It is created with a create-only write, so of
 two servers that get the same key at once exactly one runs the turn; the other reads the key and answers
-from that run's record (``orchestra.server.runtime`` decides: replay, wait, or run again).
+from that run's record (``orchestra.hosting.runtime`` decides: replay, wait, or run again).
 
 A key is honoured for ``runs.idempotency_ttl_s`` (24 hours by default); after that the same key starts a
 new run. Keys are small and are not deleted one by one: deleting a workspace's ``idempotency/`` folder

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from orchestra import tracing
-from orchestra.server.config import HostedSpec, OnBusy
-from orchestra.server.runs import Mode, RunRecord
+from orchestra.hosting.config import HostedSpec, OnBusy
+from orchestra.hosting.runs import Mode, RunRecord
 from orchestra.session import uuid7
 
 __all__ = ["Invocation", "input_text"]

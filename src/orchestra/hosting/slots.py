@@ -54,8 +54,8 @@ import anyio
 
 from orchestra._logging import get_logger
 from orchestra.errors import StorageConflictError, StorageError
-from orchestra.server.config import OnBusy
-from orchestra.server.liveness import Liveness
+from orchestra.hosting.config import OnBusy
+from orchestra.hosting.liveness import Liveness
 from orchestra.storage import ABSENT, Storage
 
 __all__ = ["Busy", "Holder", "PlainRun", "SessionSlots", "SlotState", "Waiter"]

@@ -30,7 +30,7 @@ import anyio
 import httpx
 
 from orchestra._logging import get_logger
-from orchestra.server.config import WebhookSettings
+from orchestra.hosting.config import WebhookSettings
 
 __all__ = ["WebhookRefused", "Webhooks", "sign"]
 

@@ -19,20 +19,20 @@ from orchestra.agent.result import ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.errors import SessionConflictError, StorageError
 from orchestra.history import history_problems
+from orchestra.hosting.events import EventLog, stream_event
+from orchestra.hosting.interrupts import open_interrupts, response_blocks
+from orchestra.hosting.outcomes import Failure, NothingToResume, failure_of
+from orchestra.hosting.runs import RunRecord, RunStore
+from orchestra.hosting.signals import Stop, StopRequest
 from orchestra.messages import MessageDict
 from orchestra.multiagent import Graph, MultiAgentBase, Swarm
 from orchestra.multiagent.events import MultiAgentResultEvent
 from orchestra.multiagent.results import MultiAgentResult, output_text
-from orchestra.server.events import EventLog, stream_event
-from orchestra.server.interrupts import open_interrupts, response_blocks
-from orchestra.server.outcomes import Failure, NothingToResume, failure_of
-from orchestra.server.runs import RunRecord, RunStore
-from orchestra.server.signals import Stop, StopRequest
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session.scopes import discard_run, stored_by
 
 if TYPE_CHECKING:
-    from orchestra.server.runtime import Invocation
+    from orchestra.hosting.runtime import Invocation
     from orchestra.storage import Storage
 
 # Every request loads its session, so the server folds the journal often: a load reads at most 16 records.

@@ -34,28 +34,26 @@ from orchestra._logging import get_logger
 from orchestra.agent import Agent
 from orchestra.agent.agent import deferred_initialization
 from orchestra.errors import OrchestraError, SessionConflictError, SnapshotError, StorageError
-from orchestra.multiagent import MultiAgentBase
-from orchestra.multiagent.events import BeforeMultiAgentInvocation
-from orchestra.server.config import ServerConfig
-from orchestra.server.events import EventLog
-from orchestra.server.idempotency import IdempotencyKeys, KeyRefused
-from orchestra.server.interrupts import (
+from orchestra.hosting.config import ServerConfig
+from orchestra.hosting.events import EventLog
+from orchestra.hosting.idempotency import IdempotencyKeys, KeyRefused
+from orchestra.hosting.interrupts import (
     ResponsesRefused,
     all_open,
     check_responses,
     close_asking,
     close_if_answered,
 )
-from orchestra.server.invocation import Invocation, input_text
-from orchestra.server.liveness import Liveness
-from orchestra.server.outcomes import Failure, NothingToResume
-from orchestra.server.repeats import already_done, claim
-from orchestra.server.runs import RunRecord, RunStore
-from orchestra.server.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
-from orchestra.server.settle import close_resumed, ended_in_session, settle_from_session
-from orchestra.server.signals import Stop, Stops
-from orchestra.server.slots import Busy, Holder, SessionSlots
-from orchestra.server.turns import (
+from orchestra.hosting.invocation import Invocation, input_text
+from orchestra.hosting.liveness import Liveness
+from orchestra.hosting.outcomes import Failure, NothingToResume
+from orchestra.hosting.repeats import already_done, claim
+from orchestra.hosting.runs import RunRecord, RunStore
+from orchestra.hosting.session_cache import FreshAgents, SessionCache, cache_key, cacheable, keeps_nothing
+from orchestra.hosting.settle import close_resumed, ended_in_session, settle_from_session
+from orchestra.hosting.signals import Stop, Stops
+from orchestra.hosting.slots import Busy, Holder, SessionSlots
+from orchestra.hosting.turns import (
     SERVER_COMPACTION,
     Stopped,
     claiming,
@@ -65,7 +63,9 @@ from orchestra.server.turns import (
     settle_stop,
     terminal_event,
 )
-from orchestra.server.webhooks import Webhooks
+from orchestra.hosting.webhooks import Webhooks
+from orchestra.multiagent import MultiAgentBase
+from orchestra.multiagent.events import BeforeMultiAgentInvocation
 from orchestra.session import SnapshotSessionManager
 from orchestra.spec import build
 from orchestra.storage import LocalFileStorage, PrefixedStorage, Storage, storage_from_uri
@@ -357,7 +357,7 @@ class Runtime:
         Raises:
             KeyRefused, Busy: as ``invoke``.
         """
-        from orchestra.server.streams import runtime_events  # streams.py builds on this module
+        from orchestra.hosting.streams import runtime_events  # streams.py builds on this module
 
         return runtime_events(self, workspace, invocation)
 
@@ -446,7 +446,7 @@ class Runtime:
     ) -> tuple[RunRecord, Failure | None]:
         """A plain request whose session is busy and whose policy lets it wait: its run is queued like a
         background one (any server may start it), and the request answers when it ends."""
-        from orchestra.server.background import start_background  # built on this module
+        from orchestra.hosting.background import start_background  # built on this module
 
         record = await start_background(self, workspace, invocation)
         final = await self.wait_final(workspace, record.run_id)

@@ -21,9 +21,9 @@ from typing import Any
 
 from orchestra.agent import Agent
 from orchestra.agent._loop import PendingTools
+from orchestra.hosting.runs import RunRecord, RunStore
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
-from orchestra.server.runs import RunRecord, RunStore
 
 __all__ = [
     "ResponsesRefused",
