@@ -245,7 +245,7 @@ def measure(
 async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
     """``sessions`` sessions, one turn each, then a second turn each, in one runtime on local files; run in
     a fresh process (``_measure.in_fresh_process``), which adds the peak RSS over the imports."""
-    from orchestra.hosting.runtime import Invocation, Runtime
+    from orchestra.hosting import Invocation, RunService
     from orchestra.server import load_config
 
     def rss_mb() -> float:
@@ -254,7 +254,7 @@ async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
 
     figures: dict[str, Any] = {"benchmark": "server_cached_sessions", "sessions": sessions}
     with tempfile.TemporaryDirectory() as tmp:
-        runtime = Runtime(load_config(write_config(Path(tmp), "file", limits)))
+        runtime = RunService(load_config(write_config(Path(tmp), "file", limits)))
         hosted = runtime.config.agents[0]
         before = rss_mb()
         started = time.perf_counter()
@@ -263,8 +263,8 @@ async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
                 await runtime.invoke("ws", Invocation(hosted, f"{phase} turn", f"s{i}", None))
                 await runtime.flush_records("ws")
             figures[f"rss_mb_after_{phase}_turns"] = round(rss_mb() - before, 1)
-        figures["kept"] = len(runtime.sessions)
-        figures["kept_stored_mb"] = round(runtime.sessions.bytes / 2**20, 2)
+        figures["kept"] = len(runtime.builder.sessions)
+        figures["kept_stored_mb"] = round(runtime.builder.sessions.bytes / 2**20, 2)
         figures["ms_per_turn"] = round((time.perf_counter() - started) / (2 * sessions) * 1000, 3)
     return figures
 

@@ -195,15 +195,17 @@ async def test_an_enqueue_message_takes_the_session_over_from_runs_whose_server_
     # The session's document names a run of a server that is gone, and a message that waited there: neither
     # hands the session on. A new message waits behind them, and takes the session once it reads that no
     # live run is ahead of it.
-    from orchestra.hosting.runtime import Invocation, Runtime
-    from orchestra.hosting.slots import Holder, SlotState
+    from orchestra.hosting import Invocation, RunService
+    from orchestra.hosting.session_queue import Holder, QueueState
     from orchestra.server import load_config
     from tests.server.conftest import write_config
 
-    runtime = Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store", "runs: {poll_s: 0.02}\n")))
+    runtime = RunService(
+        load_config(write_config(tmp_path, f"file:{tmp_path}/store", "runs: {poll_s: 0.02}\n"))
+    )
     slots = runtime.slots("acme")
     gone = "a-server-that-is-gone"
-    left = SlotState(Holder("run-of-a-gone-server", gone), [Holder("its-waiter", gone)])
+    left = QueueState(Holder("run-of-a-gone-server", gone), [Holder("its-waiter", gone)])
     await slots.storage.write(slots.key("chat", "s1"), left.to_json())
     hosted = next(h for h in runtime.config.agents if h.id == "chat")
     with anyio.fail_after(60):  # a guard: it used to wait for ever

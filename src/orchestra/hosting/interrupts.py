@@ -21,7 +21,8 @@ from typing import Any
 
 from orchestra.agent import Agent
 from orchestra.agent._loop import PendingTools
-from orchestra.hosting.runs import RunRecord, RunStore
+from orchestra.hosting.outcomes import Refused
+from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
 
@@ -38,14 +39,8 @@ __all__ = [
 ]
 
 
-class ResponsesRefused(Exception):
+class ResponsesRefused(Refused):
     """Answers that cannot be given: ``status`` and ``code`` say why (nothing ran, nothing was stored)."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 def _tools(pending: PendingTools | None) -> dict[str, dict[str, Any]]:

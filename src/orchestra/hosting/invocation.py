@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestra import tracing
 from orchestra.hosting.config import HostedSpec, OnBusy
-from orchestra.hosting.runs import Mode, RunRecord
+from orchestra.hosting.records import Mode, RunRecord
 from orchestra.session import uuid7
 
 __all__ = ["Invocation", "input_text"]

@@ -21,9 +21,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
+from orchestra.hosting import RunService
 from orchestra.hosting.config import ServerConfig
-from orchestra.hosting.runs import RunRecord
-from orchestra.hosting.runtime import Runtime
+from orchestra.hosting.records import RunRecord
 from orchestra.server.auth import KeyRing, SessionTokens
 from orchestra.server.controls import controls_html, mount_controls
 from orchestra.server.pages import STATUS_COLOURS, badge, conversation, page
@@ -103,7 +103,7 @@ def cross_site() -> Response:
     return page("Refused", "<p class='error'>A form from another site cannot log you in or out.</p>", 403)
 
 
-def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
     """Add the dashboard's pages to ``app``."""
 
     tokens = SessionTokens(keys)

@@ -44,7 +44,7 @@ from orchestra.spec import build
 
 if TYPE_CHECKING:
     from orchestra.hosting.config import ServerConfig
-    from orchestra.hosting.runs import RunRecord, RunStore
+    from orchestra.hosting.records import RunRecord, RunStore
     from orchestra.storage import Storage
 
 __all__ = ["close_resumed", "ended_in_session", "settle_from_session"]
