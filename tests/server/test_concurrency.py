@@ -39,6 +39,7 @@ def start_server(config, port, workers=1):
             str(port),
             "--workers",
             str(workers),
+            *("--access-log", "off"),  # stderr is a pipe nobody reads while the server runs
         ],
         env=env,
         stdout=subprocess.DEVNULL,

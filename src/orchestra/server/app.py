@@ -60,6 +60,7 @@ from orchestra.server._api import (
     checked_id,
     workspace,
 )
+from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure_access_log, note_run
 from orchestra.server.auth import KeyRing
 from orchestra.server.routes import invocation_of, mount_runs
 from orchestra.server.streams import sse_stream
@@ -165,7 +166,8 @@ class _JsonBody:
             declared = next((value for name, value in headers if name == b"content-type"), b"")
             if declared.split(b";")[0].strip().lower() in self.SIMPLE:
                 kept = [(name, value) for name, value in headers if name != b"content-type"]
-                scope = {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
+                # In place: the access log, outside, reads the route the router puts in this scope.
+                scope["headers"] = [*kept, (b"content-type", b"application/json")]
         await self.app(scope, receive, send)
 
 
@@ -245,6 +247,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(_Guard)
     app.add_middleware(_JsonBody)
     app.add_middleware(_BodyLimit, limit=config.limits.max_body_bytes)
+    app.add_middleware(AccessLog)  # inside the request id, outside everything that answers
     app.add_middleware(_SecurityHeaders)
 
     @app.exception_handler(ApiError)
@@ -327,6 +330,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 sse_stream(runtime.events(ws, invocation)), media_type="text/event-stream"
             )
         record, failure = await runtime.invoke(ws, invocation)
+        note_run(record.run_id)  # a repeated key's first run
         # The run record is written after the answer is sent (it is readable from memory until then; a
         # server killed in between leaves it "executing", and it is settled from the session when read).
         write_record = BackgroundTask(runtime.flush_records, ws)
@@ -461,8 +465,10 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 
 def create_app_from_env() -> FastAPI:
-    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG`` (and traces to
-    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter)."""
+    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG``, its access
+    log as ``ORCHESTRA_ACCESS_LOG`` says (console, json or off; console when unset), and traces to
+    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter and log handler."""
+    configure_access_log(os.environ.get(ACCESS_LOG_ENV_VAR, "console"))
     endpoint = os.environ.get("ORCHESTRA_OTLP_ENDPOINT")
     if endpoint:
         from orchestra.tracing import configure_otlp

@@ -44,6 +44,7 @@ from orchestra.server._api import (
     _plain,
     _run_or_404,
 )
+from orchestra.server.access_log import note_run
 from orchestra.server.streams import sse_stream
 
 __all__ = ["invocation_of", "mount_runs"]
@@ -122,6 +123,7 @@ def invocation_of(
         invocation.fingerprint = fingerprint(body.model_dump(mode="json"))
     # W3C trace context: the run's spans continue the caller's trace.
     invocation.trace_headers = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
+    note_run(invocation.run_id)
     return invocation
 
 
@@ -153,6 +155,7 @@ def mount_runs(app: FastAPI, runtime: RunService, hosted: Callable[[str, str], H
         if body.webhook is not None:
             invocation.webhook = runtime.check_webhook(body.webhook)
         record, replayed = await runtime.start(ws, invocation)
+        note_run(record.run_id)
         return _accepted(record, replayed)
 
     @app.get(
