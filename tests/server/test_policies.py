@@ -216,3 +216,50 @@ async def test_an_enqueue_message_takes_the_session_over_from_runs_whose_server_
     assert record.output == "echo: hello (turn 1)"
     state, _ = await slots.read("chat", "s1")
     assert (state.active, state.queue) == (None, [])
+
+
+async def test_a_stop_that_comes_after_the_models_whole_reply_answers_the_turn_it_stored(tmp_path):
+    # A newer message (interrupt) stops a run after its model replied but before the turn's save: what is
+    # kept is the whole turn, so the run is answered completed with that reply, never "interrupted" with a
+    # reply the session holds as given (seen under load in the twenty-message test on two servers).
+    # (main's 7d765f6, carried over to hosting/.)
+    from datetime import UTC, datetime
+
+    from orchestra import Agent, ScriptedModel
+    from orchestra.hosting import HostedSpec, Invocation, RunRecord
+    from orchestra.hosting.building import SERVER_COMPACTION
+    from orchestra.hosting.final_records import finish
+    from orchestra.hosting.stopping import INTERRUPTED_NOTE, Stopped, settle_stop
+    from orchestra.hosting.stops import StopRequest
+    from orchestra.session import SnapshotSessionManager
+    from orchestra.storage import LocalFileStorage
+
+    storage = LocalFileStorage(tmp_path)
+    agent = Agent(model=ScriptedModel([]), session_manager=SnapshotSessionManager("s", storage=storage))
+    invocation = Invocation(HostedSpec(id="chat", spec="chat.yaml", workspace="acme"), "m00", "s", None)
+    record = RunRecord(
+        run_id=invocation.run_id,
+        agent_id="chat",
+        kind="agent",
+        mode="session",
+        session_id="s",
+        started_at=datetime.now(UTC).isoformat(),
+    )
+    partial = [
+        {"role": "user", "content": [{"text": "m00"}]},
+        {"role": "assistant", "content": [{"text": "echo: m00 (turn 1)"}]},
+    ]
+    stopped = Stopped(StopRequest("interrupt", by="run-2"), partial)
+    outcome = await settle_stop(stopped, agent, invocation, record, storage, SERVER_COMPACTION)
+    assert (outcome.status, outcome.stored) == ("completed", True)
+    assert finish(record, agent, outcome, 0.0) is None
+    assert (record.status, record.output) == ("completed", "echo: m00 (turn 1)")
+    reloaded = Agent(model=ScriptedModel([]), session_manager=SnapshotSessionManager("s", storage=storage))
+    assert reloaded.messages == partial
+
+    cut = Stopped(StopRequest("interrupt", by="run-3"), partial[:1])  # stopped before the reply: a note
+    second = Agent(model=ScriptedModel([]), session_manager=SnapshotSessionManager("t", storage=storage))
+    invocation.session_id = record.session_id = "t"
+    outcome = await settle_stop(cut, second, invocation, record, storage, SERVER_COMPACTION)
+    assert (outcome.status, outcome.stored) == ("interrupted", True)
+    assert second.messages[-1]["content"] == [{"text": INTERRUPTED_NOTE}]

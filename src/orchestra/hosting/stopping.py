@@ -111,4 +111,9 @@ async def settle_stop(
                 outcome.note = f"its completed steps could not be stored: {exc}"
                 return outcome
             outcome.stored = True
+            if kept[-1] is partial[-1] and partial[-1]["role"] == "assistant":
+                # The model had given its whole reply when the stop came, before the save: the turn is
+                # complete as stored, and is answered so (not as interrupted, with a reply it did give).
+                outcome.status = "completed"
+                outcome.note = "the stop came after the model's reply; the turn was kept"
     return outcome
