@@ -21,7 +21,10 @@ every session given a second turn, with the server's default cache bound (1,000 
 for all N; it prints the process's RSS over its imports after each phase, and how many agents were kept.
 
     python benchmarks/bench_server.py [--duration 10] [--connections 32] [--workers 1] [--storage file sqlite]
-        [--on-busy enqueue reject]
+        [--on-busy enqueue reject] [--access-log off]
+
+Last it prints each ratio that has a floor (issue 34: no memory >= 0.5 of bare, session on SQLite >= 0.25)
+with the floor and whether it is met.
     python benchmarks/bench_server.py --cached-sessions 10000
 """
 
@@ -245,8 +248,8 @@ def measure(
 async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
     """``sessions`` sessions, one turn each, then a second turn each, in one runtime on local files; run in
     a fresh process (``_measure.in_fresh_process``), which adds the peak RSS over the imports."""
+    from orchestra.hosting import Invocation, RunService
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
 
     def rss_mb() -> float:
         with open("/proc/self/status") as status:
@@ -254,7 +257,7 @@ async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
 
     figures: dict[str, Any] = {"benchmark": "server_cached_sessions", "sessions": sessions}
     with tempfile.TemporaryDirectory() as tmp:
-        runtime = Runtime(load_config(write_config(Path(tmp), "file", limits)))
+        runtime = RunService(load_config(write_config(Path(tmp), "file", limits)))
         hosted = runtime.config.agents[0]
         before = rss_mb()
         started = time.perf_counter()
@@ -263,8 +266,8 @@ async def _cached_sessions(sessions: int, limits: str) -> dict[str, Any]:
                 await runtime.invoke("ws", Invocation(hosted, f"{phase} turn", f"s{i}", None))
                 await runtime.flush_records("ws")
             figures[f"rss_mb_after_{phase}_turns"] = round(rss_mb() - before, 1)
-        figures["kept"] = len(runtime.sessions)
-        figures["kept_stored_mb"] = round(runtime.sessions.bytes / 2**20, 2)
+        figures["kept"] = len(runtime.builder.sessions)
+        figures["kept_stored_mb"] = round(runtime.builder.sessions.bytes / 2**20, 2)
         figures["ms_per_turn"] = round((time.perf_counter() - started) / (2 * sessions) * 1000, 3)
     return figures
 
@@ -297,6 +300,12 @@ def main() -> None:
         "--on-busy", nargs="*", default=[None], help="session mode with each of these policies (runs.on_busy)"
     )
     parser.add_argument("--cached-sessions", type=int, default=0, help="measure the session cache's memory")
+    parser.add_argument(
+        "--access-log",
+        choices=["on", "off"],
+        default="on",
+        help="orchestra serve's access log (on by default)",
+    )
     args = parser.parse_args()
     if args.cached_sessions:
         from _measure import in_fresh_process
@@ -335,6 +344,7 @@ def main() -> None:
                 "serve",
                 "--port",
                 str(port),
+                *("--access-log", args.access_log),
             ]
         command += ["--workers", str(args.workers)]
         results[name] = measure(name, command, port, session, args, storage, policy)
@@ -348,6 +358,22 @@ def main() -> None:
             )
             ratios[f"{name}_p99_over_bare"] = round(results[name]["p99_ms"] / bare["p99_ms"], 2)
     print(json.dumps(ratios))
+    print(json.dumps(targets(ratios)))
+
+
+# Issue 34's floors for the ratios this benchmark measures (the LangGraph and CPU-per-turn targets are the
+# shared bench's, ../shared/bench/serve-vs-langgraph): no memory >= 50% of the bare app, session mode on
+# the default durable storage (SQLite) >= 25%.
+FLOORS = {"no_memory_over_bare_rps": 0.5, "session_sqlite_over_bare_rps": 0.25}
+
+
+def targets(ratios: dict[str, Any]) -> dict[str, Any]:
+    """Each measured ratio that has a floor, the floor, and whether it is met."""
+    out: dict[str, Any] = {"benchmark": "server_targets"}
+    for name, floor in FLOORS.items():
+        if name in ratios:
+            out[name] = {"measured": ratios[name], "floor": floor, "met": ratios[name] >= floor}
+    return out
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def _die_after_answering() -> None:
     write the turn's final run record (which it does after the answer), before it is written."""
     import signal
 
-    from orchestra.server.runs import RunStore
+    from orchestra.hosting.records import RunStore
 
     text = os.environ["ORCHESTRA_TEST_DIE_AFTER_ANSWERING"]
     write = getattr(RunStore.flush, "__wrapped__", RunStore.flush)

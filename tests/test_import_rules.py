@@ -44,12 +44,7 @@ ENFORCED: frozenset[str] | None = frozenset(
 # Reaches: (the importing or reaching module, the private name).
 ALLOWED: dict[tuple[str, str], str] = {}
 # Circles: the modules of one circle.
-ALLOWED_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"orchestra.server.repeats", "orchestra.server.runtime", "orchestra.server.turns"}): (
-        "repeats.py and turns.py name runtime.py's types for typing, the runtime hub STYLE.md lists; the "
-        "move of server/ into orchestra.hosting (issue 33, after the agent) gives them their own"
-    ),
-}
+ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
 
 
 @dataclass(frozen=True)

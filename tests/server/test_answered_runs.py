@@ -11,8 +11,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from orchestra.hosting import Invocation, RunService
 from orchestra.server import load_config
-from orchestra.server.runtime import Invocation, Runtime
 from tests.server.conftest import write_platform_config
 
 
@@ -21,7 +21,7 @@ async def runtimes(tmp_path, monkeypatch):
     """Two servers' runtimes on one storage, both alive (heartbeats running)."""
     monkeypatch.setenv("ORCHESTRA_TEST_DELAY", "0.5")
     config = load_config(write_platform_config(tmp_path, f"file:{tmp_path}/store"))
-    pair = [Runtime(config), Runtime(config)]
+    pair = [RunService(config), RunService(config)]
     for runtime in pair:
         runtime.liveness.start()
     yield pair
@@ -29,7 +29,7 @@ async def runtimes(tmp_path, monkeypatch):
         await runtime.liveness.stop()
 
 
-def turn(runtime: Runtime, agent: str, text: str, session: str = "s1") -> Invocation:
+def turn(runtime: RunService, agent: str, text: str, session: str = "s1") -> Invocation:
     hosted = next(h for h in runtime.config.agents if h.id == agent)
     return Invocation(hosted, text, session, None)
 

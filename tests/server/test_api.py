@@ -269,7 +269,7 @@ def test_text_that_cannot_be_stored_is_422_before_the_model_is_called(server):
 
 
 def test_the_server_keeps_in_memory_only_the_runs_being_served(server):
-    from orchestra.server.slots import _CACHED
+    from orchestra.hosting.session_queue import _CACHED
 
     for index in range(20):
         assert invoke(server, "chat", {"input": "hi", "session_id": f"s-{index}"}).status_code == 200
@@ -277,9 +277,9 @@ def test_the_server_keeps_in_memory_only_the_runs_being_served(server):
     runtime = server.app.state.runtime
     slots = runtime.slots("acme")
     assert slots.local == set()  # no session is held after its turn
-    assert runtime._running == {}
+    assert runtime.running_here.runs == {}
     assert runtime.stops.running == {}
-    assert runtime.logs == {}
+    assert runtime.running_here.logs == {}
     assert slots.here == {}
     assert slots.plain == {}
     assert slots.waiters == {}

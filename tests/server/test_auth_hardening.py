@@ -7,8 +7,8 @@ import re
 import httpx
 import pytest
 
+from orchestra.hosting.config import ApiKey
 from orchestra.server.auth import KeyRing, SessionTokens, hash_key
-from orchestra.server.config import ApiKey
 from tests.server.conftest import KEYS, auth
 
 

@@ -39,6 +39,7 @@ def start_server(config, port, workers=1):
             str(port),
             "--workers",
             str(workers),
+            *("--access-log", "off"),  # stderr is a pipe nobody reads while the server runs
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -129,12 +130,12 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
     """The run record is written as "executing" beside the session load, before the turn is stored; the
     final record is queued and written after the answer. A server that dies in between (here: its
     runtime is dropped before the flush) leaves the "executing" record, never a stored turn without one."""
+    from orchestra.hosting import Invocation, RunService
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
     from tests.server.conftest import write_config
 
     config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
-    runtime = Runtime(config)
+    runtime = RunService(config)
     hosted = next(h for h in config.agents if h.id == "chat")
     record, _ = await runtime.invoke("acme", Invocation(hosted, "remember me", "s1", None))
     assert record.status == "completed"
@@ -142,7 +143,7 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
     assert [r.status for r in await runtime.runs("acme").list(["chat"], "s1")] == ["completed"]
     assert (await runtime.runs("acme").get(record.run_id)).status == "completed"
 
-    restarted = Runtime(config)  # ...and a process that starts after the "crash" finds the durable record
+    restarted = RunService(config)  # ...and a process that starts after the "crash" finds the durable record
     runs = await restarted.runs("acme").list(["chat"], "s1")
     assert [(r.status, r.input) for r in runs] == [("executing", "remember me")]
     again, _ = await restarted.invoke("acme", Invocation(hosted, "and now?", "s1", None))
@@ -151,7 +152,7 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
 
     await restarted.flush_records("acme")
     await runtime.flush_records("acme")
-    statuses = [r.status for r in await Runtime(config).runs("acme").list(["chat"], "s1")]
+    statuses = [r.status for r in await RunService(config).runs("acme").list(["chat"], "s1")]
     assert statuses == ["completed", "completed"]
 
 
@@ -159,22 +160,22 @@ async def test_a_stored_turn_has_its_run_record_even_if_the_server_dies_before_t
 async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, stream):
     """A corrupt session fails the turn before anything is stored; its "executing" record goes too, in
     the answered and in the streamed path alike."""
+    from orchestra.hosting import Invocation, RunService
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
     from tests.server.conftest import write_config
 
     config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
-    runtime = Runtime(config)
+    runtime = RunService(config)
     hosted = next(h for h in config.agents if h.id == "chat")
     await runtime.invoke("acme", Invocation(hosted, "first", "s1", None))
     await runtime.flush_records("acme")
     latest = next((tmp_path / "store").rglob("session/s1/**/snapshot_latest.json"))
     latest.write_text("{not json")
 
-    runtime = Runtime(config)  # a server that starts now loads the session (the first kept it in memory)
+    runtime = RunService(config)  # a server that starts now loads the session (the first kept it in memory)
     turn = Invocation(hosted, "second", "s1", None)
     if stream:
-        from orchestra.server.events import EventLog
+        from orchestra.hosting.events import EventLog
 
         log = EventLog(runtime.unsynced("acme"), turn.run_id, 100)
         await runtime.invoke("acme", turn, log)
@@ -186,7 +187,7 @@ async def test_a_session_that_fails_to_load_leaves_no_run_record(tmp_path, strea
         assert "SnapshotError" in record.error
         assert "snapshot_latest.json" in record.error
     await runtime.flush_records("acme")
-    runs = await Runtime(config).runs("acme").list(["chat"], "s1")
+    runs = await RunService(config).runs("acme").list(["chat"], "s1")
     assert [r.input for r in runs] == ["first"]
 
 
@@ -222,7 +223,7 @@ async def test_a_failed_flush_keeps_the_records_for_the_next_one():
     """Storage that fails while run records are written after the answer loses none of them: they stay
     readable from memory and the next flush writes them."""
     from orchestra.errors import StorageUnavailableError
-    from orchestra.server.runs import RunRecord, RunStore
+    from orchestra.hosting.records import RunRecord, RunStore
     from orchestra.storage import InMemoryStorage
     from orchestra.storage._base import ForwardingStorage
 

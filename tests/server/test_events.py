@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import anyio.lowlevel
 
-from orchestra.server.events import EventLog, last_event, stored_events
+from orchestra.hosting.events import EventLog, last_event, stored_events
 from orchestra.storage import InMemoryStorage
 from orchestra.testing import FaultyStorage
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from orchestra.client import AsyncClient, InsufficientStorageError
+from orchestra.hosting import Invocation, RunService
 from orchestra.server import load_config
-from orchestra.server.runtime import Invocation, Runtime
 from orchestra.storage import LocalFileStorage
 from orchestra.testing import FaultyStorage
 from tests.server.conftest import KEYS, Server, auth, write_config
@@ -187,7 +187,7 @@ async def test_a_run_left_executing_by_a_stopped_server_is_settled_from_the_sess
     "executing" (never a stored turn without one). Another server settles it from the session when it is
     read, and answers a repeat of its Idempotency-Key from it."""
     config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
-    stopped = Runtime(config)  # never flushed: as if killed right after the answer
+    stopped = RunService(config)  # never flushed: as if killed right after the answer
     hosted = next(h for h in config.agents if h.id == "chat")
     turn = Invocation(hosted, "remember me", "s1", None)
     turn.idempotency_key, turn.fingerprint = "k", "f"
@@ -195,7 +195,7 @@ async def test_a_run_left_executing_by_a_stopped_server_is_settled_from_the_sess
     assert failure is None
     assert record.status == "completed"
 
-    other = Runtime(config)
+    other = RunService(config)
     executing = await other.runs("acme").get(record.run_id)
     assert executing.status == "executing"  # as stored...
     settled = await other.run_record("acme", record.run_id)  # ...but its server is gone
@@ -205,7 +205,7 @@ async def test_a_run_left_executing_by_a_stopped_server_is_settled_from_the_sess
         True,
     )
     assert "stopped" in settled.settled
-    assert (await Runtime(config).runs("acme").get(record.run_id)).status == "completed"  # written back
+    assert (await RunService(config).runs("acme").get(record.run_id)).status == "completed"  # written back
 
     repeat = Invocation(hosted, "remember me", "s1", None)
     repeat.idempotency_key, repeat.fingerprint = "k", "f"
@@ -220,7 +220,7 @@ async def test_a_run_left_executing_by_a_stopped_server_is_settled_from_the_sess
 async def test_a_stopped_servers_run_that_stored_nothing_settles_failed_and_its_key_runs_again(tmp_path):
     config = load_config(write_config(tmp_path, f"file:{tmp_path}/store"))
     hosted = next(h for h in config.agents if h.id == "chat")
-    stopped = Runtime(config)
+    stopped = RunService(config)
     stopped.root = FaultyStorage(stopped.root)
     stopped.root.fail("write", "/journal/000000000001", kind="reset")  # refused, but the caller cannot
     stopped.root.fail("read", "/journal/000000000001")  # know; nor can the read back: outcome unknown
@@ -231,7 +231,7 @@ async def test_a_stopped_servers_run_that_stored_nothing_settles_failed_and_its_
     assert record.stored is None
     await stopped.flush_records("acme")
 
-    other = Runtime(config)
+    other = RunService(config)
     settled = await other.run_record("acme", record.run_id)
     assert (settled.status, settled.stored) == ("failed", False)  # nothing of it is in the session
     repeat = Invocation(hosted, "maybe", "s1", None)
@@ -262,7 +262,7 @@ async def test_a_real_full_disk_answers_507_never_500_or_502(tmp_path, small_dis
     from orchestra.session._journal import Journal
     from orchestra.session._layout import ScopeLayout
 
-    sessions = Runtime(load_config(tmp_path / "server.yaml")).agent_storage("acme", "chat")
+    sessions = RunService(load_config(tmp_path / "server.yaml")).agent_storage("acme", "chat")
     doc = await Journal(sessions, ScopeLayout("full", "agent", "default")).load()
     assert len(doc.logs["messages"]) == 2 * statuses.count(200)
 

@@ -70,6 +70,7 @@ class Servers:
                 "serve",
                 str(self.config),
                 *("--port", str(port)),
+                *("--access-log", "off"),  # stderr is a pipe nobody reads while the server runs
                 *options,
             ],
             env=self.env,

@@ -206,15 +206,17 @@ async def test_an_enqueue_message_takes_the_session_over_from_runs_whose_server_
     # The session's document names a run of a server that is gone, and a message that waited there: neither
     # hands the session on. A new message waits behind them, and takes the session once it reads that no
     # live run is ahead of it.
+    from orchestra.hosting import Invocation, RunService
+    from orchestra.hosting.session_queue import Holder, QueueState
     from orchestra.server import load_config
-    from orchestra.server.runtime import Invocation, Runtime
-    from orchestra.server.slots import Holder, SlotState
     from tests.server.conftest import write_config
 
-    runtime = Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store", "runs: {poll_s: 0.02}\n")))
+    runtime = RunService(
+        load_config(write_config(tmp_path, f"file:{tmp_path}/store", "runs: {poll_s: 0.02}\n"))
+    )
     slots = runtime.slots("acme")
     gone = "a-server-that-is-gone"
-    left = SlotState(Holder("run-of-a-gone-server", gone), [Holder("its-waiter", gone)])
+    left = QueueState(Holder("run-of-a-gone-server", gone), [Holder("its-waiter", gone)])
     await slots.storage.write(slots.key("chat", "s1"), left.to_json())
     hosted = next(h for h in runtime.config.agents if h.id == "chat")
     with anyio.fail_after(60):  # a guard: it used to wait for ever
@@ -231,14 +233,15 @@ async def test_a_stop_that_comes_after_the_models_whole_reply_answers_the_turn_i
     # A newer message (interrupt) stops a run after its model replied but before the turn's save: what is
     # kept is the whole turn, so the run is answered completed with that reply, never "interrupted" with a
     # reply the session holds as given (seen under load in the twenty-message test on two servers).
+    # (main's 7d765f6, carried over to hosting/.)
     from datetime import UTC, datetime
 
     from orchestra import Agent, ScriptedModel
-    from orchestra.server.config import HostedSpec
-    from orchestra.server.invocation import Invocation
-    from orchestra.server.runs import RunRecord
-    from orchestra.server.signals import StopRequest
-    from orchestra.server.turns import INTERRUPTED_NOTE, Stopped, finish, settle_stop
+    from orchestra.hosting import HostedSpec, Invocation, RunRecord
+    from orchestra.hosting.building import SERVER_COMPACTION
+    from orchestra.hosting.final_records import finish
+    from orchestra.hosting.stopping import INTERRUPTED_NOTE, Stopped, settle_stop
+    from orchestra.hosting.stops import StopRequest
     from orchestra.session import SnapshotSessionManager
     from orchestra.storage import LocalFileStorage
 
@@ -258,7 +261,7 @@ async def test_a_stop_that_comes_after_the_models_whole_reply_answers_the_turn_i
         {"role": "assistant", "content": [{"text": "echo: m00 (turn 1)"}]},
     ]
     stopped = Stopped(StopRequest("interrupt", by="run-2"), partial)
-    outcome = await settle_stop(stopped, agent, invocation, record, storage)
+    outcome = await settle_stop(stopped, agent, invocation, record, storage, SERVER_COMPACTION)
     assert (outcome.status, outcome.stored) == ("completed", True)
     assert finish(record, agent, outcome, 0.0) is None
     assert (record.status, record.output) == ("completed", "echo: m00 (turn 1)")
@@ -268,6 +271,6 @@ async def test_a_stop_that_comes_after_the_models_whole_reply_answers_the_turn_i
     cut = Stopped(StopRequest("interrupt", by="run-3"), partial[:1])  # stopped before the reply: a note
     second = Agent(model=ScriptedModel([]), session_manager=SnapshotSessionManager("t", storage=storage))
     invocation.session_id = record.session_id = "t"
-    outcome = await settle_stop(cut, second, invocation, record, storage)
+    outcome = await settle_stop(cut, second, invocation, record, storage, SERVER_COMPACTION)
     assert (outcome.status, outcome.stored) == ("interrupted", True)
     assert second.messages[-1]["content"] == [{"text": INTERRUPTED_NOTE}]

@@ -298,7 +298,9 @@ def test_a_stream_whose_storage_is_down_ends_with_the_error_a_request_would_get(
     accepted = post(platform, RUNS.format("chat"), {"input": "hi", "session_id": "down"}).json()
     wait_final(platform, accepted["run_id"])
     runtime = platform.app.state.runtime
-    runtime._unsynced_root = storage = FaultyStorage(runtime._unsynced_root)  # where events are kept
+    runtime.workspaces.unsynced_root = storage = FaultyStorage(
+        runtime.workspaces.unsynced_root
+    )  # where events are kept
     storage.fail("list", "events/")
     kept = events(platform, accepted["run_id"])
     assert storage.injected

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from orchestra.hosting import Invocation, RunService
 from orchestra.server import load_config
-from orchestra.server.runtime import Invocation, Runtime
 from orchestra.session import SnapshotSessionManager, admin
 from orchestra.testing import CountingStorage
 from tests.server.conftest import write_config
 
 
-def runtime_on(tmp_path, limits: str = "") -> Runtime:
-    return Runtime(load_config(write_config(tmp_path, f"file:{tmp_path}/store", limits)))
+def runtime_on(tmp_path, limits: str = "") -> RunService:
+    return RunService(load_config(write_config(tmp_path, f"file:{tmp_path}/store", limits)))
 
 
-def turn(runtime: Runtime, text: str, session: str = "s1") -> Invocation:
+def turn(runtime: RunService, text: str, session: str = "s1") -> Invocation:
     hosted = next(h for h in runtime.config.agents if h.id == "chat")
     return Invocation(hosted, text, session, None)
 
@@ -36,7 +36,7 @@ async def test_a_kept_session_is_not_loaded_again(tmp_path):
     # The agent was kept: no snapshot, manifest or journal load; one read that finds no record after its
     # last one (nobody wrote or deleted the session since).
     assert counting.reads == reads + 1
-    assert len(runtime.sessions) == 1
+    assert len(runtime.builder.sessions) == 1
 
 
 async def test_a_session_another_process_saved_is_loaded_afresh_before_the_turn(tmp_path):
@@ -86,7 +86,7 @@ async def test_the_cache_is_bounded(tmp_path, limits, kept):
     runtime = runtime_on(tmp_path, limits + "\n")
     for session in ("a", "b", "c"):
         await runtime.invoke("acme", turn(runtime, "hi", session))
-    assert len(runtime.sessions) == kept
+    assert len(runtime.builder.sessions) == kept
     record, _ = await runtime.invoke("acme", turn(runtime, "back", "a"))  # evicted: loaded again, whole
     assert texts(record) == ["hi", "back"]
 
@@ -94,8 +94,8 @@ async def test_the_cache_is_bounded(tmp_path, limits, kept):
 async def test_a_session_deleted_through_the_api_is_forgotten(tmp_path):
     runtime = runtime_on(tmp_path)
     await runtime.invoke("acme", turn(runtime, "one"))
-    runtime.sessions.forget("acme", "chat", "s1")
-    assert len(runtime.sessions) == 0
+    runtime.builder.sessions.forget("acme", "chat", "s1")
+    assert len(runtime.builder.sessions) == 0
 
 
 async def test_turns_that_keep_nothing_reuse_an_agent_put_back_as_built(tmp_path):
@@ -115,10 +115,10 @@ async def test_turns_that_keep_nothing_reuse_an_agent_put_back_as_built(tmp_path
         ),
     )
     assert stateless.output == "echo: three (turn 2)"
-    assert len(runtime.fresh._idle["chat"]) == 1  # one agent served all three
+    assert len(runtime.builder.fresh._idle["chat"]) == 1  # one agent served all three
 
 
-def enqueued(runtime: Runtime, text: str, session: str = "s1") -> Invocation:
+def enqueued(runtime: RunService, text: str, session: str = "s1") -> Invocation:
     invocation = turn(runtime, text, session)
     invocation.on_busy = "enqueue"
     return invocation
@@ -150,7 +150,7 @@ async def test_an_enqueue_turn_after_another_servers_run_loads_the_session(tmp_p
         .read_text()
         .replace("tests.support:echo_reply", "tests.server.agents:counted_echo")
     )
-    first, other = Runtime(load_config(config)), Runtime(load_config(config))
+    first, other = RunService(load_config(config)), RunService(load_config(config))
     await first.invoke("acme", enqueued(first, "one"))
     await other.invoke("acme", enqueued(other, "from the other process"))
     record, failure = await first.invoke("acme", enqueued(first, "two"))
@@ -189,12 +189,10 @@ async def test_an_enqueue_turn_that_lost_to_a_reject_turn_of_another_server_runs
 async def test_a_background_run_of_the_session_leaves_no_kept_agent_behind(tmp_path):
     # A background run loads the session and writes a turn; the agent kept by the turn before it is then
     # behind, and the next plain turn here must not run on it (it used to lose its save: 409).
-    from orchestra.server.background import start_background
-
     runtime = runtime_on(tmp_path)
     await runtime.invoke("acme", turn(runtime, "one"))
     background = turn(runtime, "two")
-    await start_background(runtime, "acme", background)  # no lifespan: it runs before this returns
+    await runtime.start("acme", background)  # no lifespan: it runs before this returns
     ran = await runtime.run_record("acme", background.run_id)
     assert ran is not None
     assert ran.status == "completed"

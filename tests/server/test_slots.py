@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import anyio
 
-from orchestra.server.liveness import Liveness
-from orchestra.server.slots import Holder, SessionSlots
+from orchestra.hosting.liveness import Liveness
+from orchestra.hosting.session_queue import Holder, SessionQueues
 from orchestra.storage import InMemoryStorage
 from orchestra.testing import FaultyStorage
 
@@ -20,10 +20,10 @@ async def test_a_waiter_whose_read_of_the_document_fails_waits_on():
             if all([await servers[0].is_alive(liveness.server_id) for liveness in servers]):
                 break
             await anyio.sleep(0.01)
-        one, two = (SessionSlots(storage, liveness, max_queue=5) for liveness in servers)
-        first = await one.claim("chat", "s1", "r1")
+        one, two = (SessionQueues(storage, liveness, max_queue=5) for liveness in servers)
+        first = await one.enter("chat", "s1", "r1")
         assert first.handed.is_set()
-        second = await two.claim("chat", "s1", "r2")
+        second = await two.enter("chat", "s1", "r2")
         assert not second.handed.is_set()  # queued behind r1, which runs on the other server
         storage.fail("read", key_contains="busy/", kind="unavailable")
         turn: list[bool] = []

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from orchestra.cli._options import OtlpOption, start_tracing
-from orchestra.cli._output import err, fail, out
+from orchestra.cli._output import err, fail, json_logs, out
 from orchestra.errors import OrchestraError
 
 __all__ = ["app"]
@@ -51,6 +51,15 @@ def serve(
             "(a turn cut then stores nothing; background runs are left for another server).",
         ),
     ] = 20,
+    access_log: Annotated[
+        str,
+        typer.Option(
+            "--access-log",
+            metavar="on|off",
+            help="A line per request on stderr (method, route, status, duration, request and run ids; "
+            "JSON under --log-format json). Never a body, a key or a token.",
+        ),
+    ] = "on",
 ) -> None:
     """Host agents and pipelines over HTTP, with a dashboard at /.
 
@@ -59,13 +68,17 @@ def serve(
     import uvicorn
 
     from orchestra.server import CONFIG_ENV_VAR, load_config
+    from orchestra.server.access_log import ACCESS_LOG_ENV_VAR
 
+    if access_log not in ("on", "off"):
+        raise typer.BadParameter("use on or off", param_hint="--access-log")
     try:
         load_config(config)
     except OrchestraError as exc:
         raise fail(str(exc)) from None
     start_tracing(otlp_endpoint, "orchestra-serve")  # the app factory configures each worker process
     os.environ[CONFIG_ENV_VAR] = str(config.resolve())
+    os.environ[ACCESS_LOG_ENV_VAR] = "off" if access_log == "off" else "json" if json_logs() else "console"
     _check_port(host, port)
     err.print(f"serving {config} on http://{host}:{port} ({workers} worker(s))", highlight=False)
     try:

@@ -270,12 +270,11 @@ def sessions_prune_snapshots(
     info = session_call(admin.describe_session, store, session_id)
     if info.layout == "repository":
         raise fail(f"session {session_id} uses the repository layout, which keeps no immutable snapshots")
-    from orchestra.session._journal import Journal
-    from orchestra.session._layout import ScopeLayout
+    from orchestra.session.scopes import open_scope
 
     total = 0
     for scope in info.scopes:
-        journal = Journal(store, ScopeLayout(session_id, scope.kind, scope.scope_id))
+        journal = open_scope(store, session_id, scope.kind, scope.scope_id)
         deleted = session_call(lambda j=journal: j.prune_checkpoints(keep=keep, older_than=age))
         total += len(deleted)
     out.print(f"deleted {total} immutable snapshot(s) of session {session_id}", highlight=False)
@@ -316,8 +315,7 @@ def sessions_compact(
     Example: [bold]orchestra sessions compact user-123 --keep-snapshots 3[/]
     """
     from orchestra.session import Compaction
-    from orchestra.session._journal import Journal, writers_delete_after
-    from orchestra.session._layout import ScopeLayout
+    from orchestra.session.scopes import ScopeLayout, open_scope, writers_delete_after
 
     age = _duration(min_age, "--min-age")
     store = open_storage(storage)
@@ -326,7 +324,7 @@ def sessions_compact(
         raise fail(f"session {session_id} uses the repository layout, which has no journal to compact")
 
     async def compact(kind: Any, scope_id: str) -> int:
-        journal = Journal(store, ScopeLayout(session_id, kind, scope_id), Compaction(delete_after=age))
+        journal = open_scope(store, session_id, kind, scope_id, Compaction(delete_after=age))
         await journal.load()
         await journal.compact()
         if keep is not None:

@@ -1,10 +1,10 @@
-"""Hosted agents and pipelines over HTTP (``orchestra serve``): the API, its config, and the dashboard."""
+"""Hosted agents and pipelines over HTTP (``orchestra serve``): the API, the dashboard and the protocol
+doors, each a translation of ``orchestra.hosting``'s run service."""
 
+from orchestra.hosting.config import ApiKey, HostedSpec, Limits, ServerConfig, load_config
+from orchestra.hosting.records import RunRecord
 from orchestra.server.app import CONFIG_ENV_VAR, ApiError, InvokeRequest, create_app, create_app_from_env
 from orchestra.server.auth import KeyRing, hash_key
-from orchestra.server.config import ApiKey, HostedSpec, Limits, ServerConfig, load_config
-from orchestra.server.runs import RunRecord, RunStore
-from orchestra.server.runtime import Runtime, input_text
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -15,12 +15,9 @@ __all__ = [
     "KeyRing",
     "Limits",
     "RunRecord",
-    "RunStore",
-    "Runtime",
     "ServerConfig",
     "create_app",
     "create_app_from_env",
     "hash_key",
-    "input_text",
     "load_config",
 ]

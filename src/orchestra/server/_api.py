@@ -17,12 +17,12 @@ from starlette.background import BackgroundTask
 from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra._logging import get_logger
+from orchestra.hosting.outcomes import Failure
+from orchestra.hosting.records import RunRecord, RunSummary
 from orchestra.server.auth import KeyRing
-from orchestra.server.outcomes import Failure
-from orchestra.server.runs import RunRecord, RunSummary
 
 if TYPE_CHECKING:
-    from orchestra.server.runtime import Runtime
+    from orchestra.hosting import RunService
 
 log = get_logger("orchestra.server")
 
@@ -310,7 +310,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     return 422, "invalid_request", "; ".join(parts)
 
 
-async def _run_or_404(runtime: Runtime, ws: str, run_id: str) -> RunRecord:
+async def _run_or_404(runtime: RunService, ws: str, run_id: str) -> RunRecord:
     checked_id(run_id, "run_id")
     try:
         record = await runtime.run_record(ws, run_id)

@@ -3,8 +3,10 @@
 Every ``/api`` route needs ``Authorization: Bearer <key>``; a key belongs to a workspace and a workspace
 never sees another's agents, sessions or runs (their ids answer 404). Errors are always
 ``{"error": {"code": ..., "message": ...}}`` with a 4xx status for bad input, and the status of a failed
-run by the error's type (``outcomes.py``). No error reaches uvicorn: a connection stays usable after a
-5xx.
+run by the error's type (``orchestra.hosting.outcomes``). No error reaches uvicorn: a connection stays
+usable after a 5xx. Each route maps its request to one call of the run service (``orchestra.hosting``) and
+what it answers to one HTTP answer; a request hosting refuses (``Refused``) is answered with its status,
+code and message.
 """
 
 from __future__ import annotations
@@ -25,7 +27,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestra._logging import get_logger
-from orchestra.errors import OrchestraError, SnapshotError, StorageError
+from orchestra.errors import SnapshotError, StorageError
+from orchestra.hosting import (
+    Busy,
+    HostedSpec,
+    Invocation,
+    Refused,
+    RunRecord,
+    RunService,
+    ServerConfig,
+    failure_of,
+)
+from orchestra.hosting.config import load_config
 from orchestra.server._api import (
     _REQUEST_ID,
     ID_PATH,
@@ -47,19 +60,10 @@ from orchestra.server._api import (
     checked_id,
     workspace,
 )
+from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure_access_log, note_run
 from orchestra.server.auth import KeyRing
-from orchestra.server.background import Background
-from orchestra.server.config import HostedSpec, ServerConfig, load_config
-from orchestra.server.idempotency import KeyRefused
-from orchestra.server.outcomes import failure_of
 from orchestra.server.routes import invocation_of, mount_runs
-from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Invocation, Runtime
-from orchestra.server.slots import Busy
-from orchestra.server.streams import invoke_events
-from orchestra.server.webhooks import WebhookRefused
-from orchestra.session import admin
-from orchestra.session.snapshot_manager import whole_conversation
+from orchestra.server.streams import sse_stream
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
 
@@ -162,7 +166,8 @@ class _JsonBody:
             declared = next((value for name, value in headers if name == b"content-type"), b"")
             if declared.split(b";")[0].strip().lower() in self.SIMPLE:
                 kept = [(name, value) for name, value in headers if name != b"content-type"]
-                scope = {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
+                # In place: the access log, outside, reads the route the router puts in this scope.
+                scope["headers"] = [*kept, (b"content-type", b"application/json")]
         await self.app(scope, receive, send)
 
 
@@ -217,23 +222,14 @@ class _BodyLimit:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI application serving ``config``."""
-    runtime = Runtime(config)
+    runtime = RunService(config)
     keys = KeyRing(config.api_keys)
     hosted_by_id = {h.id: h for h in config.agents}
 
-    background = Background(runtime)
-
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        runtime.liveness.start()  # other servers on the storage learn that this one runs its runs
-        try:
-            async with background.running():  # background runs, stop requests, sweeps
-                yield
-        finally:
-            # Records of streams whose client went away before the end are still queued: write them.
-            for ws in {h.workspace for h in config.agents}:
-                await runtime.flush_records(ws)
-            await runtime.liveness.stop()  # the runs left here are taken over by the servers that remain
+        async with runtime.running():  # heartbeat, background runs, stop requests, sweeps
+            yield
 
     app = FastAPI(
         lifespan=lifespan,
@@ -251,6 +247,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(_Guard)
     app.add_middleware(_JsonBody)
     app.add_middleware(_BodyLimit, limit=config.limits.max_body_bytes)
+    app.add_middleware(AccessLog)  # inside the request id, outside everything that answers
     app.add_middleware(_SecurityHeaders)
 
     @app.exception_handler(ApiError)
@@ -279,20 +276,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             headers["Allow"] = ", ".join(sorted(methods))
         return _error(exc.status_code, code, str(exc.detail), headers)
 
-    @app.exception_handler(KeyRefused)
-    async def key_refused(request: Request, exc: KeyRefused) -> JSONResponse:
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        if isinstance(exc, Busy) and exc.code == "session_busy":
+            log.info("session_busy", active=exc.active, request_id=_REQUEST_ID.get())
         headers = {"Retry-After": str(int(exc.retry_after))} if exc.retry_after else None
         return _error(exc.status, exc.code, exc.message, headers)
-
-    @app.exception_handler(Busy)
-    async def busy(request: Request, exc: Busy) -> JSONResponse:
-        if exc.code == "session_busy":
-            log.info("session_busy", active=exc.active, request_id=_REQUEST_ID.get())
-        return _error(exc.status, exc.code, exc.message, {"Retry-After": "1"})
-
-    @app.exception_handler(WebhookRefused)
-    async def webhook_refused(request: Request, exc: WebhookRefused) -> JSONResponse:
-        return _error(422, exc.code, exc.message)
 
     @app.exception_handler(StorageError)
     @app.exception_handler(SnapshotError)
@@ -337,8 +326,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         ``?stream=true`` events come as server-sent events, each with its id in the run's log."""
         invocation = invocation_of(body, hosted(agent_id, ws), config, request, idempotency_key)
         if stream:
-            return StreamingResponse(invoke_events(runtime, ws, invocation), media_type="text/event-stream")
+            return StreamingResponse(
+                sse_stream(runtime.events(ws, invocation)), media_type="text/event-stream"
+            )
         record, failure = await runtime.invoke(ws, invocation)
+        note_run(record.run_id)  # a repeated key's first run
         # The run record is written after the answer is sent (it is readable from memory until then; a
         # server killed in between leaves it "executing", and it is settled from the session when read).
         write_record = BackgroundTask(runtime.flush_records, ws)
@@ -379,13 +371,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def sessions(agent_id: str, ws: Workspace) -> dict[str, Any]:
         """The sessions of an agent, most recently saved first."""
-        target = hosted(agent_id, ws)
-        infos = await admin.list_sessions(runtime.agent_storage(ws, target.id))
-        infos.sort(key=lambda i: i.updated_at.isoformat() if i.updated_at else "", reverse=True)
+        listed = await runtime.list_sessions(ws, hosted(agent_id, ws).id)
         return {
             "sessions": [
                 {"session_id": i.session_id, "updated_at": i.updated_at.isoformat() if i.updated_at else None}
-                for i in infos
+                for i in listed
             ]
         }
 
@@ -400,31 +390,17 @@ def create_app(config: ServerConfig) -> FastAPI:
         given starts); a pipeline's: its run status and every agent node's messages."""
         target = hosted(agent_id, ws)
         checked_id(session_id, "session_id")
-        storage = runtime.agent_storage(ws, target.id)
-        try:
-            info = await admin.describe_session(storage, session_id)
-        except SnapshotError:
-            # Damaged, not absent: 500 session_damaged (the handler below). A kept agent must not write
-            # on from it either: the next message loads it, and is refused the same way.
-            runtime.sessions.forget(ws, target.id, session_id)
-            raise
-        except (OrchestraError, ValueError):
-            raise ApiError(
-                404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}"
-            ) from None
+        # A damaged session is 500 session_damaged (the SnapshotError handler below), not 404.
         out: dict[str, Any] = {"session_id": session_id, "agent_id": agent_id}
-        for scope in info.scopes:
-            doc = await admin.load_scope(storage, session_id, scope.kind, scope.scope_id)
+        for scope in await runtime.describe_session(ws, target.id, session_id):
             if scope.kind == "agent":
-                out["messages"], out["context_start"] = whole_conversation(doc)
-                out["state"] = doc.fields.get("state") or {}
+                out["messages"], out["context_start"], out["state"] = (
+                    scope.messages,
+                    scope.context_start,
+                    scope.state,
+                )
             else:
-                out["run"] = scope.summary
-                out["nodes"] = {
-                    name[len("agent/") : -len("/messages")]: items
-                    for name, items in doc.logs.items()
-                    if name.startswith("agent/") and name.endswith("/messages")
-                }
+                out["run"], out["nodes"] = scope.summary, scope.nodes
         return _plain(out)
 
     @app.post(
@@ -454,12 +430,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Forget a session."""
         target = hosted(agent_id, ws)
         checked_id(session_id, "session_id")
-        runtime.sessions.forget(ws, target.id, session_id)
-        # Every server's kept agent of the session meets the delete before it writes (admin.delete_session).
-        removed = await admin.delete_session(runtime.agent_storage(ws, target.id), session_id)
-        if not removed:
-            raise ApiError(404, "unknown_session", f"agent {agent_id!r} has no session {session_id!r}")
-        await runtime.slots(ws).forget(target.id, session_id)
+        await runtime.delete_session(ws, target.id, session_id)
         return Response(status_code=204)
 
     @app.get("/api/v1/runs", response_model=RunList, responses=_errors(401, 404, 422, 500))
@@ -494,8 +465,10 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 
 def create_app_from_env() -> FastAPI:
-    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG`` (and traces to
-    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter)."""
+    """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG``, its access
+    log as ``ORCHESTRA_ACCESS_LOG`` says (console, json or off; console when unset), and traces to
+    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter and log handler."""
+    configure_access_log(os.environ.get(ACCESS_LOG_ENV_VAR, "console"))
     endpoint = os.environ.get("ORCHESTRA_OTLP_ENDPOINT")
     if endpoint:
         from orchestra.tracing import configure_otlp

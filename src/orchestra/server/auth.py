@@ -7,7 +7,7 @@ import hmac
 import os
 import time
 
-from orchestra.server.config import ApiKey
+from orchestra.hosting.config import ApiKey
 
 __all__ = ["SESSION_SECRET_ENV_VAR", "KeyRing", "SessionTokens", "hash_key"]
 

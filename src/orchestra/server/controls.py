@@ -26,13 +26,8 @@ from fastapi.responses import RedirectResponse, Response
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError
-from orchestra.server.background import NotResumable, cancel_run, cancellable, resume_run, start_background
+from orchestra.hosting import Refused, RunRecord, RunService, UnknownSession, cancellable
 from orchestra.server.pages import badge, conversation, page
-from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Invocation, Runtime
-from orchestra.server.slots import Busy
-from orchestra.session import admin
-from orchestra.session.snapshot_manager import whole_conversation
 
 __all__ = ["controls_html", "mount_controls"]
 
@@ -107,7 +102,7 @@ def _answer(text: str) -> Any:
 
 def mount_controls(
     app: FastAPI,
-    runtime: Runtime,
+    runtime: RunService,
     workspace: Callable[[Request], str | None],
     form_token: Callable[[Request], str],
     same_origin: Callable[[Request], bool],
@@ -158,17 +153,10 @@ def mount_controls(
             or interrupt_id not in {i["id"] for i in record.interrupts}
         ):
             return refused(f"run {run_id} does not wait for interrupt {interrupt_id!r}", run_id)
-        invocation = Invocation(
-            hosted,
-            None,
-            record.session_id,
-            None,
-            responses={interrupt_id: _answer((form.get("response") or [""])[0])},
-            on_busy=config.on_busy(hosted),
-        )
+        answers = {interrupt_id: _answer((form.get("response") or [""])[0])}
         try:
-            new = await start_background(runtime, ws, invocation)
-        except Busy as exc:
+            new = await runtime.answer(ws, hosted, record.session_id, answers)
+        except Refused as exc:
             return refused(exc.message, run_id, exc.status)
         return RedirectResponse(f"/runs/{new.run_id}", status_code=303)
 
@@ -180,7 +168,7 @@ def mount_controls(
         ws, record, _ = found
         if record.final or not cancellable(record):
             return refused(f"run {run_id} has ended ({record.status}) or stops with its client", run_id)
-        await cancel_run(runtime, ws, record, runtime.webhooks)
+        await runtime.cancel(ws, record)
         return RedirectResponse(f"/runs/{record.run_id}", status_code=303)
 
     @app.post("/runs/{run_id}/resume", include_in_schema=False)
@@ -193,9 +181,9 @@ def mount_controls(
         if hosted is None:
             return refused(f"agent {record.agent_id!r} is no longer hosted", run_id)
         try:
-            new = await resume_run(runtime, ws, record, hosted)
-        except (NotResumable, Busy) as exc:
-            return refused(str(exc), run_id)
+            new = await runtime.resume(ws, record, hosted)
+        except Refused as exc:
+            return refused(exc.message, run_id)
         return RedirectResponse(f"/runs/{new.run_id}", status_code=303)
 
     @app.get("/sessions/{agent_id}/{session_id}", include_in_schema=False)
@@ -208,16 +196,14 @@ def mount_controls(
         )
         if hosted_of(ws, agent_id) is None:
             return missing
-        storage = runtime.agent_storage(ws, agent_id)
         try:
-            info = await admin.describe_session(storage, validate_id(session_id, "session_id"))
-        except (OrchestraError, ValueError):
+            scopes = await runtime.describe_session(ws, agent_id, validate_id(session_id, "session_id"))
+        except (UnknownSession, OrchestraError, ValueError):  # (a damaged one too)
             return missing
         sections = []
-        for scope in info.scopes:
-            doc = await admin.load_scope(storage, session_id, scope.kind, scope.scope_id)
+        for scope in scopes:
             if scope.kind == "agent":
-                messages, start = whole_conversation(doc)
+                messages, start = scope.messages or [], scope.context_start or 0
                 window = (
                     "<div id='window-start' class='window'>The model is given the messages from here on"
                     f" ({len(messages) - start} of {len(messages)}).</div>"

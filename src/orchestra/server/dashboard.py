@@ -21,12 +21,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
+from orchestra.hosting import RunService
+from orchestra.hosting.config import ServerConfig
+from orchestra.hosting.records import RunRecord
 from orchestra.server.auth import KeyRing, SessionTokens
-from orchestra.server.config import ServerConfig
 from orchestra.server.controls import controls_html, mount_controls
 from orchestra.server.pages import STATUS_COLOURS, badge, conversation, page
-from orchestra.server.runs import RunRecord
-from orchestra.server.runtime import Runtime
 
 __all__ = ["mount_dashboard"]
 
@@ -103,7 +103,7 @@ def cross_site() -> Response:
     return page("Refused", "<p class='error'>A form from another site cannot log you in or out.</p>", 403)
 
 
-def mount_dashboard(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
     """Add the dashboard's pages to ``app``."""
 
     tokens = SessionTokens(keys)

@@ -14,13 +14,24 @@ before any work), for these routes and ``POST .../invoke`` alike.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from orchestra.hosting import (
+    HostedSpec,
+    Invocation,
+    RunRecord,
+    RunService,
+    RunSummary,
+    ServerConfig,
+    cancellable,
+    fingerprint,
+    input_text,
+    validate_idempotency_key,
+)
 from orchestra.server._api import (
     ID_PATH,
     ApiError,
@@ -33,13 +44,8 @@ from orchestra.server._api import (
     _plain,
     _run_or_404,
 )
-from orchestra.server.background import NotResumable, cancel_run, cancellable, resume_run, start_background
-from orchestra.server.config import HostedSpec, ServerConfig
-from orchestra.server.idempotency import KeyRefused, fingerprint, validate_idempotency_key
-from orchestra.server.runs import RunRecord, RunSummary
-from orchestra.server.runtime import Invocation, Runtime, input_text
-from orchestra.server.slots import Busy
-from orchestra.server.streams import run_events
+from orchestra.server.access_log import note_run
+from orchestra.server.streams import sse_stream
 
 __all__ = ["invocation_of", "mount_runs"]
 
@@ -117,6 +123,7 @@ def invocation_of(
         invocation.fingerprint = fingerprint(body.model_dump(mode="json"))
     # W3C trace context: the run's spans continue the caller's trace.
     invocation.trace_headers = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
+    note_run(invocation.run_id)
     return invocation
 
 
@@ -125,39 +132,9 @@ def _accepted(record: RunRecord, replayed: bool = False) -> JSONResponse:
     return JSONResponse(_plain(record.summary()), status_code=202, headers=headers)
 
 
-def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], HostedSpec]) -> None:
+def mount_runs(app: FastAPI, runtime: RunService, hosted: Callable[[str, str], HostedSpec]) -> None:
     """Add the routes of the module docstring to ``app``."""
     config = runtime.config
-
-    async def start(ws: str, invocation: Invocation) -> tuple[RunRecord, bool]:
-        """Queue a background run and start it here when its session is free; or, for a repeated
-        Idempotency-Key, the first run (replayed)."""
-        if invocation.idempotency_key is not None:
-            keys = runtime.keys(ws)
-            entry = await keys.claim(
-                invocation.hosted.id, invocation.idempotency_key, invocation.fingerprint, invocation.run_id
-            )
-            if entry is not None:
-                first = await runtime.run_record(ws, entry.run_id)
-                if first is not None:
-                    return first, True
-                recent = time.time() - entry.created_at < config.runs.server_gone_after_s
-                if recent or not await keys.take_over(
-                    invocation.hosted.id, invocation.idempotency_key, entry, invocation.run_id
-                ):
-                    raise KeyRefused(
-                        409,
-                        "request_in_progress",
-                        "the first request with this Idempotency-Key is being accepted; repeat it after "
-                        "Retry-After seconds to get its run",
-                        retry_after=1,
-                    )
-        try:
-            return await start_background(runtime, ws, invocation), False
-        except Busy:
-            if invocation.idempotency_key is not None:  # nothing was started: the key is free again
-                await runtime.keys(ws).forget(invocation.hosted.id, invocation.idempotency_key)
-            raise
 
     @app.post(
         "/api/v1/agents/{agent_id}/runs",
@@ -176,8 +153,9 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
         its stream. Its webhook, if given, is called once when it ends."""
         invocation = invocation_of(body, hosted(agent_id, ws), config, request, idempotency_key)
         if body.webhook is not None:
-            invocation.webhook = runtime.webhooks.check(body.webhook)
-        record, replayed = await start(ws, invocation)
+            invocation.webhook = runtime.check_webhook(body.webhook)
+        record, replayed = await runtime.start(ws, invocation)
+        note_run(record.run_id)
         return _accepted(record, replayed)
 
     @app.get(
@@ -214,7 +192,9 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
                     422, "invalid_last_event_id", "Last-Event-ID is the id of an event: a whole number"
                 )
             start_after = int(last_event_id.strip())
-        return StreamingResponse(run_events(runtime, ws, run_id, start_after), media_type="text/event-stream")
+        return StreamingResponse(
+            sse_stream(runtime.follow(ws, run_id, start_after)), media_type="text/event-stream"
+        )
 
     @app.post(
         "/api/v1/runs/{run_id}/cancel",
@@ -235,7 +215,7 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
                 "not_cancellable",
                 f"run {run_id} is a plain invoke without a session: it stops when its client goes away",
             )
-        await cancel_run(runtime, ws, record, runtime.webhooks)
+        await runtime.cancel(ws, record)
         return JSONResponse(_plain((await _run_or_404(runtime, ws, run_id)).summary()), status_code=202)
 
     @app.post(
@@ -248,8 +228,4 @@ def mount_runs(app: FastAPI, runtime: Runtime, hosted: Callable[[str, str], Host
         """Start a run that was cancelled, failed, or left ``needs_resume`` again, as a new background
         run on its session: a pipeline goes on from its saved nodes, an agent's turn runs again."""
         record = await _run_or_404(runtime, ws, run_id)
-        try:
-            new = await resume_run(runtime, ws, record, hosted(record.agent_id, ws))
-        except NotResumable as exc:
-            raise ApiError(409, "not_resumable", str(exc)) from None
-        return _accepted(new)
+        return _accepted(await runtime.resume(ws, record, hosted(record.agent_id, ws)))

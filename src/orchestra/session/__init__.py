@@ -2,10 +2,12 @@
 
 ``SnapshotSessionManager`` keeps journaled snapshots on any ``Storage``; the repository-based managers
 (``FileSessionManager``, ``S3SessionManager``, ``RepositorySessionManager``) keep the seed's per-message
-layout for compatibility.
+layout for compatibility. ``orchestra.session.scopes`` is what the layers above (hosting, the CLI,
+Temporal) use of a session's scopes: open one, read what a run wrote, discard a run.
 """
 
 from orchestra.session._journal import Compaction
+from orchestra.session._uuid7 import uuid7
 from orchestra.session.repository import (
     FileSessionManager,
     RepositorySessionManager,
@@ -41,4 +43,5 @@ __all__ = [
     "SnapshotSessionManager",
     "StorageSessionRepository",
     "export_scope",
+    "uuid7",
 ]

@@ -48,9 +48,7 @@ from orchestra.multiagent import (
 from orchestra.multiagent.map import resolve_items
 from orchestra.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
-from orchestra.session._document import Document, decode_messages
-from orchestra.session._journal import Journal
-from orchestra.session._layout import ScopeLayout
+from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_messages
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, storage_from_uri
 from orchestra.storage._base import delete_many, read_many

@@ -1,5 +1,5 @@
 """The protocol front doors of ``orchestra serve``: MCP, A2A and AG-UI, each a translation of the same
-runtime events (``Runtime.stream``), never a second runtime.
+runtime events (``RunService.stream``), never a second runtime.
 
 | door | where | needs |
 | --- | --- | --- |
@@ -19,9 +19,9 @@ import typing
 if typing.TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from orchestra.hosting import RunService
+    from orchestra.hosting.config import ServerConfig
     from orchestra.server.auth import KeyRing
-    from orchestra.server.config import ServerConfig
-    from orchestra.server.runtime import Runtime
 
 __all__ = ["available", "mount_protocols"]
 
@@ -38,7 +38,7 @@ def _installed(package: str) -> bool:
         return False
 
 
-def mount_protocols(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+def mount_protocols(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
     """Mount every door whose package is installed (see the module docstring)."""
     doors = available()
     if doors["mcp"]:

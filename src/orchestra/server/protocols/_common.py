@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 
 __all__ = ["bearer_workspace", "hosted_in", "interrupt_text", "output_text", "trace_headers"]
 

@@ -50,8 +50,9 @@ from starlette.routing import Mount, Router
 from starlette.types import Receive, Scope, Send
 
 from orchestra._ids import validate_id
+from orchestra.hosting import Invocation, RunService
+from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import (
     bearer_workspace,
     description_of,
@@ -59,7 +60,6 @@ from orchestra.server.protocols._common import (
     output_text,
     trace_headers,
 )
-from orchestra.server.runtime import Invocation, Runtime
 
 __all__ = ["agent_card", "mount_a2a"]
 
@@ -107,7 +107,7 @@ def session_of(context_id: str) -> str:
 class StorageTaskStore(TaskStore):
     """A2A tasks as JSON in the workspace's storage, under ``a2a/<agent>/tasks/<task id>.json``."""
 
-    def __init__(self, runtime: Runtime, agent_id: str) -> None:
+    def __init__(self, runtime: RunService, agent_id: str) -> None:
         self.runtime = runtime
         self.agent_id = agent_id
         # A streamed reply is one WORKING update per text delta: only a change of state is written (each
@@ -173,9 +173,9 @@ _FINAL = {
 
 
 class RuntimeExecutor(AgentExecutor):
-    """Runs a hosted agent or pipeline for A2A: ``Runtime.stream``'s events as A2A task updates."""
+    """Runs a hosted agent or pipeline for A2A: ``RunService.stream``'s events as A2A task updates."""
 
-    def __init__(self, runtime: Runtime, hosted: HostedSpec) -> None:
+    def __init__(self, runtime: RunService, hosted: HostedSpec) -> None:
         self.runtime = runtime
         self.hosted = hosted
 
@@ -273,7 +273,7 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
 class _Door:
     """``/a2a``: a key check (401, or 404 for another workspace's agent), then the agent's own routes."""
 
-    def __init__(self, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+    def __init__(self, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
         self.keys = keys
         self.config = config
         self.apps: dict[str, Router] = {}
@@ -320,6 +320,6 @@ def _refusal(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def mount_a2a(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+def mount_a2a(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
     """Serve ``/a2a/{agent}/`` and its agent card (see the module docstring)."""
     app.router.routes.append(Mount("/a2a", app=_Door(runtime, keys, config)))

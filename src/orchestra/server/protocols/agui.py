@@ -52,10 +52,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from orchestra._ids import validate_id
+from orchestra.hosting import Invocation, RunService
+from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
-from orchestra.server.runtime import Invocation, Runtime
 
 __all__ = ["AgUiRun", "mount_agui", "state_delta"]
 
@@ -80,7 +80,7 @@ class AgUiRun:
         return ended
 
     def event(self, name: str, data: Any) -> list[BaseEvent]:
-        """The AG-UI events for one runtime event (``Runtime.stream``'s name and data)."""
+        """The AG-UI events for one runtime event (``RunService.stream``'s name and data)."""
         if name == "text":
             if not data["text"]:
                 return []
@@ -198,7 +198,7 @@ def _task(body: RunAgentInput) -> str | None:
     return None
 
 
-def mount_agui(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+def mount_agui(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
     """Serve ``POST /ag-ui/{agent_id}`` (see the module docstring)."""
     hosted_by_id = {h.id: h for h in config.agents}
 
@@ -246,7 +246,7 @@ def _invocation(hosted: HostedSpec, body: RunAgentInput, config: ServerConfig) -
 
 
 async def _events(
-    runtime: Runtime, workspace: str, invocation: Invocation, run: AgUiRun, encoder: EventEncoder
+    runtime: RunService, workspace: str, invocation: Invocation, run: AgUiRun, encoder: EventEncoder
 ) -> AsyncIterator[bytes]:
     for event in run.start():
         yield encoder.encode(event).encode()

@@ -24,8 +24,9 @@ from starlette.types import Receive, Scope, Send
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
+from orchestra.hosting import Invocation, RunService
+from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
-from orchestra.server.config import HostedSpec, ServerConfig
 from orchestra.server.protocols._common import (
     bearer_workspace,
     description_of,
@@ -34,8 +35,7 @@ from orchestra.server.protocols._common import (
     output_text,
     trace_headers,
 )
-from orchestra.server.runtime import Invocation, Runtime
-from orchestra.session._uuid7 import uuid7
+from orchestra.session import uuid7
 
 __all__ = ["INPUT_SCHEMA", "mount_mcp"]
 
@@ -77,7 +77,7 @@ def _error(text: str) -> types.CallToolResult:
 
 
 class _Door:
-    def __init__(self, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+    def __init__(self, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
         self.runtime = runtime
         self.keys = keys
         self.config = config
@@ -215,7 +215,7 @@ class _Authenticated:
             _CALLER.reset(token)
 
 
-def mount_mcp(app: FastAPI, runtime: Runtime, keys: KeyRing, config: ServerConfig) -> None:
+def mount_mcp(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
     """Serve ``/mcp`` (see the module docstring); the SDK's session manager runs with the app."""
     door = _Door(runtime, keys, config)
     server: Server[Any] = Server("orchestra", on_list_tools=door.list_tools, on_call_tool=door.call_tool)

@@ -2,7 +2,7 @@
 
 A run record names the server that runs it. When another server reads a record still ``executing``, it
 asks whether that server is alive: one that has not said so for ``server_gone_after_s`` is gone, and its
-run is settled from the session (``orchestra.server.settle``). The heartbeat is written from a thread with
+run is settled from the session (``orchestra.hosting.session_outcome``). The heartbeat is written from a thread with
 its own event loop, so a server whose event loop is busy for a while is not taken for gone; only a
 stopped process is. A wrong guess costs no turn: a settled run that is taken over runs under the
 session's conditional writes, which let only one of two writers store a turn.
@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from orchestra._logging import get_logger
 from orchestra.errors import StorageError
-from orchestra.session._uuid7 import uuid7
+from orchestra.session import uuid7
 from orchestra.storage import Storage
 
 __all__ = ["Liveness"]

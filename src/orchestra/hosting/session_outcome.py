@@ -35,17 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from orchestra.agent import Agent
 from orchestra.errors import SnapshotError
+from orchestra.hosting.interrupts import open_interrupts
 from orchestra.multiagent import MultiAgentBase
-from orchestra.server.interrupts import open_interrupts
-from orchestra.session._journal import Journal
-from orchestra.session._layout import ScopeLayout
+from orchestra.session.scopes import Journal, open_scope, started_ms
 from orchestra.session.snapshot import Record
 from orchestra.session.snapshot_manager import agent_data_of, whole_conversation
 from orchestra.spec import build
 
 if TYPE_CHECKING:
-    from orchestra.server.config import ServerConfig
-    from orchestra.server.runs import RunRecord, RunStore
+    from orchestra.hosting.config import ServerConfig
+    from orchestra.hosting.records import RunRecord, RunStore
     from orchestra.storage import Storage
 
 __all__ = ["close_resumed", "ended_in_session", "settle_from_session"]
@@ -84,9 +83,8 @@ async def _settle(
     target = build(config.spec_of(record.agent_id))
     kind: Any = "agent" if isinstance(target, Agent) else "multiAgent"
     scope_id = target.agent_id if isinstance(target, Agent) else target.scope_id
-    journal = Journal(storage, ScopeLayout(record.session_id, kind, scope_id))
-    started_ms = int(datetime.fromisoformat(record.started_at).timestamp() * 1000)
-    written, sure = await journal.run_records(record.run_id, started_ms)
+    journal = open_scope(storage, record.session_id, kind, scope_id)
+    written, sure = await journal.run_records(record.run_id, started_ms(record.started_at))
     if isinstance(target, MultiAgentBase):
         final = [(seq, r) for seq, r in written if isinstance(r.set.get("run"), dict)]
         status = final[-1][1].set["run"].get("status") if final else None

@@ -1,4 +1,5 @@
-"""How the outcome of a hosted run is answered over HTTP, decided by the error's type, never its text.
+"""How the outcome of a hosted run is answered, decided by the error's type, never its text: a status
+(HTTP's numbers: the run record keeps it, so a repeat is answered alike), a stable code and a message.
 
 | outcome | status | code | stored |
 | --- | --- | --- | --- |
@@ -16,11 +17,16 @@
 
 ``stored`` is whether the turn is in the session. A request repeated with its ``Idempotency-Key`` gets
 the first answer again when the turn was stored, and runs it again when it was not.
+
+A request that hosting refuses before anything runs raises a ``Refused`` (a busy session, a key used for
+another body, answers to questions nobody asked, a run that cannot be resumed, a webhook it may not
+call): its status, code and message are the whole answer, so the server maps every one the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from orchestra.errors import (
     OrchestraError,
@@ -32,9 +38,23 @@ from orchestra.errors import (
     StorageOutcomeUnknownError,
     StorageUnavailableError,
 )
-from orchestra.server.interrupts import ResponsesRefused
 
-__all__ = ["Failure", "NothingToResume", "failure_of"]
+if TYPE_CHECKING:
+    from orchestra.hosting.records import RunRecord
+
+__all__ = ["Failure", "NothingToResume", "Refused", "failure_of", "recorded_failure", "terminal_event"]
+
+
+class Refused(Exception):
+    """A request refused before anything ran: ``status`` (4xx), a stable ``code``, and a message that says
+    what to do; ``retry_after`` (seconds) when sending it again later may succeed."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
 
 
 class NothingToResume(OrchestraError):
@@ -56,8 +76,8 @@ class Failure:
 def failure_of(exc: BaseException, run_id: str) -> Failure:
     """The answer for a run that ended with ``exc`` (see the module docstring)."""
     stored = getattr(exc, "stored", False)
-    if isinstance(exc, ResponsesRefused):
-        return Failure(exc.status, exc.code, exc.message)
+    if isinstance(exc, Refused):
+        return Failure(exc.status, exc.code, exc.message, retry_after=exc.retry_after)
     if isinstance(exc, SessionConflictError):
         return Failure(409, "session_conflict", str(exc), retry_after=1)
     if isinstance(exc, NothingToResume):
@@ -112,3 +132,21 @@ def failure_of(exc: BaseException, run_id: str) -> Failure:
 
 def _stored_text(stored: bool | None) -> str:
     return "stored" if stored else "not stored" if stored is False else "perhaps stored"
+
+
+def recorded_failure(record: RunRecord) -> Failure | None:
+    """How a recorded run was answered, to answer a repeat (or a follower) the same way."""
+    if record.http_status in (None, 200):
+        return None
+    return Failure(record.http_status, record.error_code or "run_failed", record.error or "the run failed")
+
+
+def terminal_event(record: RunRecord, failure: Failure | None) -> tuple[str, Any]:
+    """A run's last event: ``result`` (the answer) or ``error`` (what a plain request would get)."""
+    if failure is None:
+        return "result", record.answer()
+    message = record.error if failure.code == "run_failed" and record.error else failure.message
+    detail: dict[str, Any] = {"code": failure.code, "message": message}
+    if failure.retry_after is not None:
+        detail["retry_after"] = failure.retry_after
+    return "error", {"error": detail, "run_id": record.run_id, "status": record.status}

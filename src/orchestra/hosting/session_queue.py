@@ -22,7 +22,7 @@ whose runs a sweep then queues again) and is kept when the session is idle (``ac
 turn changes it with one compare-and-swap, which the version this server wrote last usually wins.
 ``last`` names the server of the run that had the session before the active one (or last, when idle).
 
-An ``enqueue`` message (``claim``) takes its session in the document before its turn, or takes its place
+An ``enqueue`` message (``enter``) takes its session in the document before its turn, or takes its place
 in the queue and waits in its own process (a *waiter*: no run record); so a message to another server
 meanwhile finds it and waits behind it, and the order is the order of arrival, on one server or many,
 each turn run once. On one server the session's ``enqueue`` messages claim one at a time, in the order
@@ -54,11 +54,12 @@ import anyio
 
 from orchestra._logging import get_logger
 from orchestra.errors import StorageConflictError, StorageError
-from orchestra.server.config import OnBusy
-from orchestra.server.liveness import Liveness
+from orchestra.hosting.config import OnBusy
+from orchestra.hosting.liveness import Liveness
+from orchestra.hosting.outcomes import Refused
 from orchestra.storage import ABSENT, Storage
 
-__all__ = ["Busy", "Holder", "PlainRun", "SessionSlots", "SlotState", "Waiter"]
+__all__ = ["Busy", "Holder", "PlainRun", "QueueState", "SessionQueues", "Waiter"]
 
 log = get_logger("orchestra.server")
 
@@ -75,7 +76,7 @@ class Holder:
 
 
 @dataclass
-class SlotState:
+class QueueState:
     active: Holder | None = None
     queue: list[Holder] = field(default_factory=list)
     last: str | None = None  # the server of the run that had the session before the active one
@@ -93,16 +94,16 @@ class SlotState:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> SlotState:
+    def from_json(cls, data: bytes) -> QueueState:
         raw = json.loads(data)
         active = raw.get("active")
         queue = [Holder(**item) for item in raw.get("queue", [])]
         return cls(Holder(**active) if active else None, queue, raw.get("last"))
 
-    def handed(self, holder: Holder | None, queue: list[Holder]) -> SlotState:
+    def handed(self, holder: Holder | None, queue: list[Holder]) -> QueueState:
         """The state once the active run has handed the session to ``holder`` (None: idle), ``queue``
         waiting."""
-        return SlotState(holder, queue, self.active.server if self.active else self.last)
+        return QueueState(holder, queue, self.active.server if self.active else self.last)
 
 
 def _busy(session_id: str, active: str) -> Busy:
@@ -124,15 +125,12 @@ def _full(session_id: str, waiting: int, active: str | None) -> Busy:
     )
 
 
-class Busy(Exception):
+class Busy(Refused):
     """The session runs another run and the policy does not let this one wait (409), or its queue is
-    full (429)."""
+    full (429). Sent again after ``retry_after``, it may find the session free."""
 
     def __init__(self, status: int, code: str, message: str, active: str | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+        super().__init__(status, code, message, retry_after=1)
         self.active = active
 
 
@@ -164,7 +162,7 @@ class Waiter:
     after_mine: bool = False  # the run before it was this server's (its kept agent is current)
 
 
-class SessionSlots:
+class SessionQueues:
     """The busy documents of one workspace (see the module docstring)."""
 
     def __init__(self, storage: Storage, liveness: Liveness, max_queue: int) -> None:
@@ -175,7 +173,7 @@ class SessionSlots:
         self.waiters: dict[str, Waiter] = {}
         self.here: dict[tuple[str, str], str] = {}  # (agent, session) -> the run that has it here
         self.plain: dict[tuple[str, str], PlainRun] = {}
-        self._versions: OrderedDict[str, tuple[str, SlotState]] = OrderedDict()
+        self._versions: OrderedDict[str, tuple[str, QueueState]] = OrderedDict()
         # Weak values: a session's line lives while a message holds it or waits in it.
         self._lines: weakref.WeakValueDictionary[tuple[str, str], anyio.Lock] = weakref.WeakValueDictionary()
         self._waiting: Counter[tuple[str, str]] = Counter()
@@ -246,11 +244,11 @@ class SessionSlots:
     def key(agent_id: str, session_id: str) -> str:
         return f"busy/{agent_id}/{session_id}.json"
 
-    async def read(self, agent_id: str, session_id: str) -> tuple[SlotState, str | None]:
+    async def read(self, agent_id: str, session_id: str) -> tuple[QueueState, str | None]:
         found = await self.storage.read(self.key(agent_id, session_id))
         if found is None:
-            return SlotState(), None
-        return SlotState.from_json(found[0]), found[1]
+            return QueueState(), None
+        return QueueState.from_json(found[0]), found[1]
 
     async def _change(self, agent_id: str, session_id: str, change: Any) -> Any:
         """Apply ``change(state) -> (new state or None to leave it, result)`` by compare-and-swap, starting
@@ -316,7 +314,7 @@ class SessionSlots:
             running = None if plain.ended else Holder(plain.run_id, self.liveness.server_id)
             return await self._acquire(agent_id, session_id, run, on_busy, running, plain)
 
-    async def claim(self, agent_id: str, session_id: str, run_id: str) -> Waiter:
+    async def enter(self, agent_id: str, session_id: str, run_id: str) -> Waiter:
         """An ``enqueue`` message's run takes its session (one compare-and-swap) or its place in the queue
         (a plain run here is promoted first, as for ``acquire``); ``wait_turn`` then waits for its turn.
 
@@ -346,7 +344,7 @@ class SessionSlots:
         me = self.liveness.server_id
         run_id = waiter.run_id
 
-        async def change(state: SlotState) -> tuple[SlotState | None, bool | None]:
+        async def change(state: QueueState) -> tuple[QueueState | None, bool | None]:
             if state.active is not None and state.active.run_id == run_id:
                 return None, state.last == me  # another server handed it over
             queue = state.queue
@@ -357,7 +355,7 @@ class SessionSlots:
                 if await self._gone_waiters(queue[:place]):  # no live run is ahead of it
                     new = state.handed(Holder(run_id, me), queue[place + 1 :])
                     return new, new.last == me
-            return (None if queue is state.queue else SlotState(state.active, queue, state.last)), None
+            return (None if queue is state.queue else QueueState(state.active, queue, state.last)), None
 
         try:
             while not waiter.handed.is_set():
@@ -406,12 +404,12 @@ class SessionSlots:
     ) -> tuple[Queued | None, bool]:
         after_mine = False
 
-        async def change(state: SlotState) -> tuple[SlotState | None, Queued | None]:
+        async def change(state: QueueState) -> tuple[QueueState | None, Queued | None]:
             nonlocal after_mine
             if any(h.run_id == run.run_id for h in state.queue):
                 return None, Queued(1 + [h.run_id for h in state.queue].index(run.run_id), None)
             if state.active is not None and state.active.run_id == run.run_id:
-                return SlotState(run, state.queue, state.last), None
+                return QueueState(run, state.queue, state.last), None
             active = state.active or running  # a plain run here is promoted into the document
             if active is None or (not state.queue and active is state.active and await self._stale(active)):
                 new = state.handed(run, state.queue)
@@ -422,7 +420,7 @@ class SessionSlots:
             if len(state.queue) >= self.max_queue:
                 raise _full(session_id, len(state.queue), active.run_id)
             stop = active.run_id if on_busy in ("interrupt", "rollback") else None
-            return SlotState(active, [*state.queue, run], state.last), Queued(len(state.queue) + 1, stop)
+            return QueueState(active, [*state.queue, run], state.last), Queued(len(state.queue) + 1, stop)
 
         queued: Queued | None = await self._change(agent_id, session_id, change)
         if queued is None:
@@ -442,7 +440,7 @@ class SessionSlots:
         self._drop(agent_id, session_id, run_id)
         me = self.liveness.server_id
 
-        async def change(state: SlotState) -> tuple[SlotState | None, Holder | None]:
+        async def change(state: QueueState) -> tuple[QueueState | None, Holder | None]:
             if (
                 state.active is None
                 or state.active.run_id != run_id
@@ -484,7 +482,7 @@ class SessionSlots:
         is passed over."""
         me = self.liveness.server_id
 
-        async def change(state: SlotState) -> tuple[SlotState | None, Holder | None]:
+        async def change(state: QueueState) -> tuple[QueueState | None, Holder | None]:
             known = {h.run_id for h in state.queue} | ({state.active.run_id} if state.active else set())
             if run_id not in known and not lost:
                 return None, None
@@ -497,7 +495,7 @@ class SessionSlots:
                     else not await self.liveness.is_alive(active.server)
                 )
                 if not gone:
-                    return (SlotState(active, queue, state.last) if queue is not state.queue else None), None
+                    return (QueueState(active, queue, state.last) if queue is not state.queue else None), None
                 if active.background:
                     revived = Holder(active.run_id, me, True)
                     return state.handed(revived, queue), revived
@@ -515,11 +513,11 @@ class SessionSlots:
         """Take a queued run out of the queue (it was cancelled before it started); False if it is not
         queued (it has started, or was never queued)."""
 
-        async def change(state: SlotState) -> tuple[SlotState | None, bool]:
+        async def change(state: QueueState) -> tuple[QueueState | None, bool]:
             queue = [h for h in state.queue if h.run_id != run_id]
             if len(queue) == len(state.queue):
                 return None, False
-            return SlotState(state.active, queue, state.last), True
+            return QueueState(state.active, queue, state.last), True
 
         removed: bool = await self._change(agent_id, session_id, change)
         return removed

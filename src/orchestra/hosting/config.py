@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 OnBusy = Literal["reject", "enqueue", "interrupt", "rollback"]
-"""What a message to a session that is already running does (see ``orchestra.server.slots``)."""
+"""What a message to a session that is already running does (see ``orchestra.hosting.session_queue``)."""
 
 
 class _Model(BaseModel):

@@ -36,7 +36,7 @@ from orchestra.multiagent.events import HandoffEvent, NodeStartEvent, NodeStopEv
 from orchestra.storage import ABSENT, Storage
 from orchestra.storage._base import read_many
 
-__all__ = ["TERMINAL", "Event", "EventLog", "last_event", "sse", "stored_events", "stream_event"]
+__all__ = ["TERMINAL", "Event", "EventLog", "last_event", "stored_events", "stream_event"]
 
 log = get_logger("orchestra.server")
 
@@ -58,13 +58,6 @@ def _chunk_key(run_id: str, number: int) -> str:
 def _parse(data: bytes) -> tuple[int, list[list[Any]]]:
     chunk = json.loads(data)
     return int(chunk["first"]), list(chunk["events"])
-
-
-def sse(event: Event | tuple[None, str, Any]) -> bytes:
-    """An event as server-sent-event text (with its ``id:`` when it has one)."""
-    event_id, name, data = event
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {name}\ndata: {dumps(data, lenient=True)}\n\n".encode()
 
 
 class EventLog:

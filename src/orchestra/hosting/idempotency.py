@@ -3,7 +3,7 @@
 A key is stored as ``idempotency/<agent_id>/<sha256 of the key>.json`` in the workspace's storage, naming
 the run that answers it and a fingerprint of the request. It is created with a create-only write, so of
 two servers that get the same key at once exactly one runs the turn; the other reads the key and answers
-from that run's record (``orchestra.server.runtime`` decides: replay, wait, or run again).
+from that run's record (``orchestra.hosting.admission`` decides: replay, wait, or run again).
 
 A key is honoured for ``runs.idempotency_ttl_s`` (24 hours by default); after that the same key starts a
 new run. Keys are small and are not deleted one by one: deleting a workspace's ``idempotency/`` folder
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestra.errors import StorageConflictError
+from orchestra.hosting.outcomes import Refused
 from orchestra.storage import ABSENT, Storage
 
 __all__ = ["IdempotencyKeys", "KeyEntry", "KeyRefused", "fingerprint", "validate_idempotency_key"]
@@ -26,15 +27,8 @@ __all__ = ["IdempotencyKeys", "KeyEntry", "KeyRefused", "fingerprint", "validate
 _MAX_KEY = 255
 
 
-class KeyRefused(Exception):
+class KeyRefused(Refused):
     """A repeated request that cannot be answered now: ``status`` and ``code`` say why."""
-
-    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after = retry_after
 
 
 def validate_idempotency_key(key: str) -> str:

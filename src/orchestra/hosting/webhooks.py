@@ -30,20 +30,19 @@ import anyio
 import httpx
 
 from orchestra._logging import get_logger
-from orchestra.server.config import WebhookSettings
+from orchestra.hosting.config import WebhookSettings
+from orchestra.hosting.outcomes import Refused
 
 __all__ = ["WebhookRefused", "Webhooks", "sign"]
 
 log = get_logger("orchestra.server")
 
 
-class WebhookRefused(Exception):
+class WebhookRefused(Refused):
     """A webhook that cannot be accepted (422): ``code`` says why."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(422, code, message)
 
 
 def _key(secret: str) -> bytes:

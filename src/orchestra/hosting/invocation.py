@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from orchestra import tracing
-from orchestra.server.config import HostedSpec, OnBusy
-from orchestra.server.runs import Mode, RunRecord
-from orchestra.session._uuid7 import uuid7
+from orchestra.hosting.config import HostedSpec, OnBusy
+from orchestra.hosting.records import Mode, RunRecord
+from orchestra.session import uuid7
 
 __all__ = ["Invocation", "input_text"]
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra.agent import Agent, PendingTools
+from orchestra.hosting.outcomes import Refused
+from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
-from orchestra.server.runs import RunRecord, RunStore
 
 __all__ = [
     "ResponsesRefused",
@@ -37,14 +38,8 @@ __all__ = [
 ]
 
 
-class ResponsesRefused(Exception):
+class ResponsesRefused(Refused):
     """Answers that cannot be given: ``status`` and ``code`` say why (nothing ran, nothing was stored)."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 def _tools(pending: PendingTools | None) -> dict[str, dict[str, Any]]:
