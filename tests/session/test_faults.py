@@ -16,8 +16,8 @@ from orchestra.errors import SnapshotError, StorageUnavailableError
 from orchestra.session import SnapshotSessionManager
 from orchestra.storage import LocalFileStorage, S3Storage
 from orchestra.testing import ScriptedModel
-from tests.journal_files import is_segment
 from tests.faults import FaultyProxy
+from tests.journal_files import is_segment
 
 BASE = "session/s1/scopes/agent/default/"
 LATEST = BASE + "snapshots/snapshot_latest.json"

@@ -449,11 +449,7 @@ class RecordStore:
         """The keys whose every record is at or before ``folded_to`` (never the newest, which holds the
         newest record): a file's records end where the next file's begin."""
         keys = await self.keys()
-        return [
-            key
-            for key, after in itertools.pairwise(keys)
-            if self.layout.seq_of(after) - 1 <= folded_to
-        ]
+        return [key for key, after in itertools.pairwise(keys) if self.layout.seq_of(after) - 1 <= folded_to]
 
     # -- deleting the scope ----------------------------------------------------------------------------
 
