@@ -42,3 +42,18 @@ def last_record(data: bytes) -> bytes:
     if not is_segment(data):
         return data
     return [line for line in data.split(b"\n")[:-1] if line.startswith(LINE)][-1]
+
+
+async def record_sizes(storage: Any, journal: str) -> list[int]:
+    """How many bytes each record under ``journal`` takes as stored (a file, or a segment's line)."""
+    sizes: list[int] = []
+    for key in await storage.list(journal):
+        found = await storage.read(key)
+        if found is None:
+            continue
+        data = found[0]
+        if is_segment(data):
+            sizes += [len(line) for line in data.split(b"\n")[:-1] if line.startswith(LINE)]
+        else:
+            sizes.append(len(data))
+    return sizes

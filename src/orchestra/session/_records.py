@@ -149,8 +149,9 @@ class RecordStore:
         """The records a journal file holds, from number ``first`` on (``newest``: it is the journal's
         newest file, the only one that may end in a killed writer's unfinished record)."""
         seq = self.layout.seq_of(key)
-        if not is_segment(data):
-            return [Read(seq, _decode(data, key), len(data), key)] if seq >= first else []
+        if not is_segment(data):  # (decoded even when not wanted: a damaged segment may look like one)
+            read = Read(seq, _decode(data, key), len(data), key)
+            return [read] if seq >= first else []
         segment = parse_segment(key, seq, data)
         if segment.torn and not newest:
             raise SnapshotError(
