@@ -11,6 +11,9 @@ many schedules.
 Two schedules also SIGKILL processes (forked, at a write hypothesis picks, or inside a side-effecting
 tool): an agent whose next process sends a new prompt after a killed turn (issue 35 item 8), and a
 server whose client repeats a turn with its Idempotency-Key after a kill (item 9).
+
+The agent and graph schedules, and the killed agent's, run with the journal's records as files and as
+appends to segments (local files' own way, issue 33 item 5); a kill may also leave half an append.
 """
 
 from __future__ import annotations
