@@ -32,6 +32,7 @@ from orchestra.storage import LocalFileStorage
 from orchestra.storage._base import ForwardingStorage
 from orchestra.testing import FaultyStorage, ScriptedModel
 from tests.journal_files import is_segment, journal_records
+from tests.multiagent.test_sessions import Counter, chain
 from tests.session.test_fault_schedules import SETTINGS
 
 BASE = "session/s1/scopes/agent/default/"
@@ -360,6 +361,36 @@ async def test_record_files_written_before_segments_continue_as_a_segment(tmp_pa
     again = Agent(model=ScriptedModel([]), session_manager=SnapshotSessionManager("corpus", storage=storage))
     assert again.messages == [*loaded, *agent.messages[len(loaded) :]]
     assert [m["content"][0]["text"] for m in again.messages[-2:]] == ["a new question", "a new answer"]
+
+
+async def test_a_graph_run_failed_on_record_files_resumes_on_segments(tmp_path):
+    """A graph run that failed half way while its records were files of their own (what every writer
+    wrote before segments, and what a storage without appends writes) resumes on local files: completed
+    nodes do not run again, its next records go to a segment after the record files, and a load reads
+    both."""
+    journal = "session/s1/scopes/multiAgent/pipeline/journal/"
+    counter = Counter()
+    first = await chain(counter, FaultyStorage(LocalFileStorage(tmp_path)), n=6, fail_at=3).invoke_async(
+        "task"
+    )
+    assert first.status.value == "failed"
+    before = await LocalFileStorage(tmp_path).list(journal)
+    assert before
+    assert not any(is_segment((tmp_path / key).read_bytes()) for key in before)
+    again = Counter()
+    again.calls = dict(counter.calls)
+    result = await chain(again, LocalFileStorage(tmp_path), n=6).invoke_async()
+    assert result.status.value == "completed"
+    assert result.resumed
+    assert again.calls == {"n0": 1, "n1": 1, "n2": 1, "n3": 2, "n4": 1, "n5": 1}
+    after = await LocalFileStorage(tmp_path).list(journal)
+    assert after[: len(before)] == before
+    assert len(after) == len(before) + 1
+    assert is_segment((tmp_path / after[-1]).read_bytes())
+    doc = await Journal(LocalFileStorage(tmp_path), ScopeLayout("s1", "multiAgent", "pipeline")).load()
+    assert doc is not None
+    assert doc.fields["run"]["status"] == "completed"
+    assert doc.logs["execution_order"] == ["n0", "n1", "n2", "n3", "n3", "n4", "n5"]
 
 
 def _doc(messages, name="messages"):
