@@ -3,8 +3,10 @@
 - W1: a chain of 200 agent nodes: microseconds per node without a session manager (a first run, and
   the same graph run again), with durable per-node saves on LocalFileStorage, and saving per invocation
   only (plus bytes written and their ratio to the final state). Beside them, the floors measured in the
-  same run: the same chain without a framework (messages validated, text passed on) and one fsync'd
-  append per node of the same size as orchestra's records; and the ratios. ``--storage sqlite|postgres``
+  same run: the same chain without a framework (messages validated, text passed on); for the saves, the
+  run without a session plus one fdatasync'd append per node of the size of orchestra's records; for
+  saving per invocation, the run without a session plus one encode and one fdatasync'd write of the
+  final state; and the ratios, beside their targets. ``--storage sqlite|postgres``
   runs the per-node saves on that database instead, with one more floor: a one-row durable commit per
   node made by the database driver alone.
 - W2: entry -> 100 parallel agents -> aggregator, 50 ms model latency: wall seconds, against the
@@ -132,7 +134,7 @@ async def w1(repeat: int) -> dict[str, Any]:
         bare_chain(nodes)
         floor.append(time.perf_counter() - started)
         floor_cpu.append(time.process_time() - started_cpu)
-    saved, per_invocation = [], []
+    saved, per_invocation, appends = [], [], []
     bytes_written = final_state = 0
     for mode, times in (("node", saved), ("invocation", per_invocation)):
         for _ in range(repeat):
@@ -143,7 +145,9 @@ async def w1(repeat: int) -> dict[str, Any]:
                 if mode == "node":
                     bytes_written = storage.bytes_written
                     final_state = len(await export_scope(storage.inner, "bench", "multiAgent", "chain"))
-    append = fsynced_appends(nodes, bytes_written // nodes)
+                    # The floor right after each run: an fdatasync's cost moves tenfold within seconds here.
+                    appends.append(fsynced_appends(nodes, bytes_written // nodes))
+    append = min(appends)
     # Saving per invocation cannot cost less than writing the final state once: encoding it as JSON and
     # one fdatasync'd write of that size, on top of the run without a session.
     with tempfile.TemporaryDirectory() as root:
@@ -161,6 +165,7 @@ async def w1(repeat: int) -> dict[str, Any]:
         "saves": min(saved) / nodes * 1e6,
         "per_invocation": min(per_invocation) / nodes * 1e6,
         "append": append / nodes * 1e6,
+        "saves_floor": (min(first) + append) / nodes * 1e6,
         "per_invocation_floor": (min(first) + write_once) / nodes * 1e6,
     }
     return {
@@ -177,7 +182,8 @@ async def w1(repeat: int) -> dict[str, Any]:
         "cpu_us_per_node_orchestrator_share": round((min(steady_cpu) - min(turns_cpu)) / nodes * 1e6, 1),
         "us_per_node_with_saves": round(us["saves"], 1),
         "floor_us_per_fsynced_append": round(us["append"], 1),
-        "saves_over_floor": round(us["saves"] / us["append"], 2),
+        "floor_us_per_node_no_session_plus_fsynced_append": round(us["saves_floor"], 1),
+        "saves_over_that_floor": round(us["saves"] / us["saves_floor"], 2),
         "us_per_node_saved_per_invocation": round(us["per_invocation"], 1),
         "per_invocation_over_no_session_first_run": round(us["per_invocation"] / us["first"], 3),
         "floor_us_per_node_no_session_plus_one_write_of_the_final_state": round(
@@ -188,10 +194,9 @@ async def w1(repeat: int) -> dict[str, Any]:
         "final_state_bytes": final_state,
         "bytes_written_over_final_state": round(bytes_written / final_state, 3),
         "targets": {
-            "no_session_over_floor": 4,  # issue 33
-            "us_per_node_no_session": 40,
-            "us_per_node_with_saves": 250,
-            "per_invocation_over_no_session": 1.1,
+            "no_session_over_floor": 4,
+            "saves_over_that_floor": 1.5,
+            "per_invocation_over_that_floor": 1.15,
             "bytes_ratio": 3,
         },
     }
@@ -385,7 +390,7 @@ async def w7(repeat: int) -> dict[str, Any]:
         "cpu_seconds_floor": round(min(floor_cpu), 4),
         "cpu_no_session_over_floor": round(min(bare_cpu) / min(floor_cpu), 2),
         "cpu_saved_over_floor": round(min(saved_cpu) / min(floor_cpu), 2),
-        "targets": {"no_session_over_floor": 1.5, "saved_over_floor": 2},  # issue 33
+        "targets": {"no_session_over_floor_median": 1.5, "saved_over_floor_median": 2},  # issue 33
     }
 
 

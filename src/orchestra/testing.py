@@ -20,7 +20,7 @@ from orchestra.errors import (
 from orchestra.hooks import HookEvent, HookRegistry
 from orchestra.hooks import events as _agent_events
 from orchestra.models.scripted import FunctionModel, ModelRequest, Reply, ScriptedModel, ToolCall
-from orchestra.storage import Expect, Storage
+from orchestra.storage import AppendStorage, Expect, Storage, appendable
 from orchestra.storage._base import ForwardingStorage
 
 __all__ = [
@@ -89,7 +89,7 @@ class CountingStorage(ForwardingStorage):
     def __init__(self, inner: Storage) -> None:
         super().__init__(inner)
         self.bytes_written = 0
-        self.writes = 0
+        self.writes = 0  # appends included
         self.reads = 0
 
     async def read(self, key: str) -> tuple[bytes, str] | None:
@@ -101,6 +101,28 @@ class CountingStorage(ForwardingStorage):
         self.writes += 1
         self.bytes_written += len(data)
         return version
+
+    @property
+    def appends(self) -> bool:
+        """Whether appends are offered (``AppendStorage``): when the inner storage offers them."""
+        return appendable(self.inner) is not None
+
+    async def append(self, key: str, data: bytes, *, at: int, tail: bytes = b"") -> int:
+        length = await _appender(self.inner).append(key, data, at=at, tail=tail)
+        self.writes += 1
+        self.bytes_written += len(data)
+        return length
+
+    async def read_from(self, key: str, offset: int) -> bytes | None:
+        self.reads += 1
+        return await _appender(self.inner).read_from(key, offset)
+
+
+def _appender(storage: Storage) -> AppendStorage:
+    inner = appendable(storage)
+    if inner is None:
+        raise TypeError(f"{storage!r} does not offer appends")
+    return inner
 
 
 FaultKind = Literal["full", "unavailable", "reset"]
@@ -145,10 +167,15 @@ class FaultyStorage(ForwardingStorage):
     ``made`` lists the writes and deletes that took effect, ``(operation, key)``, injected ones included.
     Batch calls (``read_many``, ``write_many``, ``delete_many``) go through the single calls, so faults
     planned for those apply to them.
+
+    With ``appends=True`` it passes appends on where the inner storage offers them (``AppendStorage``:
+    local files), with faults planned for ``"append"`` (and ``"read"`` for ``read_from``); by default it
+    offers none, so a session journal writes one value per record through it.
     """
 
-    def __init__(self, inner: Storage) -> None:
+    def __init__(self, inner: Storage, *, appends: bool = False) -> None:
         super().__init__(inner)
+        self._appends = appends
         self.faults: list[Fault] = []
         self.made: list[tuple[str, str]] = []
         self.injected: list[StorageError] = []
@@ -196,6 +223,26 @@ class FaultyStorage(ForwardingStorage):
         if fault is not None:
             self._raise(fault, "write", key)
         return version
+
+    @property
+    def appends(self) -> bool:
+        return self._appends and appendable(self.inner) is not None
+
+    async def append(self, key: str, data: bytes, *, at: int, tail: bytes = b"") -> int:
+        fault = self._due("append", key)
+        if fault is not None and not fault.after:
+            self._raise(fault, "append", key)
+        length = await _appender(self.inner).append(key, data, at=at, tail=tail)
+        self.made.append(("append", key))
+        if fault is not None:
+            self._raise(fault, "append", key)
+        return length
+
+    async def read_from(self, key: str, offset: int) -> bytes | None:
+        fault = self._due("read", key)
+        if fault is not None:
+            self._raise(fault, "read", key)
+        return await _appender(self.inner).read_from(key, offset)
 
     async def delete(self, key: str) -> None:
         fault = self._due("delete", key)

@@ -27,7 +27,8 @@ def session_files(root: Path) -> dict[str, bytes]:
     ("damaged", "find"),
     [
         ("snapshots/snapshot_latest.json", b"{"),  # no longer JSON: taken for an absent session
-        ("journal/000000000002.json", b"two"),  # a message's text: loaded as something else
+        # a message's text, in its record's line of the journal's segment: loaded as something else
+        ("journal/000000000000.json", b"two"),
     ],
 )
 def test_a_damaged_session_answers_session_damaged_and_is_not_written_over(tmp_path, damaged, find):

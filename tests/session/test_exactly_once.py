@@ -219,11 +219,14 @@ async def test_a_flipped_byte_in_a_records_log_name_names_the_record_not_strands
     agent = agent_on(storage)
     await agent.invoke_async("q0")
     await agent.invoke_async("q1")
-    record = tmp_path / BASE / "journal" / "000000000001.json"
-    record.write_bytes(record.read_bytes().replace(b'"messages"', b'"messagfs"'))
+    # On local files the records are the lines of a segment, journal/000000000000.json: damage record 1.
+    segment = tmp_path / BASE / "journal" / "000000000000.json"
+    lines = segment.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"messages"', b'"messagfs"')
+    segment.write_bytes(b"\n".join(lines))
     with pytest.raises(SnapshotError) as refused:
         agent_on(storage)
-    assert "journal/000000000001.json" in str(refused.value)
+    assert "journal/000000000000.json (record 1)" in str(refused.value)
     assert "damaged" in str(refused.value)
     assert "Strands" not in str(refused.value)
 

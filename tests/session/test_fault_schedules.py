@@ -11,6 +11,9 @@ many schedules.
 Two schedules also SIGKILL processes (forked, at a write hypothesis picks, or inside a side-effecting
 tool): an agent whose next process sends a new prompt after a killed turn (issue 35 item 8), and a
 server whose client repeats a turn with its Idempotency-Key after a kill (item 9).
+
+The agent and graph schedules, and the killed agent's, run with the journal's records as files and as
+appends to segments (local files' own way, issue 33 item 5); a kill may also leave half an append.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ BUSY = Compaction(min_bytes=0, ratio=0.0, max_records=2, delete_after=timedelta(
 faults = st.lists(
     st.builds(
         Fault,
-        operation=st.sampled_from(["write", "write", "write", "read", "list", "delete"]),
+        operation=st.sampled_from(["write", "write", "write", "append", "read", "list", "delete"]),
         key_contains=st.sampled_from(
             ["/journal/", "/journal/", "snapshot_latest", "snapshot_base", "manifest", "runs/", ""]
         ),
@@ -81,11 +84,13 @@ def check_told(prompt: str, count: int, acked: set[str], told: dict[str, list[bo
 
 
 @settings(max_examples=AGENT_EXAMPLES, **SETTINGS)
-@given(faults)
-def test_an_agents_turns_under_random_faults(schedule: list[Fault]) -> None:
+@given(faults, st.booleans())
+def test_an_agents_turns_under_random_faults(schedule: list[Fault], appends: bool) -> None:
+    """With ``appends`` the records are appended to segments (local files' default), else one file each."""
+
     async def scenario() -> None:
         root = tempfile.mkdtemp()
-        storage = FaultyStorage(LocalFileStorage(root))
+        storage = FaultyStorage(LocalFileStorage(root), appends=appends)
         manager = SnapshotSessionManager("s1", storage=storage, compaction=BUSY)
         agent = await Agent.create(model=ScriptedModel([f"a{i}" for i in range(40)]), session_manager=manager)
         storage.faults.extend(schedule)
@@ -113,13 +118,14 @@ def test_an_agents_turns_under_random_faults(schedule: list[Fault]) -> None:
 
 
 @settings(max_examples=GRAPH_EXAMPLES, **SETTINGS)
-@given(faults)
-def test_a_graphs_run_under_random_faults(schedule: list[Fault]) -> None:
-    """A run acknowledged as completed is stored completed, every node once in its execution order."""
+@given(faults, st.booleans())
+def test_a_graphs_run_under_random_faults(schedule: list[Fault], appends: bool) -> None:
+    """A run acknowledged as completed is stored completed, every node once in its execution order (its
+    records appended to segments with ``appends``, else one file each)."""
 
     async def scenario() -> None:
         root = tempfile.mkdtemp()
-        storage = FaultyStorage(LocalFileStorage(root))
+        storage = FaultyStorage(LocalFileStorage(root), appends=appends)
         builder = GraphBuilder().set_graph_id("pipe")
         for name in ("a", "b", "c"):
             builder.add_node(lambda task, _n=name: f"{_n} done", node_id=name)
@@ -216,6 +222,41 @@ def run_processes(target: Any, args: tuple[Any, ...], schedule: list[tuple[int, 
         assert process.exitcode in (0, -signal.SIGKILL), f"the worker failed (exit {process.exitcode})"
 
 
+class KillAtAppends(KillAt):
+    """``KillAt`` over a storage that appends (a journal's records on local files): an append counts as a
+    write. With ``torn``, a kill before an append first appends half of it, as a process killed in the
+    middle of writing a record leaves it."""
+
+    appends = True
+
+    def __init__(self, inner: Any, at: int, after: bool, *, torn: bool) -> None:
+        super().__init__(inner, at, after)
+        self.torn = torn
+
+    async def append(self, key: str, data: bytes, *, at: int, tail: bytes = b"") -> int:
+        self.writes += 1
+        if self.writes == self.at and not self.after:
+            if self.torn and len(data) > 1:
+                await self.inner.append(key, data[: len(data) // 2], at=at, tail=tail)
+            os.kill(os.getpid(), signal.SIGKILL)
+        length = int(await self.inner.append(key, data, at=at, tail=tail))
+        if self.writes == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return length
+
+    async def read_from(self, key: str, offset: int) -> bytes | None:
+        found: bytes | None = await self.inner.read_from(key, offset)
+        return found
+
+
+def killing(storage: Any, at: int, after: bool, records: str) -> KillAt:
+    """``KillAt`` for ``records`` stored as "files" (one a record), as "appends" to segments, or as
+    "torn appends" (a kill before an append leaves half of it)."""
+    if records == "files":
+        return KillAt(storage, at, after)
+    return KillAtAppends(storage, at, after, torn=records == "torn appends")
+
+
 def told_of(exc: BaseException) -> bool | None:
     """What an error says of its turn: stored, not stored, or perhaps (a turn kept open is there)."""
     if any("kept open" in note for note in getattr(exc, "__notes__", ())):
@@ -224,18 +265,21 @@ def told_of(exc: BaseException) -> bool | None:
 
 
 def new_prompt_worker(
-    root: str, url: str, planned: list[Fault], out: str, index: int, at: int, after: bool
+    root: str, url: str, planned: list[Fault], out: str, records: str, index: int, at: int, after: bool
 ) -> None:
     """One process: the session's next prompt, a new one (a killed one is not sent again), retried once
-    if it fails, as a caller would; each outcome is written to ``out`` as it comes."""
+    if it fails, as a caller would; each outcome is written to ``out`` as it comes. ``records``: see
+    ``killing``."""
 
     async def main() -> None:
-        faulty = FaultyStorage(LocalFileStorage(root, durable=False))  # a kill keeps the page cache
+        local = LocalFileStorage(root, durable=False)  # a kill keeps the page cache
+        faulty = FaultyStorage(local, appends=records != "files")
         faulty.faults.extend(planned)
         prompt = f"turn-{index}"
         with open(out, "a") as told:  # noqa: ASYNC230 (one line per outcome, before the next kill)
             for _ in range(2):
-                manager = SnapshotSessionManager("s", storage=KillAt(faulty, at, after), compaction=BUSY)
+                storage = killing(faulty, at, after, records)
+                manager = SnapshotSessionManager("s", storage=storage, compaction=BUSY)
                 told.write(json.dumps([prompt, "try"]) + "\n")  # a kill leaves it without an outcome
                 told.flush()
                 try:
@@ -254,15 +298,18 @@ def new_prompt_worker(
 
 
 @settings(max_examples=KILL_EXAMPLES, **SETTINGS)
-@given(kills, faults)
-def test_a_new_prompt_after_a_killed_turn(schedule: list[tuple[int, bool]], planned: list[Fault]) -> None:
+@given(kills, faults, st.sampled_from(["files", "appends", "torn appends"]))
+def test_a_new_prompt_after_a_killed_turn(
+    schedule: list[tuple[int, bool]], planned: list[Fault], records: str
+) -> None:
     """Each process sends a new prompt to a session whose last turn a kill (or a fault) may have left
     open: that turn is finished first. The session always loads, its history keeps every rule, each
-    acknowledged prompt is stored once, and each side effect ran once, with its turn in the history."""
+    acknowledged prompt is stored once, and each side effect ran once, with its turn in the history.
+    The journal's records are files, appends to segments, or appends a kill may leave half written."""
     with EffectService() as service:
         root = tempfile.mkdtemp()
         out = os.path.join(root, "told.jsonl")
-        run_processes(new_prompt_worker, (root, service.url, planned, out), schedule)
+        run_processes(new_prompt_worker, (root, service.url, planned, out, records), schedule)
         final = Agent(
             model=FunctionModel(planner),
             tools=effect_tools(service.url),

@@ -17,6 +17,7 @@ from orchestra.session import SnapshotSessionManager
 from orchestra.storage import LocalFileStorage, S3Storage
 from orchestra.testing import ScriptedModel
 from tests.faults import FaultyProxy
+from tests.journal_files import is_segment
 
 BASE = "session/s1/scopes/agent/default/"
 LATEST = BASE + "snapshots/snapshot_latest.json"
@@ -54,20 +55,35 @@ async def test_a_bad_latest_snapshot_is_refused_naming_the_key(storage, payload,
 
 
 async def test_a_truncated_journal_record_is_refused(storage):
-    await saved_session(storage)
+    agent = await saved_session(storage)
+    await agent.invoke_async("again")
     keys = list(await storage.list(BASE + "journal/"))
     data, _ = await storage.read(keys[-1])
-    await storage.write(keys[-1], data[: len(data) // 2])
+    if is_segment(data):
+        # Local files: the records are the lines of one segment. A record cut short at its very end is
+        # what a writer killed mid-append leaves (tests/session/test_segments.py); one that others follow
+        # is damage: cut record 1 of 0-2.
+        lines = data.split(b"\n")
+        lines[1] = lines[1][: len(lines[1]) // 2]
+        damaged = b"\n".join(lines)
+    else:
+        damaged = data[: len(data) // 2]
+    await storage.write(keys[-1], damaged)
     with pytest.raises(SnapshotError, match=keys[-1]):
         agent_on(storage)
-    assert (await storage.read(keys[-1]))[0] == data[: len(data) // 2]
+    assert (await storage.read(keys[-1]))[0] == damaged
 
 
 async def test_a_missing_journal_record_is_refused(storage):
     agent = await saved_session(storage)
     await agent.invoke_async("again")
     keys = await storage.list(BASE + "journal/")
-    await storage.delete(keys[1])
+    data, _ = await storage.read(keys[0])
+    if is_segment(data):  # local files: take record 1's line out of the segment of records 0-2
+        lines = data.split(b"\n")
+        await storage.write(keys[0], b"\n".join([lines[0], *lines[2:]]))
+    else:
+        await storage.delete(keys[1])
     with pytest.raises(SnapshotError, match="journal record missing"):
         agent_on(storage)
 

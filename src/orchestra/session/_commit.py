@@ -22,7 +22,7 @@ writes it). The rules around it are the promise every error keeps:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from orchestra._logging import get_logger
@@ -46,13 +46,21 @@ async def read_back(storage: Storage, key: str, data: bytes) -> bool | None:
     return found is not None and found[0] == data
 
 
-async def write_outcome(storage: Storage, key: str, data: bytes, exc: Exception) -> bool | None:
+async def write_outcome(
+    storage: Storage,
+    key: str,
+    data: bytes,
+    exc: Exception,
+    *,
+    look: Callable[[], Awaitable[bool | None]] | None = None,
+) -> bool | None:
     """Whether a write of ``data`` to ``key`` that raised ``exc`` was made: what a ``StorageError`` says
-    when it knows, else read back. An exception that is not a ``StorageError`` (a storage users wrote
-    may raise ``ConnectionResetError`` after its write took effect) says nothing: it is read back too."""
+    when it knows, else read back (by ``look`` where reading the key back is not the way: an append).
+    An exception that is not a ``StorageError`` (a storage users wrote may raise
+    ``ConnectionResetError`` after its write took effect) says nothing: it is read back too."""
     if isinstance(exc, StorageError) and exc.stored is not None:
         return exc.stored
-    stored = await read_back(storage, key, data)
+    stored = await (look() if look is not None else read_back(storage, key, data))
     if not isinstance(exc, StorageError):
         log.warning(
             "storage_raised_unexpected_error",

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
@@ -51,9 +51,10 @@ from orchestra.errors import (
     StorageError,
     StorageOutcomeUnknownError,
 )
-from orchestra.session._commit import housekeeping, write_outcome
+from orchestra.session._commit import housekeeping
 from orchestra.session._document import Document, decode_messages, diff_log, is_message_log, op_json
 from orchestra.session._layout import ScopeLayout
+from orchestra.session._records import Read, RecordStore, Vanished
 from orchestra.session.snapshot import (
     CHECKSUM,
     JournalInfo,
@@ -67,8 +68,7 @@ from orchestra.session.snapshot import (
     seal,
     unseal,
 )
-from orchestra.storage import ABSENT, Storage
-from orchestra.storage._base import delete_many, read_many, write_many
+from orchestra.storage import ABSENT, Storage, delete_many, read_many
 
 __all__ = ["Compaction", "Journal", "writers_delete_after"]
 
@@ -99,15 +99,6 @@ _FOLD_CHUNK = 256  # records a fold reads at a time
 _ERASE_TRIES = 20  # times a delete places its tombstone after a record another writer just appended
 
 
-class _Read(NamedTuple):
-    """A journal record as read: its number, content, size in bytes and key."""
-
-    seq: int
-    record: Record
-    size: int
-    key: str
-
-
 @dataclass
 class _Update:
     """A record about to be written, and how it changes what the journal tracks once it is."""
@@ -133,16 +124,13 @@ class _Update:
         )
 
 
-class _Vanished(SnapshotError):
-    """A record a load was reading is gone: a fold deleted it meanwhile, or the session is damaged."""
-
-
 class Journal:
     """Loads, saves, compacts and checkpoints one scope (see the module docstring)."""
 
     def __init__(self, storage: Storage, layout: ScopeLayout, compaction: Compaction | None = None) -> None:
         self.storage = storage
         self.layout = layout
+        self.records = RecordStore(storage, layout)  # where the records are: values, or segments
         self.compaction = compaction or Compaction()
         self.seq = -1  # the last record this journal read or wrote
         # Whether the scope has no state: never created, or deleted (its newest record is a tombstone).
@@ -190,48 +178,7 @@ class Journal:
                 doc.fields[name] = value
         return doc
 
-    async def _read_records(
-        self, after: int, until: int | None = None, *, with_after: bool = False
-    ) -> list[_Read]:
-        """The records after ``after`` (up to ``until``), in order, checked to have no gap. With
-        ``with_after``, record ``after`` itself comes first if it is still there (a snapshot's own record,
-        read to check that the two agree)."""
-        first = after if with_after and after >= 0 else after + 1
-        start_after = self.layout.record(first - 1) if first > 0 else None
-        limit = until - first + 1 if until is not None else None  # records are numbered without gaps
-        keys = await self.storage.list(self.layout.journal, start_after=start_after, limit=limit)
-        keys = [k for k in keys if k.endswith(".json")]
-        if until is not None:
-            keys = [k for k in keys if self.layout.seq_of(k) <= until]
-
-        def parse(key: str, found: tuple[bytes, str] | None) -> _Read:
-            if found is None:
-                raise _Vanished(
-                    f"{key}: journal record vanished while loading; another process is deleting it"
-                )
-            record = decode_model(Record, found[0], key)
-            for name, op in record.logs.items():
-                if is_message_log(name):
-                    op.add = decode_messages(op.add, key, checked=record.checksummed)
-            return _Read(self.layout.seq_of(key), record, len(found[0]), key)
-
-        records = [
-            parse(key, found) for key, found in zip(keys, await read_many(self.storage, keys), strict=True)
-        ]
-        expected = after + 1
-        for read in records:
-            if read.seq == after and with_after:
-                continue
-            if read.seq != expected and not read.record.deleted:  # (before a tombstone: all deleted)
-                raise _Vanished(
-                    f"{self.layout.record(expected)}: journal record missing ({self.layout.describe()} jumps "
-                    f"from record {expected - 1} to {read.seq}); the session was damaged or deleted while "
-                    "in use"
-                )
-            expected = read.seq + 1
-        return records
-
-    def _check_agrees(self, snapshot: Snapshot, doc: Document, own: _Read) -> None:
+    def _check_agrees(self, snapshot: Snapshot, doc: Document, own: Read) -> None:
         """``snapshot`` says it holds the state after record ``own``: check what can be checked cheaply,
         the record's time and the lengths it left its logs at."""
         info = snapshot.journal
@@ -251,7 +198,7 @@ class Journal:
                 "snapshot"
             )
 
-    def _check_names(self, read: _Read) -> None:
+    def _check_names(self, read: Read) -> None:
         """A record holds only the fields and logs this kind of scope saves; anything else is damage."""
         assert self.known_names is not None
         for name in (*read.record.set, *read.record.unset, *read.record.logs):
@@ -274,7 +221,7 @@ class Journal:
         for _ in range(4):
             try:
                 return await self._load_once()
-            except _Vanished as exc:
+            except Vanished as exc:
                 moved = await self.storage.read(self.layout.latest)
                 if moved is None or moved[1] == self._latest_version:
                     raise SnapshotError(str(exc)) from None
@@ -300,7 +247,7 @@ class Journal:
             doc = self._doc_from_snapshot(snapshot, self.layout.latest)
             base_seq = snapshot.journal.seq if snapshot.journal else -1
         self._last_t = snapshot.journal.t if snapshot is not None and snapshot.journal else None
-        records = await self._read_records(base_seq, with_after=True)
+        records = await self.records.read(base_seq, with_after=True, track=True)
         deleted = False
         if records and records[0].seq == base_seq:
             own = records.pop(0)
@@ -314,7 +261,7 @@ class Journal:
             and not records
             and snapshot.journal
             and snapshot.journal.t
-            and await self.storage.list(self.layout.journal, limit=1)
+            and await self.records.any()
         ):
             # The newest record is never deleted, so a snapshot of the newest state finds its own (unless
             # the journal is gone altogether: then the snapshot alone is the state).
@@ -352,7 +299,7 @@ class Journal:
         were folded away meanwhile, the scope is loaded again). What later saves compare with is not
         updated: a journal that catches up is one that only reads."""
         try:
-            records = await self._read_records(self.seq)
+            records = await self.records.read_new(self.seq)
             for read in records:
                 doc.apply(read.record, read.key)
                 self.seq = read.seq
@@ -381,7 +328,7 @@ class Journal:
                     f"{self.layout.describe()}: the records up to {base} were folded into "
                     f"{self.layout.base} and deleted, so the state after record {seq} is gone"
                 )
-        for read in await self._read_records(base, until=seq):
+        for read in await self.records.read(base, until=seq):
             doc.apply(read.record, read.key)
         return doc
 
@@ -389,7 +336,7 @@ class Journal:
         """The records that run ``run_id`` wrote (``Record.run``) and their numbers, oldest first, looking back to
         ``since_ms`` (when the run started); and whether the answer is sure: it is not when records
         written since then were folded away, which a run older than ``Compaction.delete_after`` allows."""
-        keys = [k for k in await self.storage.list(self.layout.journal) if k.endswith(".json")]
+        keys = await self.records.keys()
         found: list[tuple[int, Record]] = []
         end = len(keys)
         while end > 0:  # newest first, a batch at a time, back to the run's start
@@ -398,11 +345,11 @@ class Journal:
             for key, item in reversed(list(zip(batch, await read_many(self.storage, batch), strict=True))):
                 if item is None:
                     continue  # folded meanwhile: older than anything still to find
-                record = decode_model(Record, item[0], key)
-                if record.t < since_ms:
-                    return found[::-1], True
-                if record.run == run_id:
-                    found.append((self.layout.seq_of(key), record))
+                for read in reversed(self.records.parse(key, item[0], newest=key == keys[-1])):
+                    if read.record.t < since_ms:
+                        return found[::-1], True
+                    if read.record.run == run_id:
+                        found.append((read.seq, read.record))
         # Every record left is younger than the run: those before it, if any, were folded into the base.
         found_base = await self.storage.read(self.layout.base)
         if found_base is None:
@@ -462,13 +409,28 @@ class Journal:
             "orchestrator again with this session manager (orchestra serve does so for the next message)."
         )
 
-    async def _is_tombstone(self, key: str) -> bool:
-        """Whether ``key`` holds a tombstone (read after a create-only write met a record there)."""
+    async def _taken(self, seq: int) -> SessionConflictError:
+        """Why record ``seq``'s place was taken: a delete's tombstone is there, this writer's own last
+        record is gone (its segment too: folded, or the session deleted from outside), or another
+        writer's record is there."""
         try:
-            found = await self.storage.read(key)
-        except StorageError:
-            return False
-        return found is not None and decode_model(Record, found[0], key).deleted
+            found = await self.records.record(seq)
+            own = await self.records.record(seq - 1) if found is None and seq > 0 else found
+        except (StorageError, SnapshotError):
+            found = own = None
+        if found is not None and found.record.deleted:
+            return self._deleted()
+        if own is None and found is None and seq > 0:
+            return self._gone()
+        return self._conflict(f"journal record {seq} already exists")
+
+    def _gone(self) -> SessionConflictError:
+        return SessionConflictError(
+            f"{self.layout.describe()}: this writer's last journal record ({self.seq}) is gone: another "
+            "writer saved this scope and its records were folded away, or the session was deleted or "
+            "pruned while this writer was idle. Nothing was written; create the agent or orchestrator "
+            "again to continue from the stored state"
+        )
 
     async def _write(self, key: str, data: bytes, expect: Any) -> str:
         version = await self.storage.write(key, data, expect=expect)
@@ -580,9 +542,9 @@ class Journal:
                 + ",".join(f"{dumps(name)}:{op_json(op, added[name])}" for name, op in ops.items())
                 + "}"
             )
-        data = seal(("{" + ",".join(body) + "}").encode())
+        data = self.records.encode(self.seq + 1, ("{" + ",".join(body) + "}").encode())
         update = _Update(self.seq + 1, t, data, texts, removed, ops, logs)
-        if not self.absent and time.monotonic() - self._synced_at >= self._recheck_limit():
+        if self._must_recheck():
             await self._check_still_newest()
         await self._commit(update)
         if not creating:
@@ -591,16 +553,14 @@ class Journal:
 
     async def _commit(self, update: _Update) -> None:
         """Write the record: the commit point. A write whose answer was lost is read back first."""
-        key = self.layout.record(update.seq)
+        key = self.records.key_of(update.seq)
         where = f"{self.layout.describe()}: saving journal record {update.seq}"
         try:
-            await self._write(key, update.data, ABSENT)
+            await self.records.add(update.seq, update.data)
         except StorageConflictError as exc:
-            if await self._is_tombstone(key):
-                raise self._deleted() from exc
-            raise self._conflict(f"journal record {update.seq} already exists") from exc
+            raise await self._taken(update.seq) from exc
         except Exception as exc:  # a StorageError, or anything a storage users wrote raises
-            stored = await write_outcome(self.storage, key, update.data, exc)
+            stored = await self.records.outcome(update.seq, update.data, exc)
             reason = exc.reason if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
             said = exc if isinstance(exc, StorageError) else f"the storage raised {reason}"
             if stored is None:
@@ -629,6 +589,7 @@ class Journal:
                 # the next save reads the record back.
                 self._uncertain = update.materialized()
             raise
+        self.bytes_written += len(update.data)
         self._apply(update)
 
     async def _settle_uncertain(self) -> None:
@@ -636,18 +597,17 @@ class Journal:
         moves past it; absent: it was not; someone else's: another writer won."""
         update = self._uncertain
         assert update is not None
-        key = self.layout.record(update.seq)
         try:
-            found = await self.storage.read(key)
+            found = await self.records.settle(update.seq, update.data)
         except StorageError as exc:
             raise exc.in_context(
                 f"{self.layout.describe()}: journal record {update.seq}, whose save's outcome was not known, "
                 "could not be read back (nothing new was stored)"
             ) from exc
         self._uncertain = None
-        if found is not None:
-            if found[0] != update.data:
-                raise self._conflict(f"journal record {update.seq} was written by another writer")
+        if found == "theirs":
+            raise self._conflict(f"journal record {update.seq} was written by another writer")
+        if found == "ours":
             self._apply(update)
 
     def _apply(self, update: _Update) -> None:
@@ -673,7 +633,9 @@ class Journal:
         save (the counters that call for a compaction are reset only by one that succeeds)."""
         if self._should_compact():
             async with housekeeping(self.layout, "compact the journal into snapshot_latest.json"):
-                await self.compact()
+                if await self.compact():
+                    # The next record starts a segment of its own, so that a fold deletes this one whole.
+                    await self.records.seal()
                 self._fold_due = self.compaction.delete_after is not None
         if self._fold_due:
             async with housekeeping(self.layout, "fold old journal records into snapshot_base.json"):
@@ -699,44 +661,38 @@ class Journal:
         it: another writer's, or a delete's tombstone) and, once idle for the recheck limit, its own
         record is still the one it wrote. One small read (two when idle that long): what a writer kept in
         memory between uses checks before relying on what it holds."""
-        keys = [self.layout.record(self.seq + 1)]
         # (A deleted scope's own last record is its tombstone: only a record after it says anything.)
         idle = (
             not self.absent and self.seq >= 0 and time.monotonic() - self._synced_at >= self._recheck_limit()
         )
-        if idle:
-            keys.append(self.layout.record(self.seq))
-        found = await read_many(self.storage, keys)
-        if found[0] is not None:
+        if not await self.records.is_newest(self.seq, self._last_t, idle=idle):
             return False
-        if idle:
-            own = found[1]
-            if own is None:
-                return False
-            record = decode_model(Record, own[0], keys[1])
-            if record.deleted or (self._last_t is not None and record.t != self._last_t):
-                return False
         self._synced_at = time.monotonic()
         return True
+
+    def _must_recheck(self) -> bool:
+        """Whether a save reads this journal's last record back before appending: when the next record
+        starts a value or segment of its own (an append to a segment is refused by itself if anything
+        changed), once idle for the recheck limit, or always for a new segment (rare: after a roll-over)."""
+        if self.absent or self.seq < 0:
+            return False
+        if not self.records.starts_file(self.seq + 1):
+            return False
+        return self.records.appender is not None or (
+            time.monotonic() - self._synced_at >= self._recheck_limit()
+        )
 
     async def _check_still_newest(self) -> None:
         """Before an idle writer appends: its last record must still be there. A record after it makes the
         append itself fail; if newer records were written and folded, its own record went with them."""
         if self.seq < 0:
             return
-        key = self.layout.record(self.seq)
-        found = await self.storage.read(key)
+        found = await self.records.record(self.seq)
         if found is None:
-            raise SessionConflictError(
-                f"{self.layout.describe()}: this writer's last journal record ({self.seq}) is gone: another "
-                "writer saved this scope and its records were folded away, or the session was deleted or "
-                "pruned while this writer was idle. Nothing was written; create the agent or orchestrator "
-                "again to continue from the stored state"
-            )
-        stored = decode_model(Record, found[0], key)
-        if stored.deleted:
+            raise self._gone()
+        if found.record.deleted:
             raise self._deleted()
-        stored_t = stored.t
+        stored_t = found.record.t
         if self._last_t is not None and stored_t is not None and stored_t != self._last_t:
             # The session was deleted and written again up to the same record number meanwhile.
             raise self._conflict(f"journal record {self.seq} is not the one this writer last read or wrote")
@@ -758,8 +714,9 @@ class Journal:
     ) -> Snapshot:
         return Snapshot(scope=self.layout.kind, data=doc.flat(), app_data=app_data or {}, journal=journal)
 
-    async def compact(self) -> None:
-        """Write the whole current document to ``snapshot_latest.json`` (compare-and-swap).
+    async def compact(self) -> bool:
+        """Write the whole current document to ``snapshot_latest.json`` (compare-and-swap); False if it
+        was left as it was.
 
         Compaction only speeds up loading: the records are already durable. If another writer rewrote the
         snapshot meanwhile (it compacted after an earlier record of its own), ours is at least as new, so
@@ -778,13 +735,14 @@ class Journal:
                     continue
                 theirs, self._latest_version, self._latest_bytes = latest
                 if theirs.journal is None or theirs.journal.seq > self.seq:
-                    return
+                    return False
         else:
-            return
+            return False
         self._latest_bytes = len(data)
         self._since_bytes = 0
         self._since_records = 0
         await self._write(self.layout.manifest, self._manifest(), None)
+        return True
 
     async def fold(self) -> int:
         """Delete the records that ``snapshot_latest.json`` holds, older than ``delete_after`` and than every
@@ -799,11 +757,8 @@ class Journal:
         cutoff = time.time_ns() // 1_000_000 - int(delete_after.total_seconds() * 1000)
         # Nothing to fold while the oldest record is younger than delete_after: say so from that one
         # record, without reading the snapshots (which are as large as the session).
-        oldest = [k for k in await self.storage.list(self.layout.journal, limit=1) if k.endswith(".json")]
-        if not oldest:
-            return 0
-        found = await self.storage.read(oldest[0])
-        if found is not None and decode_model(Record, found[0], oldest[0]).t > cutoff:
+        oldest = await self.records.oldest()
+        if oldest is None or oldest.record.t > cutoff:
             return 0
         latest = await self._read_latest()
         if latest is None or latest[0].journal is None:
@@ -819,7 +774,7 @@ class Journal:
         young, chunk = False, 1  # the first record alone says whether there is anything to fold yet
         folded_t: int | None = None
         while not young and limit > folded_to:
-            for read in await self._read_records(folded_to, until=min(limit, folded_to + chunk)):
+            for read in await self.records.read(folded_to, until=min(limit, folded_to + chunk)):
                 if read.record.t > cutoff:
                     young = True
                     break
@@ -836,14 +791,9 @@ class Journal:
                 )
             except StorageConflictError:
                 return 0  # another process folded meanwhile; it deletes what it folded
-        # Also what an interrupted fold left behind (records at or before the base).
-        # From the oldest record listed above (a fold running meanwhile only deletes some of them).
-        count = folded_to - self.layout.seq_of(oldest[0]) + 1
-        doomed = [
-            key
-            for key in (await self.storage.list(self.layout.journal, limit=count) if count > 0 else [])
-            if key.endswith(".json") and self.layout.seq_of(key) <= folded_to
-        ]
+        # Also what an interrupted fold left behind (records at or before the base). A segment goes when
+        # all of its records do.
+        doomed = await self.records.folded_keys(folded_to)
         # Any order will do: whatever an interrupted fold leaves at or before the base, the next one deletes.
         # Deleted as a batch: local files unlink them under one lock and sync the folder once.
         await delete_many(self.storage, doomed)
@@ -888,39 +838,28 @@ class Journal:
         Raises:
             SessionConflictError: writers kept appending faster than the tombstone could be placed.
         """
-        journal = self.layout.journal
         for _ in range(_ERASE_TRIES):
-            records = [k for k in await self.storage.list(journal) if k.endswith(".json")]
-            if records:
-                newest = self.layout.seq_of(records[-1])
-                if await self._is_tombstone(records[-1]):
-                    live, end = False, newest  # deleted before (finish that delete if it was cut short)
-                    break
-            else:  # no record: a snapshot alone, or nothing (an absent scope: a tombstone at 0 is harmless)
-                latest = await self._read_latest()
-                newest = latest[0].journal.seq if latest is not None and latest[0].journal else -1
-            tombstone = self._tombstone()
-            try:
-                await self._write(self.layout.record(newest + 1), tombstone, ABSENT)
-            except StorageConflictError:
-                continue  # a writer appended meanwhile: after its record, then
-            live, end = True, newest + 1
-            break
+            placed = await self.records.place_tombstone(self._tombstone(), self._snapshot_seq)
+            if placed is not None:
+                break
         else:
             raise SessionConflictError(
                 f"{self.layout.describe()}: writers kept saving while it was being deleted "
                 f"({_ERASE_TRIES} tries); stop them and delete it again"
             )
-        keys = await self.storage.list(self.layout.prefix)
-        before = [
-            k for k in keys if k.startswith(journal) and k.endswith(".json") and self.layout.seq_of(k) < end
+        live, end = placed  # live False: deleted before (finish that delete if it was cut short)
+        others = [
+            k for k in await self.storage.list(self.layout.prefix) if not k.startswith(self.layout.journal)
         ]
-        others = [k for k in keys if not k.startswith(journal)]
         # Overwritten, not deleted: a writer that fell behind meets a tombstone at its next number too.
-        tombstone = self._tombstone()
-        await write_many(self.storage, [(key, tombstone) for key in before])
+        rewritten = await self.records.overwrite_before(end, self._tombstone())
         await delete_many(self.storage, others)
-        return len(before) + len(others) if live else 0
+        return rewritten + len(others) if live else 0
+
+    async def _snapshot_seq(self) -> int:
+        """The record ``snapshot_latest.json`` holds the state after (-1: none)."""
+        latest = await self._read_latest()
+        return latest[0].journal.seq if latest is not None and latest[0].journal else -1
 
     @staticmethod
     def _tombstone() -> bytes:
@@ -944,9 +883,12 @@ class Journal:
                     found = True
             return found
 
-        rewritten = 0
-        snapshots = (self.layout.latest, self.layout.base)
-        for key in [*await self.storage.list(self.layout.journal), *snapshots]:
+        def scrub_record(document: dict[str, Any]) -> bool:
+            hits = [scrub(op.get("add", [])) for op in (document.get("logs") or {}).values()]
+            return any(hits)  # every log, no short-circuit
+
+        rewritten = await self.records.redact(scrub_record)
+        for key in (self.layout.latest, self.layout.base):
             for _ in range(3):
                 found = await self.storage.read(key)
                 if found is None:
@@ -955,10 +897,7 @@ class Journal:
                 unseal(data, key)  # a damaged file is not rewritten (its checksum would hide the damage)
                 document = json.loads(data)
                 document.pop(CHECKSUM, None)
-                if key in snapshots:
-                    logs = [v for v in (document.get("data") or {}).values() if isinstance(v, list)]
-                else:
-                    logs = [op.get("add", []) for op in (document.get("logs") or {}).values()]
+                logs = [v for v in (document.get("data") or {}).values() if isinstance(v, list)]
                 hits = [scrub(items) for items in logs]  # every log, no short-circuit
                 if not any(hits):
                     break

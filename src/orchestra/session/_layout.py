@@ -7,7 +7,9 @@
         snapshots/snapshot_latest.json                   a full snapshot as of journal record N
         snapshots/snapshot_base.json                     a full snapshot as of record B: records <= B are deleted
         snapshots/immutable_history/snapshot_<uuid7>.json  a checkpoint: "the state after record M"
-        journal/<seq, 12 digits>.json                    one record per save: only what changed
+        journal/<seq, 12 digits>.json                    one record per save: only what changed, or
+                                                         a segment of records seq, seq + 1, ... one a
+                                                         line, where the storage appends (local files)
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class ScopeLayout:
         return f"{self.journal}{seq:012d}.json"
 
     def seq_of(self, key: str) -> int:
+        """The record a journal key holds (a segment: its first record)."""
         return int(key[len(self.journal) :].removesuffix(".json"))
 
     def immutable_snapshot(self, snapshot_id: str) -> str:

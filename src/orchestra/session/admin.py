@@ -8,18 +8,18 @@ an export of such a scope is a snapshot file, so ``import`` moves it to the snap
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from orchestra._ids import validate_id
-from orchestra.errors import SessionError
+from orchestra.errors import SessionError, SnapshotError
 from orchestra.multiagent.details import run_details
 from orchestra.session._document import Document
 from orchestra.session._erase import erase_session
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeKind, ScopeLayout, session_prefix
+from orchestra.session._records import RecordStore
 from orchestra.session.snapshot import Snapshot, decode_model
 from orchestra.storage import Storage
 
@@ -83,19 +83,21 @@ def _scopes_of(keys: list[str]) -> dict[str, dict[tuple[str, str], list[str]]]:
     return sessions
 
 
-async def _last_update(storage: Storage, journal_keys: list[str]) -> tuple[datetime | None, bool]:
-    """When the newest record was written, and whether it is a tombstone (the scope was deleted)."""
+async def _last_update(
+    storage: Storage, layout: ScopeLayout, journal_keys: list[str]
+) -> tuple[datetime | None, bool, int]:
+    """When the newest record was written, whether it is a tombstone (the scope was deleted), and how
+    many records the journal holds."""
     if not journal_keys:
-        return None, False
-    found = await storage.read(journal_keys[-1])
-    if found is None:
-        return None, False
+        return None, False, 0
     try:
-        record = json.loads(found[0])
-        millis = int(record["t"])
-    except (ValueError, KeyError, TypeError):
-        return None, False
-    return datetime.fromtimestamp(millis / 1000, UTC), record.get("deleted") is True
+        newest = await RecordStore(storage, layout).newest(journal_keys)
+    except SnapshotError:
+        return None, False, len(journal_keys)
+    if newest is None:
+        return None, False, 0
+    count = newest.seq - layout.seq_of(journal_keys[0]) + 1  # records are numbered without gaps
+    return datetime.fromtimestamp(newest.record.t / 1000, UTC), newest.record.deleted, count
 
 
 def _summary(kind: str, doc: Document) -> dict[str, Any]:
@@ -140,9 +142,10 @@ async def _all_sessions(storage: Storage) -> list[SessionInfo]:
     for session_id, scopes in sorted(grouped.items()):
         infos = []
         for (kind, scope_id), keys in sorted(scopes.items()):
-            journal = sorted(k for k in keys if "/journal/" in k)
-            updated_at, deleted = await _last_update(storage, journal)
-            infos.append(ScopeInfo(kind, scope_id, len(journal), updated_at, deleted=deleted))  # type: ignore[arg-type]
+            layout = ScopeLayout(session_id, kind, scope_id)  # type: ignore[arg-type]
+            journal = sorted(k for k in keys if k.startswith(layout.journal))
+            updated_at, deleted, records = await _last_update(storage, layout, journal)
+            infos.append(ScopeInfo(kind, scope_id, records, updated_at, deleted=deleted))  # type: ignore[arg-type]
         out.append(SessionInfo(session_id, infos))
     for session_id in sorted(_repository_sessions(await storage.list("session_"))):
         out.append(await _describe_repository(storage, session_id, summaries=False))
@@ -276,12 +279,13 @@ async def describe_session(storage: Storage, session_id: str) -> SessionInfo:
         raise SessionError(f"no session {session_id!r} in {storage!r}")
     infos = []
     for (kind, scope_id), keys in sorted(grouped[session_id].items()):
-        journal = sorted(k for k in keys if "/journal/" in k)
-        doc = await Journal(storage, ScopeLayout(session_id, kind, scope_id)).load()  # type: ignore[arg-type]
+        layout = ScopeLayout(session_id, kind, scope_id)  # type: ignore[arg-type]
+        journal = sorted(k for k in keys if k.startswith(layout.journal))
+        doc = await Journal(storage, layout).load()
         if doc is None:
             continue  # deleted (its tombstones remain)
-        updated_at, _ = await _last_update(storage, journal)
-        infos.append(ScopeInfo(kind, scope_id, len(journal), updated_at, _summary(kind, doc)))  # type: ignore[arg-type]
+        updated_at, _, records = await _last_update(storage, layout, journal)
+        infos.append(ScopeInfo(kind, scope_id, records, updated_at, _summary(kind, doc)))  # type: ignore[arg-type]
     if not infos:
         raise SessionError(f"no session {session_id!r} in {storage!r}")
     return SessionInfo(session_id, infos)

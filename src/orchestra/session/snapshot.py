@@ -113,6 +113,7 @@ class Record(_Model):
     """One journal record: what one save changed."""
 
     t: int  # milliseconds since the epoch
+    seq: int | None = None  # its number, on a segment's lines (``_segment.py``); a record file has none
     run: str | None = None  # the run (a hosted invocation) that wrote it, so a run's outcome can be read back
     end: str | None = (
         None  # on the record that ended run ``run`` (its commit point): the status it ended with

@@ -3,12 +3,23 @@
 ``InMemoryStorage``, ``LocalFileStorage`` (the default, ``./.orchestra/``), ``S3Storage``, ``SQLiteStorage``
 and ``PostgresStorage`` implement the ``Storage`` protocol; ``storage_from_uri`` builds one from
 ``file:./dir``, ``s3://bucket/prefix``, ``sqlite:./file.db``, ``postgresql://host/db`` or ``memory``.
-``EncryptedStorage`` wraps any of them to encrypt every value at rest.
+``EncryptedStorage`` wraps any of them to encrypt every value at rest. A storage may also offer appends
+(``AppendStorage``; local files do), which session journals use for their records.
 """
 
 import typing as _typing
 
-from orchestra.storage._base import ABSENT, Absent, Expect, Storage, validate_key
+from orchestra.storage._append import AppendStorage, appendable
+from orchestra.storage._base import (
+    ABSENT,
+    Absent,
+    Expect,
+    Storage,
+    delete_many,
+    read_many,
+    validate_key,
+    write_many,
+)
 from orchestra.storage._uri import DEFAULT_STORAGE_URI, storage_from_uri
 from orchestra.storage.encrypted import EncryptedStorage, EnvKeyProvider, KeyProvider, KMSKeyProvider
 from orchestra.storage.local import LocalFileStorage
@@ -43,6 +54,7 @@ __all__ = [
     "ABSENT",
     "DEFAULT_STORAGE_URI",
     "Absent",
+    "AppendStorage",
     "EncryptedStorage",
     "EnvKeyProvider",
     "Expect",
@@ -55,6 +67,10 @@ __all__ = [
     "S3Storage",
     "SQLiteStorage",
     "Storage",
+    "appendable",
+    "delete_many",
+    "read_many",
     "storage_from_uri",
     "validate_key",
+    "write_many",
 ]

@@ -7,10 +7,14 @@ How it stays safe:
 - Conditional writes hold across processes: each folder has a ``.lock`` file taken with ``fcntl.flock``
   around the compare and the rename (only those: the syncs happen outside it, so that writers of one
   folder overlap them; a write or delete returns once the folder is fsynced).
-- Create-only writes (``expect=ABSENT``, every journal record) need neither the lock nor a rename where
-  Linux offers ``O_TMPFILE``: the data goes to an unnamed file in the folder, is fsynced, and is linked
-  under the key's name, which fails if the name exists (the kernel decides which of two creators wins).
-  A process killed before the link leaves nothing behind. Elsewhere they take the path above.
+- Create-only writes (``expect=ABSENT``) need neither the lock nor a rename where Linux offers
+  ``O_TMPFILE``: the data goes to an unnamed file in the folder, is fsynced, and is linked under the key's
+  name, which fails if the name exists (the kernel decides which of two creators wins). A process killed
+  before the link leaves nothing behind. Elsewhere they take the path above.
+- Appends (``AppendStorage``: a session journal's records) check the file's length and last bytes and
+  write under the folder's lock, so they are ordered with compare-and-swap writes (a rename) of that
+  file, then ``fdatasync`` outside it: one sync per append. A write cut short (a full disk) is truncated
+  away; a process killed in the middle of one leaves the start of it, which the journal recognises.
 - No symlink is ever followed below the root: every path is walked one folder at a time with
   ``O_NOFOLLOW`` relative to the parent's descriptor; a symlink found raises ``StorageSecurityError``.
 - Folders are created 0700 and files 0600. Names starting with ``.`` are the backend's own (temp and lock
@@ -33,7 +37,10 @@ import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import anyio.to_thread
+
 from orchestra.errors import StorageConflictError, StorageOutcomeUnknownError, StorageSecurityError
+from orchestra.storage._append import check_append
 from orchestra.storage._base import ABSENT, Expect
 from orchestra.storage._blocking import BlockingStorage
 from orchestra.storage._group_commit import GroupCommit, Pending, Sync
@@ -50,7 +57,7 @@ def _version(data: bytes) -> str:
 
 
 class LocalFileStorage(BlockingStorage):
-    """Storage in files under ``root`` (created 0700 if missing).
+    """Storage in files under ``root`` (created 0700 if missing); an ``AppendStorage`` too.
 
     Args:
         root: the folder that holds every key; defaults to ``./.orchestra/``.
@@ -309,6 +316,115 @@ class LocalFileStorage(BlockingStorage):
             if current is None or current[1] != expect:
                 found = "it does not exist" if current is None else f"it is at version {current[1]}"
                 raise StorageConflictError(f"cannot update {key!r}: expected version {expect}, but {found}")
+
+    # -- appends (AppendStorage) ----------------------------------------------------------------------
+
+    async def append(self, key: str, data: bytes, *, at: int, tail: bytes = b"") -> int:
+        check_append(key, at, tail)
+        return await anyio.to_thread.run_sync(
+            self._guarded, "append", key, self._append, key, bytes(data), at, bytes(tail)
+        )
+
+    async def read_from(self, key: str, offset: int) -> bytes | None:
+        check_append(key, offset, b"")
+        return await anyio.to_thread.run_sync(self._guarded, "read", key, self._read_from, key, offset)
+
+    def _append(self, key: str, data: bytes, at: int, tail: bytes) -> int:
+        # The check and the write hold the folder's lock, as a compare-and-swap write's check and rename
+        # do: an append never lands in a file that a rewrite is replacing. The sync happens outside it.
+        parts, name = self._split(key)
+        fd = self._open_dir(parts, create=at == 0)
+        if fd is None:
+            raise StorageConflictError(f"cannot append to {key!r}: it does not exist")
+        file_fd: int | None = None
+        try:
+            lock = self._acquire_lock(fd)
+            try:
+                file_fd = self._open_appendable(fd, key, name, create=at == 0)
+                self._check_end(file_fd, key, at, tail)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(file_fd, view) :]
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(file_fd, at)  # a short write (a full disk) leaves nothing behind
+                    raise
+            finally:
+                os.close(lock)
+            if self.durable:
+                self._sync_appended(file_fd, key)
+                if at == 0:
+                    self._sync_written(fd, key)  # a new file: its name too
+        finally:
+            if file_fd is not None:
+                os.close(file_fd)
+            os.close(fd)
+        return at + len(data)
+
+    def _open_appendable(self, fd: int, key: str, name: str, *, create: bool) -> int:
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        try:
+            file_fd = os.open(name, flags, 0o600, dir_fd=fd)
+        except FileNotFoundError:
+            raise StorageConflictError(f"cannot append to {key!r}: it does not exist") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._security_error(key) from None
+            raise
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            os.close(file_fd)
+            raise self._security_error(key)
+        return file_fd
+
+    @staticmethod
+    def _check_end(file_fd: int, key: str, at: int, tail: bytes) -> None:
+        size = os.fstat(file_fd).st_size
+        if size != at:
+            what = "it already exists" if at == 0 else f"it is {size} bytes long, not {at}"
+            raise StorageConflictError(f"cannot append to {key!r}: {what}")
+        if tail and os.pread(file_fd, len(tail), at - len(tail)) != tail:
+            raise StorageConflictError(f"cannot append to {key!r}: it was rewritten (its end changed)")
+
+    def _sync_appended(self, file_fd: int, key: str) -> None:
+        try:
+            os.fdatasync(file_fd)
+        except OSError as exc:
+            reason = f"[Errno {exc.errno}] {exc.strerror}"
+            raise StorageOutcomeUnknownError(
+                f"{self!r}: append to {key!r}: the bytes are in place, but syncing them failed ({reason}), "
+                "so they may not survive a power cut; read them back to know",
+                operation="append",
+                key=key,
+                reason=reason,
+            ) from exc
+
+    def _read_from(self, key: str, offset: int) -> bytes | None:
+        parts, name = self._split(key)
+        fd = self._open_dir(parts, create=False)
+        if fd is None:
+            return None
+        try:
+            try:
+                file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise self._security_error(key) from None
+                raise
+        finally:
+            os.close(fd)
+        try:
+            if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+                raise self._security_error(key)
+            chunks = []
+            while chunk := os.pread(file_fd, 1 << 20, offset):
+                chunks.append(chunk)
+                offset += len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(file_fd)
 
     def _delete(self, key: str) -> None:
         self._delete_many([key])

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from orchestra.errors import StorageError
+from orchestra.storage._append import AppendStorage, appendable
 from orchestra.storage._base import Expect, Storage, delete_many, read_many, validate_key, write_many
 from orchestra.storage._group_commit import Change, DeletePrefix, Outcome, commit_many
 
@@ -37,6 +38,23 @@ class PrefixedStorage:
 
     async def delete(self, key: str) -> None:
         await self.inner.delete(self.prefix + validate_key(key))
+
+    @property
+    def appends(self) -> bool:
+        """Whether appends are offered: when the inner storage offers them (``AppendStorage``)."""
+        return appendable(self.inner) is not None
+
+    def _appender(self) -> AppendStorage:
+        inner = appendable(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} does not offer appends")
+        return inner
+
+    async def append(self, key: str, data: bytes, *, at: int, tail: bytes = b"") -> int:
+        return await self._appender().append(self.prefix + validate_key(key), data, at=at, tail=tail)
+
+    async def read_from(self, key: str, offset: int) -> bytes | None:
+        return await self._appender().read_from(self.prefix + validate_key(key), offset)
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         await delete_many(self.inner, [self.prefix + validate_key(key) for key in keys])
