@@ -18,8 +18,8 @@
    ``_`` modules (``orchestra._ids``, ``_logging``, ``_sync``, ...) are private to ``orchestra`` as a
    whole, which every package is part of: any package may import them (their ``_`` names stay theirs).
 
-``ENFORCED`` names the packages whose reaches fail the test today; the others are reported while their
-owners remove them. Widening it to every package is the one-line change ``ENFORCED = ALL``.
+``ENFORCED`` names the packages the rules hold for: every package since issue 33's rebuild (narrow it
+only to bring a new package in step by step; ``python tests/test_import_rules.py`` reports the others).
 """
 
 from __future__ import annotations
@@ -35,16 +35,20 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 ROOT = "orchestra"
 
 ALL = None  # every package
-# The agent knot: the agent, what it is made of, and what it stands on.
-ENFORCED: frozenset[str] | None = frozenset(
-    {"agent", "hooks", "tools", "conversation", "models", "messages", "history"}
-)
+ENFORCED: frozenset[str] | None = ALL
 
 # Exceptions allowed for now, each with why; at most ten in all.
 # Reaches: (the importing or reaching module, the private name).
 ALLOWED: dict[tuple[str, str], str] = {}
 # Circles: the modules of one circle.
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
+# Imports inside a function that call a layer above: (the importing module, the imported module).
+ALLOWED_CALLS_UP: dict[tuple[str, str], str] = {
+    ("orchestra.multiagent.base", "orchestra.spec"): (
+        "Graph.from_yaml / to_yaml, the documented one-line way to load a pipeline, call the spec layer "
+        "that builds orchestrators; only when called, so loading multiagent never loads spec"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -278,7 +282,11 @@ def test_no_circles_among_the_enforced_packages_even_through_function_imports() 
     edges = [
         e
         for e in import_graph(sources())
-        if package_of(e.source) and package_of(e.target) and enforced(e.source) and enforced(e.target)
+        if package_of(e.source)
+        and package_of(e.target)
+        and enforced(e.source)
+        and enforced(e.target)
+        and not (e.lazy and (e.source, e.target) in ALLOWED_CALLS_UP)
     ]
     found = [c for c in circles(edges) if frozenset(c) not in ALLOWED_CIRCLES]
     assert not found, "import circles, imports inside functions included:\n" + "\n".join(
@@ -292,12 +300,14 @@ def test_no_private_reaches_into_other_packages() -> None:
 
 
 def test_the_allowed_list_is_short_and_still_needed() -> None:
-    assert len(ALLOWED) + len(ALLOWED_CIRCLES) <= 10
+    assert len(ALLOWED) + len(ALLOWED_CIRCLES) + len(ALLOWED_CALLS_UP) <= 10
     modules = sources()
     live = {(r.module, r.name) for r in reaches(modules)}
     assert set(ALLOWED) <= live, f"allowed but no longer used: {sorted(set(ALLOWED) - live)}"
     standing = {frozenset(c) for c in circles([e for e in import_graph(modules) if not e.lazy])}
     assert set(ALLOWED_CIRCLES) <= standing, f"allowed circles now gone: {set(ALLOWED_CIRCLES) - standing}"
+    calls = {(e.source, e.target) for e in import_graph(modules) if e.lazy}
+    assert set(ALLOWED_CALLS_UP) <= calls, f"allowed calls up now gone: {set(ALLOWED_CALLS_UP) - calls}"
 
 
 def test_the_scan_sees_each_kind_of_violation(tmp_path: Path) -> None:

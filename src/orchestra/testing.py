@@ -20,8 +20,7 @@ from orchestra.errors import (
 from orchestra.hooks import HookEvent, HookRegistry
 from orchestra.hooks import events as _agent_events
 from orchestra.models.scripted import FunctionModel, ModelRequest, Reply, ScriptedModel, ToolCall
-from orchestra.storage import AppendStorage, Expect, Storage, appendable
-from orchestra.storage._base import ForwardingStorage
+from orchestra.storage import AppendStorage, Expect, ForwardingStorage, Storage, appendable
 
 __all__ = [
     "CountingStorage",

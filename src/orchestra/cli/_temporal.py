@@ -28,7 +28,7 @@ from orchestra.cli._render import NodeTable
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.spec import LoadedSpec, build
-from orchestra.storage._uri import parse_storage_uri
+from orchestra.storage import parse_storage_uri
 
 __all__ = ["core_logs_to_logging", "run_on_temporal", "temporal_failure"]
 

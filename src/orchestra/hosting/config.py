@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
-from orchestra.storage._uri import check_storage_uri
+from orchestra.storage import check_storage_uri
 
 __all__ = [
     "ApiKey",

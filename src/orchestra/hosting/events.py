@@ -33,8 +33,7 @@ from orchestra._logging import get_logger
 from orchestra.agent.result import MessageEvent, TextChunkEvent, ToolCallEvent, ToolResultEvent
 from orchestra.errors import StorageConflictError, StorageError
 from orchestra.multiagent.events import HandoffEvent, NodeStartEvent, NodeStopEvent, NodeStreamEvent
-from orchestra.storage import ABSENT, Storage
-from orchestra.storage._base import read_many
+from orchestra.storage import ABSENT, Storage, read_many
 
 __all__ = ["TERMINAL", "Event", "EventLog", "last_event", "stored_events", "stream_event"]
 

@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
 from orchestra._logging import get_logger
-from orchestra.storage import Storage
-from orchestra.storage._base import read_many, write_many
+from orchestra.storage import Storage, read_many, write_many
 
 __all__ = ["FINAL", "RunRecord", "RunStore", "RunSummary"]
 

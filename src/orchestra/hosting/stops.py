@@ -28,8 +28,7 @@ import anyio
 
 from orchestra._logging import get_logger
 from orchestra.errors import StorageConflictError, StorageError
-from orchestra.storage import ABSENT, Storage
-from orchestra.storage._base import read_many
+from orchestra.storage import ABSENT, Storage, read_many
 
 __all__ = ["Stop", "StopMode", "StopRequest", "Stops"]
 

@@ -31,8 +31,7 @@ from orchestra.conversation import (
     SummarizingConversationManager,
 )
 from orchestra.errors import ConfigurationError, OrchestraSpecError
-from orchestra.models import Model, default_model, resolve_model
-from orchestra.models._registry import scripted_reply
+from orchestra.models import Model, default_model, resolve_model, scripted_reply
 from orchestra.multiagent import Budget, Graph, Map, MultiAgentBase, RetryPolicy, Swarm
 from orchestra.multiagent.validation import back_edges
 from orchestra.retry import error_types
@@ -51,8 +50,7 @@ from orchestra.spec.models import (
     PipelineSpec,
     RetryPolicySpec,
 )
-from orchestra.storage import storage_from_uri
-from orchestra.storage._uri import check_storage_uri
+from orchestra.storage import check_storage_uri, storage_from_uri
 
 __all__ = ["LoadedSpec", "build", "load", "parse_file", "parse_text"]
 

@@ -14,13 +14,14 @@ from orchestra.storage._base import (
     ABSENT,
     Absent,
     Expect,
+    ForwardingStorage,
     Storage,
     delete_many,
     read_many,
     validate_key,
     write_many,
 )
-from orchestra.storage._uri import DEFAULT_STORAGE_URI, storage_from_uri
+from orchestra.storage._uri import DEFAULT_STORAGE_URI, check_storage_uri, parse_storage_uri, storage_from_uri
 from orchestra.storage.encrypted import EncryptedStorage, EnvKeyProvider, KeyProvider, KMSKeyProvider
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
@@ -58,6 +59,7 @@ __all__ = [
     "EncryptedStorage",
     "EnvKeyProvider",
     "Expect",
+    "ForwardingStorage",
     "InMemoryStorage",
     "KMSKeyProvider",
     "KeyProvider",
@@ -68,7 +70,9 @@ __all__ = [
     "SQLiteStorage",
     "Storage",
     "appendable",
+    "check_storage_uri",
     "delete_many",
+    "parse_storage_uri",
     "read_many",
     "storage_from_uri",
     "validate_key",

@@ -50,8 +50,7 @@ from orchestra.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
 from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_messages
 from orchestra.spec import LoadedSpec, build
-from orchestra.storage import ABSENT, Storage, storage_from_uri
-from orchestra.storage._base import delete_many, read_many
+from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_from_uri
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
 
 __all__ = ["PipelineActivities", "input_key", "spec_hash"]
