@@ -81,6 +81,9 @@ def _die_after_answering() -> None:
 
     async def flush(self: RunStore) -> None:
         if any(r.input == text and r.status == "completed" for r in self._queued):
+            # Another request's flush can meet the record before the turn's own answer has left: let the
+            # answer go out first (the process dies before it writes the record all the same).
+            await anyio.sleep(1)
             os.kill(os.getpid(), signal.SIGKILL)
         await write(self)
 
