@@ -163,7 +163,9 @@ class LocalFileStorage(BlockingStorage):
                 pass
             os.close(lock)
 
-    def _read_in(self, fd: int, name: str, key: str) -> tuple[bytes, str] | None:
+    def _open_regular(self, fd: int, name: str, key: str) -> int | None:
+        """A descriptor of the regular file ``name`` in folder ``fd``, read-only, or None when there is
+        none; a symlink or anything but a regular file is a ``StorageSecurityError``."""
         try:
             file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
         except FileNotFoundError:
@@ -172,9 +174,16 @@ class LocalFileStorage(BlockingStorage):
             if exc.errno == errno.ELOOP:
                 raise self._security_error(key) from None
             raise
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            os.close(file_fd)
+            raise self._security_error(key)
+        return file_fd
+
+    def _read_in(self, fd: int, name: str, key: str) -> tuple[bytes, str] | None:
+        file_fd = self._open_regular(fd, name, key)
+        if file_fd is None:
+            return None
         try:
-            if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-                raise self._security_error(key)
             chunks = []
             while chunk := os.read(file_fd, 1 << 20):
                 chunks.append(chunk)
@@ -405,19 +414,12 @@ class LocalFileStorage(BlockingStorage):
         if fd is None:
             return None
         try:
-            try:
-                file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise self._security_error(key) from None
-                raise
+            file_fd = self._open_regular(fd, name, key)
         finally:
             os.close(fd)
+        if file_fd is None:
+            return None
         try:
-            if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-                raise self._security_error(key)
             chunks = []
             while chunk := os.pread(file_fd, 1 << 20, offset):
                 chunks.append(chunk)
