@@ -156,8 +156,13 @@ class RunStore:
 
     async def save(self, record: RunRecord) -> None:
         """Write the record durably, now, and its index entry beside it without fsync: a killed process
-        loses neither, and a power cut only the index entry (the listing still finds the record)."""
-        (key, data), (index_key, index) = self._writes(record)
+        loses neither, and a power cut only the index entry (the listing still finds the record). Where
+        both views are one storage (a database), both go in one batch: one transaction, one thread hop."""
+        writes = self._writes(record)
+        if self._unsynced is self.storage:
+            await write_many(self.storage, writes)
+            return
+        (key, data), (index_key, index) = writes
         targets = [(self.storage, key, data), (self._unsynced, index_key, index)]
         await map_concurrently(lambda t: t[0].write(t[1], t[2]), targets)
 

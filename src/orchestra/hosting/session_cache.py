@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from typing import Any
 
 from orchestra.agent import Agent
 from orchestra.agent.agent import AgentData
@@ -93,8 +94,24 @@ class FreshAgents:
         reset = getattr(agent.model, "reset", None)  # a test model's script and request log start over
         if reset is not None:
             reset()
-        agent.load_agent_data(copy.deepcopy(data))
+        agent.load_agent_data(_copy(data))
         idle.append((agent, data))
+
+
+def _copy(data: AgentData) -> AgentData:
+    """A deep copy of ``data``, without ``copy.deepcopy``'s cost for what a built agent mostly holds:
+    empty lists and dicts, and dicts of plain values (a conversation manager's state)."""
+    return AgentData(**{name: _copy_value(value) for name, value in vars(data).items()})
+
+
+def _copy_value(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict) and all(v is None or isinstance(v, str | int | float) for v in value.values()):
+        return dict(value)
+    if isinstance(value, list) and not value:
+        return []
+    return copy.deepcopy(value)
 
 
 def cacheable(session_id: str | None, history: object, kind: str) -> bool:

@@ -63,7 +63,10 @@ class Workspaces:
         """The workspace's run records (one store per workspace: it holds the records not yet written)."""
         store = self._runs.get(workspace)
         if store is None:
-            store = self._runs[workspace] = RunStore(self.storage(workspace), self.unsynced(workspace))
+            # On a database both views are one storage: the store then writes a record and its index
+            # entry in one batch.
+            unsynced = self.unsynced(workspace) if self.unsynced_root is not self.root else None
+            store = self._runs[workspace] = RunStore(self.storage(workspace), unsynced)
         return store
 
     def queues(self, workspace: str) -> SessionQueues:

@@ -26,6 +26,12 @@ log = get_logger("orchestra.access")
 
 _RUN: ContextVar[dict[str, str] | None] = ContextVar("orchestra_access_run", default=None)
 
+# Set by ``configure_access_log``: a structlog logger that renders and writes a line itself, without the
+# standard library's record and handler (a console line cost 84 us through them, 18 us this way: a quarter
+# of a bare app's request). Without it (an application that configures logging itself), lines go
+# through ``logging.getLogger("orchestra.access")`` as before.
+_direct: Any = None
+
 
 def note_run(run_id: str) -> None:
     """Name the run this request is about in its access log line (a route calls it)."""
@@ -42,7 +48,8 @@ class AccessLog:
         self.logger = logging.getLogger("orchestra.access")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.logger.isEnabledFor(logging.INFO):
+        direct = _direct
+        if scope["type"] != "http" or (direct is None and not self.logger.isEnabledFor(logging.INFO)):
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -62,7 +69,7 @@ class AccessLog:
             _RUN.reset(token)
             route = scope.get("route")
             run_id = holder.get("run_id") or (scope.get("path_params") or {}).get("run_id")
-            log.info(
+            (direct or log).info(
                 "request",
                 method=scope["method"],
                 route=getattr(route, "path", None) or "(no route)",
@@ -76,30 +83,24 @@ def configure_access_log(mode: str) -> None:
     """Write the access log to stderr as ``console`` or ``json`` lines, or not at all (``off``). Called
     in each server process (``create_app_from_env``): a worker process does not inherit the command's
     logging setup."""
+    global _direct
     logger = logging.getLogger("orchestra.access")
-    for handler in list(logger.handlers):
-        if getattr(handler, "orchestra_access", False):
-            logger.removeHandler(handler)
+    logger.setLevel(logging.WARNING)  # the lines go to ``_direct`` (or nowhere), never through here
+    logger.propagate = False  # the command's own handler (on ``orchestra``) would write them twice
     if mode == "off":
-        logger.setLevel(logging.WARNING)
+        _direct = None
         return
     import structlog
 
     renderer: Any = (
         structlog.processors.JSONRenderer() if mode == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.orchestra_access = True  # type: ignore[attr-defined]
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processor=renderer,
-            foreign_pre_chain=[
-                structlog.stdlib.add_log_level,
-                structlog.stdlib.ExtraAdder(),
-                structlog.processors.TimeStamper(fmt="iso"),
-            ],
-        )
+    _direct = structlog.wrap_logger(
+        structlog.WriteLogger(sys.stderr),
+        processors=[
+            structlog.contextvars.merge_contextvars,  # the request id (bound by the app's middleware)
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
     )
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False  # the command's own handler (on ``orchestra``) would write it twice
