@@ -231,3 +231,24 @@ def platform(tmp_path, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_WEBHOOK_SECRET", WEBHOOK_SECRET)
     with Server(write_platform_config(tmp_path, f"file:{tmp_path}/store")) as running:
         yield running
+
+
+COUNTED = """version: 1
+kind: agent
+id: counted
+agents:
+  - name: counted
+    model: function:tests.server.agents:counted_echo
+    conversation_manager: {type: none}
+"""
+
+
+def counted_config(root: Path, storage: str, runs: str = FAST_RUNS, on_busy: str | None = None) -> Path:
+    """The platform's config with the ``counted`` agent (its model calls written to a file), with its own
+    second-message policy or, without ``on_busy``, the server's."""
+    config = write_platform_config(root, storage, runs)
+    (root / "counted.yaml").write_text(COUNTED)
+    policy = f", on_busy: {on_busy}" if on_busy else ""
+    hosted = f"  - {{id: counted, spec: counted.yaml, workspace: acme{policy}}}\n"
+    config.write_text(config.read_text().replace("  - {id: other,", hosted + "  - {id: other,"))
+    return config

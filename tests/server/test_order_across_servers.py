@@ -14,30 +14,11 @@ import anyio
 import httpx
 import pytest
 
-from tests.server.conftest import auth, write_platform_config
+from tests.server.conftest import auth, counted_config
 from tests.server.test_platform_processes import Servers, final_record, read_events, wait_for
 
 STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
 BACKGROUND_RUNS = 200 if STRESS else 60
-
-COUNTED = """version: 1
-kind: agent
-id: counted
-agents:
-  - name: counted
-    model: function:tests.server.agents:counted_echo
-    conversation_manager: {type: none}
-"""
-
-
-def counted_config(root: Path, storage: str, runs: str) -> Path:
-    """The platform's config with the ``counted`` agent (its model calls written to a file), set to
-    ``on_busy: enqueue``."""
-    config = write_platform_config(root, storage, runs)
-    (root / "counted.yaml").write_text(COUNTED)
-    hosted = "  - {id: counted, spec: counted.yaml, workspace: acme, on_busy: enqueue}\n"
-    config.write_text(config.read_text().replace("  - {id: other,", hosted + "  - {id: other,"))
-    return config
 
 
 @pytest.fixture(params=["file", "sqlite", "postgres"])
@@ -72,7 +53,9 @@ def test_an_enqueue_message_to_a_second_server_runs_after_the_first(storage_uri,
     calls = tmp_path / "calls.txt"
     runs = "runs: {heartbeat_s: 0.2, server_gone_after_s: 10, poll_s: 0.05, sweep_s: 0.3}\n"
     group = servers(
-        counted_config(tmp_path, storage_uri, runs), ORCHESTRA_TEST_CALLS=str(calls), ORCHESTRA_TEST_DELAY="2"
+        counted_config(tmp_path, storage_uri, runs, on_busy="enqueue"),
+        ORCHESTRA_TEST_CALLS=str(calls),
+        ORCHESTRA_TEST_DELAY="2",
     )
     first, second = group.start(), group.start()
     answers: dict[str, httpx.Response] = {}
@@ -106,7 +89,10 @@ def test_a_live_server_starts_each_background_run_once(tmp_path, servers, postgr
     # server, its model run twice) while the first start ran it.
     calls = tmp_path / "calls.txt"
     runs = "runs: {heartbeat_s: 0.2, server_gone_after_s: 10, poll_s: 0.05, sweep_s: 0.01}\n"
-    group = servers(counted_config(tmp_path, f"'{postgres_uri}'", runs), ORCHESTRA_TEST_CALLS=str(calls))
+    group = servers(
+        counted_config(tmp_path, f"'{postgres_uri}'", runs, on_busy="enqueue"),
+        ORCHESTRA_TEST_CALLS=str(calls),
+    )
     url = group.start()
     started: list[str] = []
 

@@ -10,28 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import Server, write_platform_config
+from tests.server.conftest import Server, counted_config
 from tests.server.protocols.test_agui import run, run_input
 
 pytestmark = pytest.mark.timeout(120)
 
-COUNTED = """version: 1
-kind: agent
-id: counted
-agents:
-  - name: counted
-    model: function:tests.server.agents:counted_echo
-    conversation_manager: {type: none}
-"""
-
 
 def counted_server(root: Path) -> Server:
     """The platform's config and the ``counted`` agent, which names no policy: the server's applies."""
-    config = write_platform_config(root, f"file:{root}/store")
-    (root / "counted.yaml").write_text(COUNTED)
-    hosted = "  - {id: counted, spec: counted.yaml, workspace: acme}\n"
-    config.write_text(config.read_text().replace("  - {id: other,", hosted + "  - {id: other,"))
-    return Server(config)
+    return Server(counted_config(root, f"file:{root}/store"))
 
 
 def test_a_second_ag_ui_run_on_a_busy_thread_waits_and_runs_after_the_first(tmp_path, monkeypatch):
