@@ -37,7 +37,8 @@ from orchestra.memory._records import (
     namespace_prefix as prefix_key,
 )
 from orchestra.memory.embedders import Embedder
-from orchestra.storage import ABSENT, Expect, Storage, read_many, scrub
+from orchestra.storage import ABSENT, Expect, Storage, read_many
+from orchestra.storage import scrub as scrub_storage
 
 __all__ = ["MemoryStore"]
 
@@ -282,12 +283,18 @@ class MemoryStore:
                 found.add(namespace if max_depth is None else namespace[:max_depth])
         return sorted(found)[:limit]
 
-    async def forget_async(self, namespace_prefix: Sequence[str]) -> int:
-        """Erase every item, tombstone and vector under a namespace prefix (``()``: the whole store), in
-        every process at once, then have the storage scrub what it keeps of deleted data (SQLite: the
-        write-ahead log; see ``orchestra.storage.scrub``). Returns how many keys were removed."""
+    async def forget_async(self, namespace_prefix: Sequence[str], *, scrub: bool = True) -> int:
+        """Erase every item, tombstone and vector under a namespace prefix (``()``: the whole store), for
+        every process at once; returns how many keys were removed.
+
+        Args:
+            scrub: then have the storage drop what it keeps of deleted data (``orchestra.storage.scrub``:
+                SQLite checkpoints its log; PostgreSQL rewrites its table with ``VACUUM FULL``, which
+                locks it meanwhile: pass False there and scrub in a quiet hour if that is too costly).
+        """
         removed = await self.storage.delete_prefix(self.prefix + prefix_key(namespace_prefix))
-        await scrub(self.storage)
+        if scrub:
+            await scrub_storage(self.storage)
         return removed
 
     async def sweep_expired_async(self) -> int:
@@ -343,9 +350,9 @@ class MemoryStore:
         """``list_namespaces_async``, blocking."""
         return run_sync(self.list_namespaces_async, prefix, max_depth=max_depth, limit=limit)
 
-    def forget(self, namespace_prefix: Sequence[str]) -> int:
+    def forget(self, namespace_prefix: Sequence[str], *, scrub: bool = True) -> int:
         """``forget_async``, blocking."""
-        return run_sync(self.forget_async, namespace_prefix)
+        return run_sync(self.forget_async, namespace_prefix, scrub=scrub)
 
     def sweep_expired(self) -> int:
         """``sweep_expired_async``, blocking."""

@@ -154,7 +154,8 @@ async def delete_many(storage: Storage, keys: Sequence[str]) -> None:
 
 async def scrub(storage: Storage) -> None:
     """Have ``storage`` drop what it still keeps of data deleted from it, where it keeps any: SQLite's
-    write-ahead log is checkpointed and truncated (its deleted rows are already zeroed, ``secure_delete``).
+    write-ahead log is checkpointed and truncated (its deleted rows are already zeroed, ``secure_delete``);
+    PostgreSQL's table is rewritten (``VACUUM FULL``, which locks it while it runs).
     Wrappers (``EncryptedStorage``, ``PrefixedStorage``, ...) pass it to the storage they wrap; a storage
     without a ``scrub`` method keeps nothing to drop (files are unlinked, S3 objects deleted)."""
     seen: object = storage
