@@ -27,6 +27,7 @@ from orchestra.agent import Agent
 from orchestra.agent.result import ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.errors import OrchestraError, SessionConflictError
+from orchestra.hosting.approvals import check_approval_answers
 from orchestra.hosting.building import SERVER_COMPACTION, Builder
 from orchestra.hosting.config import ServerConfig
 from orchestra.hosting.events import EventLog, stream_event
@@ -147,6 +148,8 @@ class Executor:
                     # Only a refusal needs the earlier runs: were these answered already, and by which?
                     earlier = await self._answered_earlier(runs, invocation)
                     check_responses(target, invocation.responses, earlier)
+                if invocation.responses is not None:
+                    check_approval_answers(target, invocation.responses)
                 task = self.builder.task(invocation, target)
                 turn = functools.partial(run_target, target, invocation, task, stop, log)
                 if self._records_beside(invocation, target):  # its record is written beside the turn

@@ -34,6 +34,7 @@ from orchestra.tools._tool import AgentTool, ApprovalCheck, ToolContext
 
 __all__ = [
     "ALWAYS_KEY",
+    "ANSWER_HINT",
     "APPROVAL",
     "ApprovalAnswer",
     "ApprovalCheck",
@@ -46,6 +47,11 @@ __all__ = [
 
 APPROVAL = "tool_approval"
 """The name of the interrupt a tool that requires approval raises."""
+
+ANSWER_HINT = (
+    '"approve", "always", {"decision": "reject", "reason": "..."} or {"decision": "edit", "input": {...}}'
+)
+"""The answers an approval question takes, in one line (what the doors print)."""
 
 ALWAYS_KEY = "orchestra.always_approved"
 """Where the agent's state keeps the tools approved "always" in its session (a sorted list of names)."""
@@ -91,11 +97,7 @@ def parse_answer(response: Any) -> ApprovalAnswer:
     try:
         answer = ApprovalAnswer.model_validate(response)
     except ValidationError as exc:
-        raise InvalidApproval(
-            f"an approval answer is 'approve', 'reject', 'always' or "
-            f'{{"decision": "approve"|"reject"|"edit"|"always", "reason": ..., "input": {{...}}}}: '
-            f"{validation_problems(exc)}"
-        ) from None
+        raise InvalidApproval(f"an approval answer is {ANSWER_HINT}: {validation_problems(exc)}") from None
     if answer.decision == "edit" and answer.input is None:
         raise InvalidApproval('an "edit" approval answer needs "input": the arguments to run the tool with')
     if answer.decision != "edit" and answer.input is not None:
