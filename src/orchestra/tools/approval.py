@@ -43,6 +43,7 @@ __all__ = [
     "approval_id",
     "check_answer",
     "needs_approval",
+    "parse_answer",
 ]
 
 APPROVAL = "tool_approval"
