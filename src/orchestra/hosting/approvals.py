@@ -10,9 +10,17 @@ from orchestra.agent import Agent
 from orchestra.hosting.interrupts import ResponsesRefused, open_interrupts
 from orchestra.multiagent import MultiAgentBase
 from orchestra.tools import AgentTool
-from orchestra.tools.approval import APPROVAL, InvalidApproval, check_answer
+from orchestra.tools.approval import (
+    ANSWER_HINT,
+    APPROVAL,
+    ApprovalAnswer,
+    InvalidApproval,
+    check_answer,
+    parse_answer,
+)
 
-__all__ = ["check_approval_answers"]
+# What the doors use of tools' approval (the server reaches tools only through hosting).
+__all__ = ["ANSWER_HINT", "APPROVAL", "ApprovalAnswer", "check_approval_answers", "parse_answer"]
 
 
 def _tool(target: Agent | MultiAgentBase, question: dict[str, Any]) -> AgentTool | None:
@@ -23,8 +31,8 @@ def _tool(target: Agent | MultiAgentBase, question: dict[str, Any]) -> AgentTool
     node = target.nodes.get(question.get("node") or "")
     if node is None or node.kind != "agent" or not name:
         return None
-    tools: AgentTool | None = node.agent.tool_registry.get(name)
-    return tools
+    found: AgentTool | None = node.agent.tool_registry.get(name)
+    return found
 
 
 def check_approval_answers(target: Agent | MultiAgentBase, responses: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ from orchestra.hosting.interrupts import (
     all_open,
     check_responses,
     close_asking,
+    repeats_recorded_answers,
     response_blocks,
 )
 from orchestra.hosting.invocation import Invocation
@@ -144,7 +145,11 @@ class Executor:
                 replay = await self.already_done(workspace, invocation, record)
                 if replay is not None:
                     return replay
-                if invocation.responses is not None and not all_open(target, invocation.responses):
+                if (
+                    invocation.responses is not None
+                    and not all_open(target, invocation.responses)
+                    and not repeats_recorded_answers(target, invocation.responses)
+                ):
                     # Only a refusal needs the earlier runs: were these answered already, and by which?
                     earlier = await self._answered_earlier(runs, invocation)
                     check_responses(target, invocation.responses, earlier)

@@ -8,7 +8,7 @@ import html
 import json
 from typing import Any
 
-from orchestra.tools.approval import APPROVAL, parse_answer
+from orchestra.hosting.approvals import APPROVAL, parse_answer
 
 __all__ = ["approval_answer", "approval_card"]
 

@@ -7,9 +7,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from orchestra.hosting.approvals import ANSWER_HINT, APPROVAL
 from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
-from orchestra.tools.approval import ANSWER_HINT, APPROVAL
 
 __all__ = ["bearer_workspace", "hosted_in", "interrupt_text", "output_text", "trace_headers"]
 

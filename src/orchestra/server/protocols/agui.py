@@ -57,10 +57,10 @@ from pydantic import ValidationError
 
 from orchestra._ids import validate_id
 from orchestra.hosting import Invocation, RunService
+from orchestra.hosting.approvals import APPROVAL, ApprovalAnswer
 from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
 from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
-from orchestra.tools.approval import APPROVAL, ApprovalAnswer
 
 __all__ = ["AgUiRun", "mount_agui", "state_delta"]
 
