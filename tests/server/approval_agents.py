@@ -85,3 +85,28 @@ api_keys:
 {extra}"""
     )
     return config
+
+
+def teller(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> Any:
+    """One turn of four calls of send_money, one after the other (an edit, a rejection, "always", then
+    one that no longer asks); then every result, one per line."""
+    results = [
+        b["toolResult"] for m in messages if m["role"] == "user" for b in m["content"] if "toolResult" in b
+    ]
+    plan = [("ann", 500), ("bob", 5), ("cy", 7), ("dee", 8)]
+    if len(results) < len(plan):
+        to, amount = plan[len(results)]
+        return ToolCall("send_money", {"to": to, "amount": amount}, tool_use_id=f"call-{to}")
+    return "\n".join(f"{r['status']}: {r['content'][0]['text']}" for r in results)
+
+
+TELLER = """version: 1
+kind: graph
+id: teller
+agents:
+  - name: teller
+    tools: ['tests.server.approval_agents:send_money']
+    model: function:tests.server.approval_agents:teller
+nodes:
+  - {id: pay, agent: teller}
+"""
