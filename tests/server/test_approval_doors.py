@@ -161,3 +161,35 @@ async def test_mcp_an_edit_a_rejection_and_always(bank):
         assert json.dumps(later.structured_content["status"]) == '"completed"'
         assert later.content[0].text == "success: sent 8 to dee"
     assert SENT == [("ann", 50), ("cy", 7), ("dee", 8)]
+
+
+def test_http_a_pipeline_s_agent_node_asks_and_its_answers_are_checked(tmp_path):
+    from tests.server.approval_agents import TELLER
+
+    config = bank_config(tmp_path)
+    (tmp_path / "teller.yaml").write_text(TELLER)
+    text = config.read_text().replace(
+        "  - {id: bank,", "  - {id: teller, spec: teller.yaml, workspace: acme}\n  - {id: bank,"
+    )
+    config.write_text(text)
+    SENT.clear()
+    with Server(config) as server:
+
+        def post(body: dict) -> httpx.Response:
+            url = f"{server.url}/api/v1/agents/teller/invoke"
+            return httpx.post(url, json=body, headers=auth(), timeout=60)
+
+        asked = post({"input": "pay", "session_id": "p"}).json()
+        assert asked["status"] == "interrupted", asked
+        (question,) = asked["interrupts"]
+        assert (question["name"], question["node"], question["tool"]) == (APPROVAL, "pay", "send_money")
+        answers = [{"interrupt_id": question["id"], "response": {"decision": "edit", "input": {"to": 1}}}]
+        refused = post({"session_id": "p", "responses": answers})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "invalid_approval"
+        assert "amount: Field required" in refused.json()["error"]["message"]
+        answers = [{"interrupt_id": question["id"], "response": {"decision": "reject", "reason": "no"}}]
+        going_on = post({"session_id": "p", "responses": answers}).json()
+        assert going_on["status"] == "interrupted"  # the next call asks (bob's)
+        assert going_on["interrupts"][0]["reason"]["input"] == {"to": "bob", "amount": 5}
+    assert SENT == []
