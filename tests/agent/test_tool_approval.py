@@ -156,3 +156,23 @@ def test_requires_approval_must_be_a_bool_or_a_function():
 
     with pytest.raises(ConfigurationError, match="requires_approval"):
         tool(name="x", requires_approval="yes")(lambda: None)  # type: ignore[arg-type]
+
+
+def test_a_check_that_raises_asks_rather_than_letting_the_call_through():
+    def broken(arguments: dict[str, Any], context: ToolContext) -> bool:
+        raise KeyError("limit")
+
+    @tool(requires_approval=broken)
+    def pay_out(amount: int) -> str:
+        """Pay out ``amount``."""
+        return f"paid out {amount}"
+
+    def calls(messages: list[dict[str, Any]], specs: Any) -> Any:
+        if "toolResult" in messages[-1]["content"][0]:
+            return messages[-1]["content"][0]["toolResult"]["content"][0]["text"]
+        return ToolCall("pay_out", {"amount": 3}, tool_use_id="c1")
+
+    bot = Agent(model=FunctionModel(calls), tools=[pay_out])
+    question = asked(bot("pay out"))
+    assert question.reason["tool"] == "pay_out"
+    assert str(bot([question.to_response("approve")])) == "paid out 3"

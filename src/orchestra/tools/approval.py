@@ -3,7 +3,7 @@
 **The question.** Before the call runs, the turn stops with an interrupt named ``tool_approval`` whose
 reason is an :class:`ApprovalRequest`: the tool, the call's id, its arguments and the tool's input schema.
 ``requires_approval`` is ``True`` (every call asks) or a function ``(arguments, tool_context) -> bool``
-(the calls it says yes to ask).
+(the calls it says yes to ask; one that raises asks too, and logs ``approval_check_failed``).
 
 **The answer** (an :class:`ApprovalAnswer`, or a bare word for the first three decisions):
 
@@ -147,9 +147,15 @@ async def needs_approval(tool: AgentTool | None, arguments: dict[str, Any], cont
         return False
     if rule is True:
         return True
-    decided = rule(arguments, context)
-    if inspect.isawaitable(decided):
-        decided = await decided
+    try:
+        decided = rule(arguments, context)
+        if inspect.isawaitable(decided):
+            decided = await decided
+    except Exception as exc:  # a check that fails cannot let the call through: a human decides
+        context.agent.log.warning(
+            "approval_check_failed", tool=tool.name, error=f"{type(exc).__name__}: {exc}"
+        )
+        return True
     return bool(decided)
 
 
