@@ -212,3 +212,19 @@ def test_the_strands_example_makes_a_session_the_cli_imports(tmp_path, monkeypat
     assert imported.stdout.strip() == "imported agent/bot into session chat"
     shown = CliRunner().invoke(app, ["sessions", "show", "chat", "--json"])
     assert json.loads(shown.stdout)[0]["id"] == "bot"
+
+
+def test_the_tool_approval_example_edits_rejects_and_approves_always(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["tool_approval.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "tool_approval.py"), run_name="__main__")
+    assert capsys.readouterr().out.splitlines() == [
+        "agent: refunded 40 EUR on A-1",
+        "asked: issue_refund {'order': 'A-2', 'amount': 900}",
+        "agent: refunded 90 EUR on A-2",
+        "asked: issue_refund {'order': 'A-3', 'amount': 500}",
+        "agent: Error: a human rejected this call of 'issue_refund': A-3 was already refunded",
+        "asked: issue_refund {'order': 'A-4', 'amount': 150}",
+        "agent: refunded 150 EUR on A-4",
+        "agent: refunded 300 EUR on A-5",  # "always", remembered by the reloaded session
+        "refunds: ['A-1: 40 EUR', 'A-2: 90 EUR', 'A-4: 150 EUR', 'A-5: 300 EUR']",
+    ]

@@ -57,6 +57,24 @@ async def record(
         print(f"recorded {name}")
 
 
+async def record_tool_approval(address: str, storage: str) -> None:
+    from tests.server.approval_agents import TELLER
+    from tests.temporal.test_approval import answer_each_question
+
+    loaded = parse_text(TELLER, "teller.yaml")
+    target = temporal.TemporalTarget(address, "default", "q-tool_approval")
+    client = await temporal.connect(target)
+    request = temporal.RunRequest(
+        spec_id="teller", session_id="tool_approval", storage=storage, task="pay", run_id=secrets.token_hex(4)
+    )
+    async with temporal.create_worker(client, target.task_queue, [loaded]):
+        handle = await temporal.start_run(client, target, request)
+        await answer_each_question(handle, temporal.PipelineWorkflow)
+        await handle.result()
+        (OUT / "tool_approval.json").write_text((await handle.fetch_history()).to_json())
+    print("recorded tool_approval")
+
+
 async def main(address: str) -> None:
     import os
 
@@ -93,6 +111,8 @@ async def main(address: str) -> None:
             await record(address, "sticky_support.first-run", loaded, storage, loaded.spec.input, **first)
             next_run = {"session": "sticky-next"}
             await record(address, "sticky_support.next-run", loaded, storage, "And the invoice?", **next_run)
+        if not only or "tool_approval" in only:  # a tool's approvals answered by signals (issue 37)
+            await record_tool_approval(address, storage)
         if only and "failing_first" not in only:
             return
         failing = parse_text(FAILING, "failing.yaml")

@@ -2,7 +2,8 @@
 
 Side-effecting tools go through the ledger (see ``orchestra.tools.effects``): marked started and made
 durable (``TurnCheckpoint``) before they run, their result made durable before the model sees it, and a
-call found started without a result decided by its ``on_unknown``.
+call found started without a result decided by its ``on_unknown``. A tool that requires approval asks
+first (see ``orchestra.tools.approval``): its answer, kept in the ledger, decides the call that runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from orchestra.agent.turn import Checkpoint, PendingTools, TurnAgent
 from orchestra.hooks import AfterToolCall, BeforeToolCall, TurnCheckpoint
 from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.tools import AgentTool, ToolContext, ToolResultDict, TurnControl, tool_result
+from orchestra.tools.approval import (
+    APPROVAL,
+    approval_id,
+    check_answer,
+    needs_approval,
+    remember_always,
+    request_for,
+)
 from orchestra.tools.effects import UNKNOWN_OUTCOME, idempotency_key, unknown_outcome_reason, wants_retry
 
 __all__ = ["run_tool", "run_tools"]
@@ -37,6 +46,12 @@ async def run_tools(
         tool_use_id = tool_use["toolUseId"]
         effects = bool(getattr(_tool_of(agent, tool_use, output), "effects", False))
         try:
+            tool_use, rejected = await _approved(agent, tool_use, pending, invocation_state, output)
+            if rejected is not None:  # the model sees why
+                pending.completed[tool_use_id] = rejected
+                if effects:
+                    await agent.hooks.invoke(TurnCheckpoint(agent, invocation_state))
+                return
             if effects and tool_use_id in pending.started:
                 decided = _unknown_outcome(agent, tool_use, pending)
                 if decided is not None:
@@ -131,6 +146,45 @@ async def _run_tool(
             exception = exception or context.error
     after = await hooks.invoke(AfterToolCall(agent, tool_use, invocation_state, result, exception))
     return after.result, exception
+
+
+async def _approved(
+    agent: TurnAgent,
+    tool_use: dict[str, Any],
+    pending: PendingTools,
+    invocation_state: dict[str, Any],
+    output: InvocationOutput,
+) -> tuple[dict[str, Any], ToolResultDict | None]:
+    """The call to run (the model's, or the one a human's edit made), and a rejection's error result if a
+    human rejected it. Raises ``InterruptException`` to ask when the tool requires approval and the
+    question has no answer yet."""
+    agent_tool = _tool_of(agent, tool_use, output)
+    if not getattr(agent_tool, "requires_approval", False) or agent_tool is None:
+        return tool_use, None
+    tool_use_id = tool_use["toolUseId"]
+    known = pending.interrupts.get(approval_id(tool_use_id))
+    if known is None or known.response is None:
+        context = ToolContext(
+            agent=agent,
+            tool_use=tool_use,
+            invocation_state=invocation_state,
+            idempotency_key=idempotency_key(agent.effect_scope, tool_use_id),
+        )
+        if not await needs_approval(agent_tool, dict(tool_use.get("input") or {}), context):
+            return tool_use, None
+        reason = request_for(agent_tool, tool_use).model_dump(mode="json")
+        raise InterruptException(Interrupt(id=approval_id(tool_use_id), name=APPROVAL, reason=reason))
+    answer = check_answer(agent_tool, tool_use["name"], known.response)  # checked when given, too
+    if answer.decision == "reject":
+        because = f": {answer.reason}" if answer.reason else ""
+        agent.log.info("tool_call_rejected", tool=tool_use["name"], reason=answer.reason)
+        message = f"Error: a human rejected this call of {tool_use['name']!r}{because}"
+        return tool_use, tool_result(tool_use_id, message, "error")
+    if answer.decision == "always":
+        remember_always(agent.state, agent_tool.name)
+    if answer.decision == "edit":
+        return {**tool_use, "input": answer.input}, None
+    return tool_use, None
 
 
 def _tool_of(agent: TurnAgent, tool_use: dict[str, Any], output: InvocationOutput) -> AgentTool | None:

@@ -29,6 +29,7 @@ from orchestra.errors import AgentError, SnapshotError
 from orchestra.history import is_blank_text, repair_history, unfinished_turn
 from orchestra.interrupts import Interrupt, interrupt_responses, is_interrupt_responses
 from orchestra.messages import MessageDict, ToolResultDict, validate_message
+from orchestra.tools.approval import APPROVAL, approval_id, check_answer
 
 if TYPE_CHECKING:
     from orchestra.conversation import ConversationManager
@@ -317,6 +318,7 @@ def start_turn(agent: TurnAgent, prompt: Any) -> TurnStart:
 
     Raises:
         AgentError: answers that the agent does not wait for, or a prompt while it waits for answers.
+        InvalidApproval: an answer to a tool's approval that does not fit (see ``orchestra.tools.approval``).
         ValueError: a prompt that is not one (see ``prompt_messages``).
     """
     pending = agent.pending_tools
@@ -327,6 +329,7 @@ def start_turn(agent: TurnAgent, prompt: Any) -> TurnStart:
             if interrupt_id not in pending.interrupts:
                 raise AgentError(f"agent {agent.name!r} has no open interrupt {interrupt_id!r}")
             pending.interrupts[interrupt_id].response = response
+        _check_approvals(agent, pending)
         return TurnStart([], list(pending.queued), bool(pending.queued))  # the queued prompt runs after
     opened = open_turn(agent.messages, pending)
     if opened is not None:
@@ -343,3 +346,12 @@ def start_turn(agent: TurnAgent, prompt: Any) -> TurnStart:
             "[{'interruptResponse': {'interruptId': ..., 'response': ...}}]"
         )
     return TurnStart(prompt_messages(prompt), [], False)
+
+
+def _check_approvals(agent: TurnAgent, pending: PendingTools) -> None:
+    """Refuse an answer to a tool's approval that cannot be used, before anything runs (the invocation's
+    checkpoint then puts the question back, open)."""
+    for use in pending.tool_uses:
+        question = pending.interrupts.get(approval_id(use["toolUseId"]))
+        if question is not None and question.name == APPROVAL and question.response is not None:
+            check_answer(agent.tool_registry.get(use["name"]), use["name"], question.response)

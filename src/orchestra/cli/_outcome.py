@@ -27,6 +27,7 @@ from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
 from orchestra.multiagent.results import MultiAgentResult, output_text
 from orchestra.session import admin
+from orchestra.tools.approval import ANSWER_HINT, APPROVAL
 
 __all__ = [
     "agent_resume_problem",
@@ -104,11 +105,12 @@ def report_questions(interrupts: list[Interrupt], again: str) -> typer.Exit:
     """Print the open questions and how to answer them; raise the returned exit (code 3)."""
     err.print("[magenta]interrupted[/]: waiting for a response to:")
     for interrupt in interrupts:
-        err.print(
-            f"  {interrupt.id}  {interrupt.name}: {json.dumps(interrupt.reason)}",
-            highlight=False,
-            markup=False,
-        )
+        reason = interrupt.reason
+        if interrupt.name == APPROVAL and isinstance(reason, dict):  # a tool's call, to approve
+            shown = f"{reason.get('tool')} {json.dumps(reason.get('input'))}; answer {ANSWER_HINT}"
+        else:
+            shown = json.dumps(reason)
+        err.print(f"  {interrupt.id}  {interrupt.name}: {shown}", highlight=False, markup=False)
     err.print(
         f"Answer with: {again} --respond {respond_to(i.id for i in interrupts)}",
         highlight=False,

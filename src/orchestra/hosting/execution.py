@@ -27,6 +27,7 @@ from orchestra.agent import Agent
 from orchestra.agent.result import ResultEvent
 from orchestra.agent.state import JSONState
 from orchestra.errors import OrchestraError, SessionConflictError
+from orchestra.hosting.approvals import check_approval_answers
 from orchestra.hosting.building import SERVER_COMPACTION, Builder
 from orchestra.hosting.config import ServerConfig
 from orchestra.hosting.events import EventLog, stream_event
@@ -36,6 +37,7 @@ from orchestra.hosting.interrupts import (
     all_open,
     check_responses,
     close_asking,
+    repeats_recorded_answers,
     response_blocks,
 )
 from orchestra.hosting.invocation import Invocation
@@ -143,10 +145,16 @@ class Executor:
                 replay = await self.already_done(workspace, invocation, record)
                 if replay is not None:
                     return replay
-                if invocation.responses is not None and not all_open(target, invocation.responses):
+                if (
+                    invocation.responses is not None
+                    and not all_open(target, invocation.responses)
+                    and not repeats_recorded_answers(target, invocation.responses)
+                ):
                     # Only a refusal needs the earlier runs: were these answered already, and by which?
                     earlier = await self._answered_earlier(runs, invocation)
                     check_responses(target, invocation.responses, earlier)
+                if invocation.responses is not None:
+                    check_approval_answers(target, invocation.responses)
                 task = self.builder.task(invocation, target)
                 turn = functools.partial(run_target, target, invocation, task, stop, log)
                 if self._records_beside(invocation, target):  # its record is written beside the turn

@@ -33,6 +33,7 @@ __all__ = [
     "close_asking",
     "close_if_answered",
     "open_interrupts",
+    "repeats_recorded_answers",
     "response_blocks",
     "waits_for_answers",
 ]
@@ -110,6 +111,17 @@ def all_open(target: Agent | MultiAgentBase, responses: dict[str, Any]) -> bool:
     against earlier runs)."""
     open_ids = {i["id"] for i in open_interrupts(target)}
     return all(interrupt_id in open_ids for interrupt_id in responses)
+
+
+def repeats_recorded_answers(target: Agent | MultiAgentBase, responses: dict[str, Any]) -> bool:
+    """Whether ``responses`` are the answers an agent's open turn already recorded, every question of it
+    answered: a run that answered them was cut before its turn ended (its server killed), and this is
+    that run again (taken over, or repeated with its Idempotency-Key). It finishes the turn, where a new
+    answer would be refused."""
+    if not isinstance(target, Agent) or target.pending_tools is None or target.open_interrupts():
+        return False
+    recorded = target.pending_tools.interrupts
+    return all(i in recorded and recorded[i].response == response for i, response in responses.items())
 
 
 def check_responses(

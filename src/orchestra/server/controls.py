@@ -3,6 +3,9 @@
 - A run that waits for a human lists its open interrupts (name, reason, the node or tool that asked),
   each with a form that answers it: the answer is read as JSON when it is JSON (``true``, ``42``,
   ``{"ok": 1}``) and as text otherwise, and starts a background run that answers it.
+- A tool's approval question is a card (``approval_card.py``): the tool and its arguments, with
+  **Approve**, **Always for this session**, **Reject** (with a reason) and **Edit and run** (the
+  arguments as JSON, to change).
 - A queued or executing run has a **Cancel** button; a cancelled, failed or stranded one a **Resume**.
 - ``/sessions/<agent>/<session>`` shows a session's whole conversation, with a line where what the model
   is given begins (the conversation manager's window).
@@ -27,6 +30,7 @@ from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError
 from orchestra.hosting import Refused, RunRecord, RunService, UnknownSession, cancellable
+from orchestra.server.approval_card import approval_answer, approval_card
 from orchestra.server.pages import badge, conversation, page
 
 __all__ = ["controls_html", "mount_controls"]
@@ -49,6 +53,10 @@ def controls_html(record: RunRecord, csrf: str) -> str:
     if record.interrupts:
         items = []
         for index, question in enumerate(record.interrupts):
+            card = approval_card(run, csrf, question, index)
+            if card is not None:  # a tool's approval: approve, reject, edit, always
+                items.append(card)
+                continue
             where = " · ".join(
                 f"{label} <b>{html.escape(str(question[label]))}</b>"
                 for label in ("node", "tool")
@@ -153,7 +161,13 @@ def mount_controls(
             or interrupt_id not in {i["id"] for i in record.interrupts}
         ):
             return refused(f"run {run_id} does not wait for interrupt {interrupt_id!r}", run_id)
-        answers = {interrupt_id: _answer((form.get("response") or [""])[0])}
+        if "decision" in form:
+            try:
+                answers = {interrupt_id: approval_answer(form)}
+            except ValueError as exc:
+                return refused(str(exc), run_id, 422)
+        else:
+            answers = {interrupt_id: _answer((form.get("response") or [""])[0])}
         try:
             new = await runtime.answer(ws, hosted, record.session_id, answers)
         except Refused as exc:

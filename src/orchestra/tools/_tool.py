@@ -40,6 +40,10 @@ __all__ = [
 
 CONTEXT_PARAMETER = "tool_context"
 
+ApprovalCheck = Callable[[dict[str, Any], "ToolContext"], Any]
+"""``requires_approval`` as a function of the call's arguments and context: true when the call asks first
+(it may be async; see ``orchestra.tools.approval``)."""
+
 
 def check_tool_name(name: str) -> str:
     """``name`` if both providers accept it as a tool name; a ``ConfigurationError`` showing a valid one."""
@@ -243,6 +247,7 @@ class FunctionTool:
         localns: dict[str, Any] | None = None,
         effects: bool = False,
         on_unknown: OnUnknown = "interrupt",
+        requires_approval: bool | ApprovalCheck = False,
     ) -> None:
         self.fn = fn
         self._name = check_tool_name(name or fn.__name__)
@@ -253,6 +258,12 @@ class FunctionTool:
             )
         self.effects = effects
         self.on_unknown: OnUnknown = on_unknown
+        if not (isinstance(requires_approval, bool) or callable(requires_approval)):
+            raise ConfigurationError(
+                f"tool {self._name!r}: requires_approval is True, False or a function of the call's "
+                f"arguments and context, not {requires_approval!r}"
+            )
+        self.requires_approval = requires_approval
         signature = inspect.signature(fn)
         if context and CONTEXT_PARAMETER not in signature.parameters:
             raise ConfigurationError(
@@ -353,6 +364,7 @@ def tool(
     context: bool = False,
     effects: bool = False,
     on_unknown: OnUnknown = "interrupt",
+    requires_approval: bool | ApprovalCheck = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -365,6 +377,7 @@ def tool(
     context: bool = False,
     effects: bool = False,
     on_unknown: OnUnknown = "interrupt",
+    requires_approval: bool | ApprovalCheck = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a function, bare (``@tool``) or with options (``@tool(name=..., context=True)``).
 
@@ -381,6 +394,10 @@ def tool(
         on_unknown: for ``effects=True``, what a resumed turn does with a call that started but never
             returned: ``"interrupt"`` (ask a human; the default), ``"retry"`` (run it again with the same
             idempotency key) or ``"error"`` (tell the model the outcome is unknown).
+        requires_approval: ask a human before each call runs (``True``), or before the calls a function
+            ``(arguments, tool_context) -> bool`` says so; the answer approves, rejects with a reason,
+            edits the arguments, or approves the tool for the rest of the session (see
+            ``orchestra.tools.approval``).
     """
     # Annotations may name classes local to the function that defines the tool: keep that scope (at
     # module level the locals are the globals, which the function already has).
@@ -393,6 +410,7 @@ def tool(
         "localns": localns,
         "effects": effects,
         "on_unknown": on_unknown,
+        "requires_approval": requires_approval,
     }
     if fn is not None:
         return FunctionTool(fn, **options)

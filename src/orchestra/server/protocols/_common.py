@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from orchestra.hosting.approvals import ANSWER_HINT, APPROVAL
 from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
 
@@ -41,6 +42,10 @@ def interrupt_text(interrupts: list[dict[str, Any]]) -> str:
     lines = []
     for interrupt in interrupts:
         reason = interrupt.get("reason")
+        if interrupt["name"] == APPROVAL and isinstance(reason, dict):  # the tool and its arguments
+            call = f"{reason.get('tool')} {json.dumps(reason.get('input'))}"
+            lines.append(f"{APPROVAL}: {call} (interrupt {interrupt['id']}); answer {ANSWER_HINT}")
+            continue
         shown = "" if reason is None else f": {output_text(reason)}"
         lines.append(f"{interrupt['name']}{shown} (interrupt {interrupt['id']})")
     return "\n".join(lines)

@@ -11,6 +11,10 @@ as AG-UI events (server-sent), built with the ``ag-ui-protocol`` package's own e
 | a handoff | ``CUSTOM`` named ``handoff`` |
 | the end | ``RUN_FINISHED`` (``result`` the output; an interrupt outcome listing what is asked) or ``RUN_ERROR`` |
 
+A tool's approval question (``orchestra.tools.approval``) is an interrupt whose ``tool_call_id`` is the
+call's, ``metadata`` the request (tool, arguments, input schema) and ``response_schema`` the answer's; a
+``resume`` entry answers it with that answer as its ``payload``.
+
 The thread id is the session, so a thread goes on from run to run; the newest user message is the task
 (the server keeps the history), and ``resume`` entries answer an interrupted run's questions. The state
 is the server's: the request's ``state`` is not written into the agent's.
@@ -53,6 +57,7 @@ from pydantic import ValidationError
 
 from orchestra._ids import validate_id
 from orchestra.hosting import Invocation, RunService
+from orchestra.hosting.approvals import APPROVAL, ApprovalAnswer
 from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.server.auth import KeyRing
 from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
@@ -139,16 +144,7 @@ class AgUiRun:
         record = data
         outcome: Any = RunFinishedSuccessOutcome()
         if record.status == "interrupted":
-            outcome = RunFinishedInterruptOutcome(
-                interrupts=[
-                    Interrupt(
-                        id=i["id"],
-                        reason=i["name"],
-                        message=None if i.get("reason") is None else output_text(i["reason"]),
-                    )
-                    for i in record.interrupts
-                ]
-            )
+            outcome = RunFinishedInterruptOutcome(interrupts=[_interrupt(i) for i in record.interrupts])
         result = json.loads(json.dumps(record.output, default=str))
         out.append(
             RunFinishedEvent(
@@ -156,6 +152,23 @@ class AgUiRun:
             )
         )
         return out
+
+
+def _interrupt(question: dict[str, Any]) -> Interrupt:
+    """An open question as an AG-UI interrupt; a tool's approval names its tool call, carries the
+    request (tool, arguments, input schema) as metadata and the answer's JSON Schema as response_schema."""
+    reason = question.get("reason")
+    message = None if reason is None else output_text(reason)
+    if question["name"] != APPROVAL or not isinstance(reason, dict):
+        return Interrupt(id=question["id"], reason=question["name"], message=message)
+    return Interrupt(
+        id=question["id"],
+        reason=APPROVAL,
+        message=f"approve {reason.get('tool')} {json.dumps(reason.get('input'))}?",
+        tool_call_id=reason.get("tool_use_id"),
+        response_schema=ApprovalAnswer.model_json_schema(),
+        metadata=reason,
+    )
 
 
 def state_delta(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
