@@ -32,6 +32,15 @@ class RunRequest:
     # history holds keys, not the data (empty: given by value above, as before).
     task_ref: str = ""
     invocation_state_ref: str = ""
+    # Continue-as-new: the history's size at which the workflow hands the run to a new workflow run of
+    # the same id (0: the spec's ``temporal: {continue_as_new: ...}``, or its defaults).
+    max_history_events: int = 0
+    max_history_bytes: int = 0
+    # Set by the workflow when it continues as new: how many times the run did so before, and when the
+    # run began (seconds since the epoch, for ``execution_timeout``). A continued run is read back from
+    # the session, like a resume, but it is the same run: nothing about it changes for a user.
+    continued: int = 0
+    started_at: float = 0.0
 
 
 @dataclass
