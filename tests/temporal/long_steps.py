@@ -1,0 +1,15 @@
+"""Function nodes of the long-run tests (``tests.temporal.long_steps:lap``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tests.orchestration_steps import record
+
+
+def lap(node_input: Any) -> str:
+    """One lap of a loop: ``again`` until the node ran $ORCHESTRA_TEST_LAPS times, then ``done``; each run
+    is recorded as ``<node>:<execution>`` (a lap that ran twice shows twice)."""
+    record(f"{node_input.node_id}:{node_input.execution_count}")
+    return "again" if node_input.execution_count < int(os.environ["ORCHESTRA_TEST_LAPS"]) else "done"
