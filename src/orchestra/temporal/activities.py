@@ -25,6 +25,7 @@ from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.agent import Agent
 from orchestra.agent.agent import AgentData
+from orchestra.budget import Budget
 from orchestra.errors import (
     BudgetExceededError,
     SessionConflictError,
@@ -52,6 +53,7 @@ from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_mess
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_from_uri
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
+from orchestra.temporal.budgets import NodeMeter, budgets_of
 
 __all__ = ["PipelineActivities", "input_key", "spec_hash"]
 
@@ -299,7 +301,11 @@ class PipelineActivities:
         built = build(loaded)
         if not isinstance(built, MultiAgentBase):
             raise ValueError(f"pipeline {spec_id!r} is a single agent; Temporal runs graphs and swarms")
-        return {**built.structure(), "temporal": loaded.spec.temporal.model_dump()}
+        described = {**built.structure(), "temporal": loaded.spec.temporal.model_dump()}
+        budgets = budgets_of(built)
+        if budgets:  # only then: the description of a pipeline without one stays what it was
+            described["budgets"] = budgets
+        return described
 
     @activity.defn(name="orchestra.load_state")
     async def load_state(self, request: StateRequest) -> dict[str, Any] | None:
@@ -365,6 +371,14 @@ class PipelineActivities:
             found = await storage.read(attempts_key)
             attempts = json.loads(found[0]) if found is not None else []
         node_input.attempt = len(attempts) + 1
+        run_budget = Budget.from_json(request.budget) if request.budget else orchestrator.budget
+        meter = NodeMeter(
+            orchestrator, request.node_id, run_budget, request.elapsed_s, storage, f"{base}-spent.json"
+        )
+        if meter.metered and node.kind in ("agent", "orchestrator"):
+            if activity.info().attempt > 1:
+                await meter.restore()
+            meter.attach(node.executor)
         started = time.perf_counter()
         timeout: float | None = getattr(orchestrator, "node_timeout", None)
         if request.map_phase == "finish":
@@ -427,6 +441,7 @@ class PipelineActivities:
             fired=fired,
             handoff=handoff,
             join_done=join_done,
+            spent=meter.spent.to_json() if meter.spent.model_calls else {},
         )
 
     async def _expand(

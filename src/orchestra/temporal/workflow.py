@@ -24,6 +24,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from orchestra.budget import Budget
     from orchestra.interrupts import Interrupt
     from orchestra.multiagent import (
         Graph,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RunRequest,
         StateRequest,
     )
+    from orchestra.temporal.budgets import plus
 
 __all__ = ["PipelineWorkflow"]
 
@@ -81,6 +83,9 @@ class PipelineWorkflow:
         self._continuing = False
         self._progressed = False  # a node (or item) ended in this workflow run: a new one would move on
         self._paused_map = False  # a map stopped taking items for the continue-as-new
+        self._metered = False  # the run or one of its nodes has a budget
+        self._base_s = 0.0  # the run's time before this invocation (a budget's wall_seconds)
+        self._started: Any = None
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
@@ -133,6 +138,7 @@ class PipelineWorkflow:
         document = skeleton.document
         if saved is not None:
             document.load(saved["fields"], saved["logs"])
+        self._set_budgets(skeleton, structure.get("budgets"), request.budget)
         responses = dict(request.responses)
         fresh = skeleton.status.value not in _UNFINISHED and not request.continued
         if request.continued:  # the same run, read back from the session: its status does not change
@@ -156,6 +162,7 @@ class PipelineWorkflow:
             task_ref=request.task_ref if fresh else None,
         )
         started = datetime.fromtimestamp(request.started_at, UTC) if request.started_at else workflow.now()
+        self._started = started
         while True:
             if self._continuing:  # answers came to a run past its threshold: the next run goes on
                 await self._continue_as_new(skeleton, responses, started, [])
@@ -191,6 +198,40 @@ class PipelineWorkflow:
             "usage": run.get("usage"),
             "execution_count": run.get("execution_count"),
         }
+
+    # -- budgets ----------------------------------------------------------------------------------------
+
+    def _set_budgets(
+        self, skeleton: MultiAgentBase, budgets: dict[str, Any] | None, override: dict[str, Any] | None
+    ) -> None:
+        """The skeleton gets the run's budget (``override``: the one the run was started with, else the
+        spec's) and its nodes' own, so that its scheduler stops the run before a node it cannot afford."""
+        budgets = budgets or {}
+        run_budget = override or budgets.get("run")
+        if run_budget:
+            skeleton.budget = Budget.from_json(run_budget)
+            limits = dict(run_budget)
+            limits.pop("prices", None)
+            skeleton.document.update_run(budget=limits)  # the limits in effect, as locally
+        for node_id, budget in (budgets.get("nodes") or {}).items():
+            skeleton.nodes[node_id].budget = Budget.from_json(budget)
+        self._metered = bool(run_budget or budgets.get("nodes"))
+        self._base_s = float(skeleton.run.get("execution_time_ms") or 0) / 1000
+
+    def _elapsed(self) -> float | None:
+        """The run's time so far (across resumes), for budgets; None for a run without one."""
+        if not self._metered:
+            return None
+        return float(self._base_s + (workflow.now() - self._started).total_seconds())
+
+    def _charge(self, orchestrator: MultiAgentBase, node_id: str, outcome: NodeOutcome) -> None:
+        """What a node spent, charged to the run and to the node (committed with the run)."""
+        if not outcome.spent:
+            return
+        document = orchestrator.document
+        document.update_run(spent=plus(orchestrator.run.get("spent"), outcome.spent))
+        node_spent = (document.peek(node_id) or {}).get("spent")
+        document.update_node(node_id, spent=plus(node_spent, outcome.spent))
 
     # -- continue-as-new --------------------------------------------------------------------------------
 
@@ -266,6 +307,8 @@ class PipelineWorkflow:
             invocation_state=request.invocation_state,
             invocation_state_ref=request.invocation_state_ref,
             spec_hash=request.spec_hash,
+            budget=orchestrator.budget.to_json() if self._metered and orchestrator.budget else None,
+            elapsed_s=self._elapsed() or 0.0,
             **options,
         )
 
@@ -371,9 +414,17 @@ class PipelineWorkflow:
         request = self._request
         assert request is not None
         self._commits += 1
-        fields, logs, unset = orchestrator.document.take_changes(include_agents=False)
-        if initial_state is not None:
+        fresh = initial_state is not None  # a fresh run's first commit
+        fields, logs, unset = orchestrator.document.take_changes(include_agents=fresh)
+        if fresh:
             fields["state"] = initial_state
+            # The agents a fresh run reset (``start_fresh``, as locally) lose their saved state; their
+            # activities then start them as built. The skeleton's stand-ins hold nothing worth saving.
+            for name in [name for name in fields if name.startswith("agent/")]:
+                del fields[name]
+                unset.append(name)
+            for name in [name for name in logs if name.startswith("agent/")]:
+                logs[name] = []
         kind = orchestrator.nodes[node_id].kind if node_id else None
         await workflow.execute_local_activity(
             "orchestra.commit",
@@ -424,7 +475,7 @@ class PipelineWorkflow:
             while (
                 len(running) < limit
                 and not self._should_continue()
-                and (node_id := scheduler.next()) is not None
+                and (node_id := scheduler.next(self._elapsed())) is not None
             ):
                 record = document.record(node_id)
                 reset = graph.reset_on_revisit and record["executions"] >= 1
@@ -466,6 +517,7 @@ class PipelineWorkflow:
                     self._paused_map = True
                     continue
                 self._progressed = True
+                self._charge(graph, node_id, outcome)
                 result = self._result(node_id, outcome, document.record(node_id)["executions"])
                 # Conditions were evaluated where the node ran: the activity says which edges fired.
                 scheduler.complete(result, {}, fired=outcome.fired)
@@ -555,12 +607,17 @@ class PipelineWorkflow:
                 break
             if not scheduler.check_limits(node_id):
                 break
+            elapsed = self._elapsed()
+            if elapsed is not None and (spent := scheduler.budget_stop(node_id, elapsed)) is not None:
+                scheduler.stop(str(spent))  # as locally: before the turn it cannot afford
+                break
             activation = document.field("next")
             node_input = scheduler.start(node_id, {})
             # The activity composes the turn's prompt from the saved run (the task stays out of the history).
             request = self._node_request(swarm, node_id, swarm_next=activation, responses=responses)
             outcome = await self._execute(swarm, request, swarm.node_timeout)
             result = self._result(node_id, outcome, node_input.execution_count)
+            self._charge(swarm, node_id, outcome)
             scheduler.end_turn(result, outcome.handoff)
             self._budget_stops(scheduler)
             await self._commit(swarm, node_id, outcome.blob)
