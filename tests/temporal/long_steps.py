@@ -13,3 +13,13 @@ def lap(node_input: Any) -> str:
     is recorded as ``<node>:<execution>`` (a lap that ran twice shows twice)."""
     record(f"{node_input.node_id}:{node_input.execution_count}")
     return "again" if node_input.execution_count < int(os.environ["ORCHESTRA_TEST_LAPS"]) else "done"
+
+
+def slow_mark(node_input: Any) -> str:
+    """Records the node, then takes $ORCHESTRA_TEST_STEP_SECONDS (default 0.3): a run can be stopped between
+    nodes, or in one."""
+    import time
+
+    record(node_input.node_id)
+    time.sleep(float(os.environ.get("ORCHESTRA_TEST_STEP_SECONDS", "0.3")))
+    return f"{node_input.node_id} done"
