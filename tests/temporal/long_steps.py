@@ -23,3 +23,32 @@ def slow_mark(node_input: Any) -> str:
     record(node_input.node_id)
     time.sleep(float(os.environ.get("ORCHESTRA_TEST_STEP_SECONDS", "0.3")))
     return f"{node_input.node_id} done"
+
+
+def _look_up(topic: str) -> str:
+    """Records ``tool@<pid>``, then takes $ORCHESTRA_TEST_TOOL_SECONDS (default 3): the worker that runs it
+    can be killed in it."""
+    import time
+
+    record(f"tool@{os.getpid()}")
+    time.sleep(float(os.environ.get("ORCHESTRA_TEST_TOOL_SECONDS", "3")))
+    return f"facts about {topic}"
+
+
+def _make_look_up() -> Any:
+    from orchestra import tool
+
+    return tool(name="look_up")(_look_up)
+
+
+look_up = _make_look_up()
+
+
+def counted_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> Any:
+    """A model that records each call (``call``): a tool call first, then an answer."""
+    from orchestra.testing import ToolCall
+
+    record("call")
+    if any(m["role"] == "user" and "toolResult" in m["content"][0] for m in messages):
+        return "looked it up"
+    return ToolCall("look_up", {"topic": "tides"})

@@ -6,6 +6,7 @@ that resets its agents."""
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 import pytest
@@ -158,3 +159,66 @@ async def test_a_fresh_swarm_run_resets_its_agents(backend, local):
     assert outputs[:2] == outputs[2:]
     assert outputs[1][1].startswith("echo: second"), outputs[1]
     assert outputs[1][1].endswith("(turn 1)"), outputs[1]  # the first run's turn is forgotten
+
+
+KILLED = """
+version: 1
+kind: graph
+id: killed
+agents:
+  - name: researcher
+    model: 'function:tests.temporal.long_steps:counted_reply'
+    tools: ['tests.temporal.long_steps:look_up']
+    budget: {model_calls: 2}
+nodes: [{agent: researcher}]
+"""
+
+
+def test_spending_survives_a_worker_sigkill(temporal_address, tmp_path, monkeypatch):
+    """An agent may call its model twice; its turn calls it, then a tool, then it again. The worker is
+    SIGKILLed in the tool, after the first call was charged: the retried attempt starts the turn over
+    (the tool has no recorded effects) and must count that call, so its second call is refused, as a
+    local run resumed after a kill refuses it (the call was saved with the run there)."""
+    import signal
+
+    import anyio
+
+    from orchestra import temporal
+    from tests.temporal.conftest import worker_process
+
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    spec = tmp_path / "killed.yaml"
+    spec.write_text(KILLED)
+    storage = f"file:{tmp_path}/store"
+    queue = "q-scenario-killed"
+    workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
+
+    async def start() -> Any:
+        target = temporal.TemporalTarget(temporal_address, "default", queue)
+        client = await temporal.connect(target)
+        request = temporal.RunRequest(
+            spec_id="killed", session_id="s1", storage=storage, task="go", run_id="r1", heartbeat_seconds=2
+        )
+        return await temporal.start_run(client, target, request)
+
+    try:
+        handle = anyio.run(start)
+        while not (tools := [c for c in (calls.read_text().split() if calls.exists() else []) if "@" in c]):
+            time.sleep(0.05)
+        running = int(tools[0].split("@")[1])  # the worker running the node: SIGKILL it in the tool
+        (victim,) = [w for w in workers if w.pid == running]
+        workers.remove(victim)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        victim.stderr.close()
+        summary = anyio.run(handle.result)
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(30)
+            worker.stderr.close()
+    ran = [c.split("@")[0] for c in calls.read_text().split()]
+    assert summary["status"] == "interrupted", summary
+    assert "agent 'researcher' spent its model_calls budget (2 of 2)" in summary["reason"]
+    assert ran == ["call", "tool", "call", "tool"]  # the retried turn's second call never went out
