@@ -52,3 +52,28 @@ def counted_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any
     if any(m["role"] == "user" and "toolResult" in m["content"][0] for m in messages):
         return "looked it up"
     return ToolCall("look_up", {"topic": "tides"})
+
+
+def _helper_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> str:
+    users = [m for m in messages if m["role"] == "user"]
+    return f"helped {len(users)} times"
+
+
+def _make_helper() -> Any:
+    from orchestra import Agent
+    from orchestra.models import FunctionModel
+
+    return Agent(name="helper", model=FunctionModel(_helper_reply))
+
+
+helper = _make_helper()  # an agent used as a tool (by its import path): the node saves it with the run
+
+
+def asks_helper(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> Any:
+    """A node's model: asks its helper tool once, then answers with what it said."""
+    from orchestra.testing import ToolCall
+
+    results = [b for m in messages for b in m["content"] if "toolResult" in b]
+    if results and messages[-1]["role"] == "user" and "toolResult" in messages[-1]["content"][0]:
+        return f"the helper says: {results[-1]['toolResult']['content'][0]['text']}"
+    return ToolCall("helper", {"input": "help me"})

@@ -161,6 +161,33 @@ async def test_a_fresh_swarm_run_resets_its_agents(backend, local):
     assert outputs[1][1].endswith("(turn 1)"), outputs[1]  # the first run's turn is forgotten
 
 
+TOOL_AGENT = """
+version: 1
+kind: graph
+id: asker
+agents:
+  - {name: boss, model: 'function:tests.temporal.long_steps:asks_helper', tools: ['tests.temporal.long_steps:helper']}
+nodes: [{agent: boss}]
+"""
+
+
+async def test_an_agent_used_as_a_tool_is_saved_with_the_run(backend, local):
+    """A node's agent calls another agent as a tool: that agent's conversation is saved with the run (as
+    ``agent/<node>/tools/<tool>``), the same on both backends."""
+    from tests.temporal import long_steps
+
+    saved = []
+    for run in (backend, local):
+        long_steps.helper.messages.clear()  # one agent object per process (an import path): start it empty
+        await run.run(TOOL_AGENT, "s4", "go")
+        doc = await load_scope(storage_from_uri(run.storage), "s4", "multiAgent", "asker")
+        messages = doc.logs.get("agent/boss/tools/helper/messages", [])
+        saved.append(([m["role"] for m in messages], "agent/boss/tools/helper" in doc.fields))
+        assert (await run.saved("s4", "asker"))["nodes"]["boss"][0] == "completed"
+    assert saved[0] == saved[1]
+    assert saved[0] == (["user", "assistant"], True)
+
+
 KILLED = """
 version: 1
 kind: graph

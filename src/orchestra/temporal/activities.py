@@ -176,9 +176,13 @@ def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, l
     the node changes); the other records (the run, the state) are copied a level deep, since the
     orchestrator changes them in place."""
     own = (f"agent/{node_id}", f"agent/{node_id}/messages")
+    tools = f"agent/{node_id}/tools/"  # the agents the node's agent uses as tools: saved with it
+
+    def mine(name: str) -> bool:
+        return name in own or name.startswith(tools)
 
     def view(name: str, value: Any) -> Any:
-        if name in own:
+        if mine(name):
             return copy.deepcopy(value)
         if isinstance(value, dict) and not name.startswith("node/"):
             return dict(value)
@@ -187,12 +191,12 @@ def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, l
     fields = {
         name: view(name, value)
         for name, value in doc.fields.items()
-        if not name.startswith("agent/") or name in own
+        if not name.startswith("agent/") or mine(name)
     }
     logs = {
-        name: copy.deepcopy(items) if name in own else items
+        name: copy.deepcopy(items) if mine(name) else items
         for name, items in doc.logs.items()
-        if not name.startswith("agent/") or name in own
+        if not name.startswith("agent/") or mine(name)
     }
     return fields, logs
 
@@ -429,6 +433,16 @@ class PipelineActivities:
             fields, messages = orchestrator.document.agent_fields(request.node_id)
             blob["agent"] = fields
             blob["messages"] = messages
+            # The agents it used as tools (``agent/<node>/tools/<tool>``), as a local run saves them.
+            changed, changed_logs, _ = orchestrator.document.take_changes()
+            prefix = f"agent/{request.node_id}/tools/"
+            tool_agents = {
+                name[len("agent/") :]: {"agent": value, "messages": changed_logs.get(f"{name}/messages", [])}
+                for name, value in changed.items()
+                if name.startswith(prefix) and not name.endswith("/messages")
+            }
+            if tool_agents:
+                blob["tool_agents"] = tool_agents
         key = f"{base}.json"
         await _write_blob(storage, key, blob)
         return NodeOutcome(
@@ -640,6 +654,10 @@ class PipelineActivities:
                     fields[f"agent/{node_id}"] = blob["agent"]
                     log = f"agent/{node_id}/messages"
                     logs[log] = _extend(journal.log(log), decode_messages(blob["messages"], blob_key))
+                for key, saved in (blob.get("tool_agents") or {}).items():
+                    fields[f"agent/{key}"] = saved["agent"]
+                    log = f"agent/{key}/messages"
+                    logs[log] = _extend(journal.log(log), decode_messages(saved["messages"], blob_key))
             elif same_run and _holds_execution(stored, fields.get(name)):
                 fields[name] = {**fields.get(name, {}), "result": (stored or {}).get("result")}
             else:
