@@ -161,6 +161,18 @@ async def test_a_fresh_swarm_run_resets_its_agents(backend, local):
     assert outputs[1][1].endswith("(turn 1)"), outputs[1]  # the first run's turn is forgotten
 
 
+async def test_a_swarm_with_private_history_keeps_its_agents_across_runs(backend, local):
+    """``history: private``: each agent keeps its own conversation from one run to the next."""
+    spec = SWARM.replace("entry_point: helper", "entry_point: helper\nhistory: private")
+    outputs = []
+    for run in (backend, local):
+        for task in ("first", "second"):
+            await run.run(spec, "s5", task)
+            outputs.append((await run.saved("s5", "helpers"))["nodes"]["helper"])
+    assert outputs[:2] == outputs[2:]
+    assert outputs[1][1].endswith("(turn 2)"), outputs[1]  # the first run's turn is remembered
+
+
 TOOL_AGENT = """
 version: 1
 kind: graph

@@ -415,11 +415,15 @@ class PipelineWorkflow:
         assert request is not None
         self._commits += 1
         fresh = initial_state is not None  # a fresh run's first commit
-        fields, logs, unset = orchestrator.document.take_changes(include_agents=fresh)
+        # The agents a fresh run resets (``start_fresh``, as locally) lose their saved state; their
+        # activities then start them as built. The skeleton's stand-ins hold nothing worth saving. A
+        # swarm whose agents keep their own history across runs (``history: private``) resets none.
+        keeps = isinstance(orchestrator, Swarm) and orchestrator.history == "private"
+        reset = fresh and not keeps
+        fields, logs, unset = orchestrator.document.take_changes(include_agents=reset)
         if fresh:
             fields["state"] = initial_state
-            # The agents a fresh run reset (``start_fresh``, as locally) lose their saved state; their
-            # activities then start them as built. The skeleton's stand-ins hold nothing worth saving.
+        if reset:
             for name in [name for name in fields if name.startswith("agent/")]:
                 del fields[name]
                 unset.append(name)
