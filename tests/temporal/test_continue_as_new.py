@@ -275,3 +275,18 @@ async def test_an_answer_sent_while_the_run_hands_over_goes_with_it(temporal_add
     assert await temporal.stored_output(storage, "s1", "asking") == "b1 done"
     doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", "asking")
     assert doc.fields["node/ask"]["result"]["output"] == "human said yes"
+
+
+def test_the_threshold_setting_changes_a_pipeline_s_version_only_when_set():
+    """Workers upgraded to this version keep the runs in flight: a spec that leaves ``continue_as_new``
+    alone hashes as it did before the setting existed (its dump without it); one that sets it differs."""
+    import hashlib
+
+    from orchestra.temporal import spec_hash
+
+    text = chain_spec(3)
+    plain = parse_text(text, "chain.yaml")
+    dumped = plain.spec.model_dump_json(exclude={"temporal": {"continue_as_new"}})
+    assert spec_hash(plain) == hashlib.sha256(dumped.encode()).hexdigest()[:16]
+    tuned = parse_text(text + "temporal: {continue_as_new: {max_events: 500}}\n", "chain.yaml")
+    assert spec_hash(tuned) != spec_hash(plain)

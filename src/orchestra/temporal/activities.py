@@ -60,7 +60,12 @@ __all__ = ["PipelineActivities", "input_key", "spec_hash"]
 
 def spec_hash(loaded: LoadedSpec) -> str:
     """A pipeline version: the hash of its parsed spec (what workers and runs compare)."""
-    return hashlib.sha256(loaded.spec.model_dump_json().encode()).hexdigest()[:16]
+    spec = loaded.spec
+    # A setting added since runs were started (``continue_as_new``) counts only when set: a spec that
+    # leaves it alone keeps the version it had, so upgraded workers go on with the runs in flight.
+    unset = spec.temporal.continue_as_new == type(spec.temporal.continue_as_new)()
+    dumped = spec.model_dump_json(exclude={"temporal": {"continue_as_new"}} if unset else None)
+    return hashlib.sha256(dumped.encode()).hexdigest()[:16]
 
 
 def _run_folder(session_id: str, scope_id: str, run_id: str) -> str:
