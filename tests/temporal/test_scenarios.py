@@ -93,6 +93,7 @@ class Backend:
             "reason": run.get("reason"),
             "order": list(doc.logs.get("execution_order", [])),
             "spent": spent,
+            "budget": run.get("budget"),  # the limits the run ran under
             "nodes": nodes,
         }
 

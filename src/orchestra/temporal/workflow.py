@@ -138,7 +138,6 @@ class PipelineWorkflow:
         document = skeleton.document
         if saved is not None:
             document.load(saved["fields"], saved["logs"])
-        self._set_budgets(skeleton, structure.get("budgets"), request.budget)
         responses = dict(request.responses)
         fresh = skeleton.status.value not in _UNFINISHED and not request.continued
         if request.continued:  # the same run, read back from the session: its status does not change
@@ -154,6 +153,8 @@ class PipelineWorkflow:
             if request.task is None and not request.task_ref:
                 return {"status": "failed", "reason": f"{skeleton.kind} {skeleton.id!r} has no run to resume"}
             skeleton.start_fresh(request.task, run_id=request.run_id or workflow.info().workflow_id)
+        # After start_fresh, which resets the run record: it shows the limits in effect, as locally.
+        self._set_budgets(skeleton, structure.get("budgets"), request.budget)
         # The session shows the run (its task, its status) from the start; a fresh run starts from the
         # spec's state, as locally (the nodes' changes merge into it).
         await self._commit(
