@@ -31,6 +31,7 @@ ORDER = [
     "SessionSpec",
     "TemporalSpec",
     "RetrySpec",
+    "ContinueAsNewSpec",
 ]
 
 PRELUDE = """# YAML reference (spec version 1)

@@ -205,22 +205,6 @@ def test_an_agents_budget_stops_its_turn_exits_4_and_a_larger_one_runs_it(workdi
     assert [m["role"] for m in saved.messages] == ["user", "assistant"]
 
 
-def test_a_budget_is_refused_on_temporal_rather_than_ignored(workdir):
-    (workdir / "chain.yaml").write_text(CHAIN)
-    result = invoke(
-        "run",
-        "chain.yaml",
-        "--input",
-        "go",
-        "--budget-tokens",
-        "10",
-        "--on",
-        "temporal://127.0.0.1:1/default?task_queue=q",
-    )
-    assert result.exit_code == 1
-    assert "budgets are enforced by local runs only" in result.stderr
-
-
 def test_sessions_show_says_which_items_and_attempts_a_failed_map_left(workdir, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_TEST_ITEMS", "3")
     monkeypatch.setenv("ORCHESTRA_TEST_FAILS", "5")

@@ -75,6 +75,42 @@ async def record_tool_approval(address: str, storage: str) -> None:
     print("recorded tool_approval")
 
 
+async def record_continued(address: str, storage: str) -> None:
+    """A chain and a swarm that continue as new (a small threshold): the first workflow run of each, which
+    ends by continuing as new, and the one after, which begins by reading the run back."""
+    from temporalio.api.enums.v1 import EventType
+
+    from tests.temporal.test_continue_as_new import chain_spec, swarm_spec
+
+    for name, text in (("continued_chain", chain_spec(30)), ("continued_swarm", swarm_spec(12))):
+        loaded = parse_text(text, f"{name}.yaml")
+        target = temporal.TemporalTarget(address, "default", f"q-{name}")
+        client = await temporal.connect(target)
+        request = temporal.RunRequest(
+            spec_id=loaded.spec.id,
+            session_id=name,
+            storage=storage,
+            task="go",
+            run_id="r1",
+            max_history_events=60,
+        )
+        async with temporal.create_worker(client, target.task_queue, [loaded]):
+            handle = await temporal.start_run(client, target, request)
+            await handle.result()
+            first = await client.get_workflow_handle(
+                handle.id, run_id=handle.first_execution_run_id
+            ).fetch_history()
+            last = first.events[-1]
+            assert last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+            attributes = last.workflow_execution_continued_as_new_event_attributes
+            second = await client.get_workflow_handle(
+                handle.id, run_id=attributes.new_execution_run_id
+            ).fetch_history()
+        (OUT / f"{name}.first.json").write_text(first.to_json())
+        (OUT / f"{name}.next.json").write_text(second.to_json())
+        print(f"recorded {name}")
+
+
 async def main(address: str) -> None:
     import os
 
@@ -113,6 +149,8 @@ async def main(address: str) -> None:
             await record(address, "sticky_support.next-run", loaded, storage, "And the invoice?", **next_run)
         if not only or "tool_approval" in only:  # a tool's approvals answered by signals (issue 37)
             await record_tool_approval(address, storage)
+        if not only or "continued" in only:
+            await record_continued(address, storage)
         if only and "failing_first" not in only:
             return
         failing = parse_text(FAILING, "failing.yaml")

@@ -288,7 +288,6 @@ def run(
     if on is not None:
         from orchestra.cli._temporal import run_on_temporal
 
-        _no_budget_on_temporal(loaded, budget)
         connection = _temporal_connection(tls, tls_cert, tls_key, tls_ca, api_key)
         run_on_temporal(
             file,
@@ -301,6 +300,7 @@ def run(
             resume=False,
             responses={},
             connection=connection,
+            budget=budget,
         )
         return
     try:
@@ -326,16 +326,6 @@ def _temporal_connection(
         tls_ca=str(ca) if ca else None,
         api_key=api_key,
     )
-
-
-def _no_budget_on_temporal(loaded: Any, budget: BudgetFlags) -> None:
-    """Temporal runs do not enforce budgets yet: refuse one rather than run it uncapped."""
-    spec = loaded.spec
-    if budget.given() or spec.budget is not None or any(a.budget is not None for a in spec.agents):
-        raise fail(
-            "budgets are enforced by local runs only; Temporal runs do not enforce them yet: run it "
-            "without --on, or without a budget"
-        )
 
 
 def _parse_responses(responses: list[str]) -> list[dict[str, Any]]:
@@ -395,8 +385,6 @@ def resume(
     if on is not None:
         from orchestra.cli._temporal import run_on_temporal
 
-        _no_budget_on_temporal(loaded, budget)
-
         answers = {
             b["interruptResponse"]["interruptId"]: b["interruptResponse"]["response"]
             for b in _parse_responses(respond)
@@ -414,6 +402,7 @@ def resume(
             responses=answers,
             force=force,
             connection=connection,
+            budget=budget,
         )
         return
     try:

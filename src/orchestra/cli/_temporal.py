@@ -127,8 +127,10 @@ def run_on_temporal(
     responses: dict[str, Any],
     force: bool = False,
     connection: Any = None,
+    budget: Any = None,
 ) -> None:
-    """Start (or continue) a run on Temporal and follow it like a local run."""
+    """Start (or continue) a run on Temporal and follow it like a local run (``budget``: the budget
+    flags, ``BudgetFlags``: the run's budget in place of the spec's, enforced by the workflow)."""
     from orchestra.temporal import (
         RunRequest,
         connect,
@@ -149,6 +151,13 @@ def run_on_temporal(
     skeleton = build(loaded)
     if not isinstance(skeleton, MultiAgentBase):
         raise fail(f"{file} is a single agent: Temporal runs graphs and swarms")
+    run_budget = None
+    if budget is not None and budget.given():
+        try:
+            budget.apply(skeleton)
+        except OrchestraError as exc:
+            raise fail(str(exc)) from None
+        run_budget = skeleton.budget.to_json() if skeleton.budget is not None else None
     table = NodeTable(skeleton)
     again = resume_command(file, session_id, storage=storage, on=on)
 
@@ -178,6 +187,7 @@ def run_on_temporal(
                 resume=resume,
                 force=force,
                 responses=responses,
+                budget=run_budget,
             )
             handle = await start_run(client, target, request)
         outcome = asyncio.ensure_future(handle.result())

@@ -363,10 +363,19 @@ class RetrySpec(_Spec):
     )
 
 
+class ContinueAsNewSpec(_Spec):
+    """When a run's workflow continues as new (a fresh history, the run read back from the session):
+    once its history holds this many events or bytes. Temporal's own limits are 51,200 events and 50 MB."""
+
+    max_events: int = Field(default=10_000, ge=50, le=40_000)
+    max_bytes: int = Field(default=10_000_000, ge=10_000, le=40_000_000)
+
+
 class TemporalSpec(_Spec):
     """Settings for runs on Temporal workers (ignored by local runs)."""
 
     retry: RetrySpec = Field(default_factory=RetrySpec)
+    continue_as_new: ContinueAsNewSpec = Field(default_factory=ContinueAsNewSpec)
     heartbeat_seconds: float | None = Field(
         default=None, gt=0, description="How soon a lost worker is noticed (default 10 s)."
     )

@@ -32,6 +32,17 @@ class RunRequest:
     # history holds keys, not the data (empty: given by value above, as before).
     task_ref: str = ""
     invocation_state_ref: str = ""
+    # Continue-as-new: the history's size at which the workflow hands the run to a new workflow run of
+    # the same id (0: the spec's ``temporal: {continue_as_new: ...}``, or its defaults).
+    max_history_events: int = 0
+    max_history_bytes: int = 0
+    # Set by the workflow when it continues as new: how many times the run did so before, and when the
+    # run began (seconds since the epoch, for ``execution_timeout``). A continued run is read back from
+    # the session, like a resume, but it is the same run: nothing about it changes for a user.
+    continued: int = 0
+    started_at: float = 0.0
+    # The run's budget (``Budget.to_json()``) in place of the spec's: ``orchestra run --on --budget-*``.
+    budget: dict[str, Any] | None = None
 
 
 @dataclass
@@ -67,6 +78,9 @@ class NodeRequest:
     # ``map_item``), "finish" (the node's result from its items' saved results). Empty: any other node.
     map_phase: str = ""
     map_item: int = -1
+    # A run with a budget: the budget in effect (JSON) and the run's time so far (its wall_seconds).
+    budget: dict[str, Any] | None = None
+    elapsed_s: float = 0.0
 
 
 @dataclass
@@ -84,6 +98,7 @@ class NodeOutcome:
     preview: str = ""  # no longer filled (outputs stay in storage); kept so recorded histories still decode
     map_count: int = 0  # a map's "expand": how many items the saved list holds
     join_done: bool = False  # a map item: the map's ``until`` join holds with it
+    spent: dict[str, Any] = field(default_factory=dict)  # a run with a budget: what the node spent
 
 
 @dataclass

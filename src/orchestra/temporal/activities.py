@@ -25,6 +25,7 @@ from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.agent import Agent
 from orchestra.agent.agent import AgentData
+from orchestra.budget import Budget
 from orchestra.errors import (
     BudgetExceededError,
     SessionConflictError,
@@ -52,13 +53,19 @@ from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_mess
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_from_uri
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
+from orchestra.temporal.budgets import NodeMeter, budgets_of
 
 __all__ = ["PipelineActivities", "input_key", "spec_hash"]
 
 
 def spec_hash(loaded: LoadedSpec) -> str:
     """A pipeline version: the hash of its parsed spec (what workers and runs compare)."""
-    return hashlib.sha256(loaded.spec.model_dump_json().encode()).hexdigest()[:16]
+    spec = loaded.spec
+    # A setting added since runs were started (``continue_as_new``) counts only when set: a spec that
+    # leaves it alone keeps the version it had, so upgraded workers go on with the runs in flight.
+    unset = spec.temporal.continue_as_new == type(spec.temporal.continue_as_new)()
+    dumped = spec.model_dump_json(exclude={"temporal": {"continue_as_new"}} if unset else None)
+    return hashlib.sha256(dumped.encode()).hexdigest()[:16]
 
 
 def _run_folder(session_id: str, scope_id: str, run_id: str) -> str:
@@ -174,9 +181,13 @@ def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, l
     the node changes); the other records (the run, the state) are copied a level deep, since the
     orchestrator changes them in place."""
     own = (f"agent/{node_id}", f"agent/{node_id}/messages")
+    tools = f"agent/{node_id}/tools/"  # the agents the node's agent uses as tools: saved with it
+
+    def mine(name: str) -> bool:
+        return name in own or name.startswith(tools)
 
     def view(name: str, value: Any) -> Any:
-        if name in own:
+        if mine(name):
             return copy.deepcopy(value)
         if isinstance(value, dict) and not name.startswith("node/"):
             return dict(value)
@@ -185,12 +196,12 @@ def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, l
     fields = {
         name: view(name, value)
         for name, value in doc.fields.items()
-        if not name.startswith("agent/") or name in own
+        if not name.startswith("agent/") or mine(name)
     }
     logs = {
-        name: copy.deepcopy(items) if name in own else items
+        name: copy.deepcopy(items) if mine(name) else items
         for name, items in doc.logs.items()
-        if not name.startswith("agent/") or name in own
+        if not name.startswith("agent/") or mine(name)
     }
     return fields, logs
 
@@ -299,7 +310,11 @@ class PipelineActivities:
         built = build(loaded)
         if not isinstance(built, MultiAgentBase):
             raise ValueError(f"pipeline {spec_id!r} is a single agent; Temporal runs graphs and swarms")
-        return {**built.structure(), "temporal": loaded.spec.temporal.model_dump()}
+        described = {**built.structure(), "temporal": loaded.spec.temporal.model_dump()}
+        budgets = budgets_of(built)
+        if budgets:  # only then: the description of a pipeline without one stays what it was
+            described["budgets"] = budgets
+        return described
 
     @activity.defn(name="orchestra.load_state")
     async def load_state(self, request: StateRequest) -> dict[str, Any] | None:
@@ -365,6 +380,14 @@ class PipelineActivities:
             found = await storage.read(attempts_key)
             attempts = json.loads(found[0]) if found is not None else []
         node_input.attempt = len(attempts) + 1
+        run_budget = Budget.from_json(request.budget) if request.budget else orchestrator.budget
+        meter = NodeMeter(
+            orchestrator, request.node_id, run_budget, request.elapsed_s, storage, f"{base}-spent.json"
+        )
+        if meter.metered and node.kind in ("agent", "orchestrator"):
+            if activity.info().attempt > 1:
+                await meter.restore()
+            meter.attach(node.executor)
         started = time.perf_counter()
         timeout: float | None = getattr(orchestrator, "node_timeout", None)
         if request.map_phase == "finish":
@@ -415,6 +438,16 @@ class PipelineActivities:
             fields, messages = orchestrator.document.agent_fields(request.node_id)
             blob["agent"] = fields
             blob["messages"] = messages
+            # The agents it used as tools (``agent/<node>/tools/<tool>``), as a local run saves them.
+            changed, changed_logs, _ = orchestrator.document.take_changes()
+            prefix = f"agent/{request.node_id}/tools/"
+            tool_agents = {
+                name[len("agent/") :]: {"agent": value, "messages": changed_logs.get(f"{name}/messages", [])}
+                for name, value in changed.items()
+                if name.startswith(prefix) and not name.endswith("/messages")
+            }
+            if tool_agents:
+                blob["tool_agents"] = tool_agents
         key = f"{base}.json"
         await _write_blob(storage, key, blob)
         return NodeOutcome(
@@ -427,6 +460,7 @@ class PipelineActivities:
             fired=fired,
             handoff=handoff,
             join_done=join_done,
+            spent=meter.spent.to_json() if meter.spent.model_calls else {},
         )
 
     async def _expand(
@@ -625,6 +659,10 @@ class PipelineActivities:
                     fields[f"agent/{node_id}"] = blob["agent"]
                     log = f"agent/{node_id}/messages"
                     logs[log] = _extend(journal.log(log), decode_messages(blob["messages"], blob_key))
+                for key, saved in (blob.get("tool_agents") or {}).items():
+                    fields[f"agent/{key}"] = saved["agent"]
+                    log = f"agent/{key}/messages"
+                    logs[log] = _extend(journal.log(log), decode_messages(saved["messages"], blob_key))
             elif same_run and _holds_execution(stored, fields.get(name)):
                 fields[name] = {**fields.get(name, {}), "result": (stored or {}).get("result")}
             else:

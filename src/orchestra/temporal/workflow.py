@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -24,6 +24,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from orchestra.budget import Budget
     from orchestra.interrupts import Interrupt
     from orchestra.multiagent import (
         Graph,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RunRequest,
         StateRequest,
     )
+    from orchestra.temporal.budgets import plus
 
 __all__ = ["PipelineWorkflow"]
 
@@ -57,6 +59,12 @@ _BATCH_COMMITS = "commit-batches"  # workflow.patched: see _run_graph
 # recorded then replay that way (see _budget_stops, _run_swarm).
 _BUDGET_STOPS = "budget-stops"
 _STICKY_SWARMS = "sticky-swarms"
+# Continue-as-new when the spec does not say (its ``temporal: {continue_as_new: ...}``): far below
+# Temporal's 51,200 events and 50 MB, so that the nodes running when the threshold is crossed (a wide
+# fan-out, a map's running items) finish within the same history.
+_MAX_EVENTS = 10_000
+_MAX_BYTES = 10_000_000
+_CONTINUE = "continue"  # a map node's outcome when it stopped taking items for a continue-as-new
 
 
 @workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
@@ -71,6 +79,13 @@ class PipelineWorkflow:
         self._commits = 0  # numbers this workflow run's commits (CommitRequest.commit_id)
         # Map nodes commit their items while other nodes run: one commit at a time keeps one writer.
         self._commit_lock = asyncio.Lock()
+        # Continue-as-new: set once the history crossed its threshold; no node or item starts after it.
+        self._continuing = False
+        self._progressed = False  # a node (or item) ended in this workflow run: a new one would move on
+        self._paused_map = False  # a map stopped taking items for the continue-as-new
+        self._metered = False  # the run or one of its nodes has a budget
+        self._base_s = 0.0  # the run's time before this invocation (a budget's wall_seconds)
+        self._started: Any = None
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
@@ -81,8 +96,9 @@ class PipelineWorkflow:
     def progress(self) -> dict[str, Any]:
         """The run's status and every node's status, for ``orchestra run`` to follow."""
         orchestrator = self._orchestrator
-        if orchestrator is None:
-            return {"status": "pending", "nodes": {}, "interrupts": []}
+        if orchestrator is None:  # a run continued as new is still executing while it reads itself back
+            pending = "executing" if self._request is not None and self._request.continued else "pending"
+            return {"status": pending, "nodes": {}, "interrupts": []}
         records = {n: orchestrator.document.node(n) or {} for n in orchestrator.nodes}
         nodes = {n: record.get("status", "pending") for n, record in records.items()}
         executions = {n: record.get("executions", 0) for n, record in records.items()}
@@ -123,8 +139,10 @@ class PipelineWorkflow:
         if saved is not None:
             document.load(saved["fields"], saved["logs"])
         responses = dict(request.responses)
-        fresh = skeleton.status.value not in _UNFINISHED
-        if not fresh:
+        fresh = skeleton.status.value not in _UNFINISHED and not request.continued
+        if request.continued:  # the same run, read back from the session: its status does not change
+            pass
+        elif not fresh:
             if not skeleton.same_topology(skeleton.run.get("topology")) and not request.force:
                 return {
                     "status": "failed",
@@ -135,6 +153,8 @@ class PipelineWorkflow:
             if request.task is None and not request.task_ref:
                 return {"status": "failed", "reason": f"{skeleton.kind} {skeleton.id!r} has no run to resume"}
             skeleton.start_fresh(request.task, run_id=request.run_id or workflow.info().workflow_id)
+        # After start_fresh, which resets the run record: it shows the limits in effect, as locally.
+        self._set_budgets(skeleton, structure.get("budgets"), request.budget)
         # The session shows the run (its task, its status) from the start; a fresh run starts from the
         # spec's state, as locally (the nodes' changes merge into it).
         await self._commit(
@@ -142,8 +162,11 @@ class PipelineWorkflow:
             initial_state=skeleton.state.to_dict() if fresh else None,
             task_ref=request.task_ref if fresh else None,
         )
-        started = workflow.now()
+        started = datetime.fromtimestamp(request.started_at, UTC) if request.started_at else workflow.now()
+        self._started = started
         while True:
+            if self._continuing:  # answers came to a run past its threshold: the next run goes on
+                await self._continue_as_new(skeleton, responses, started, [])
             scheduler: GraphScheduler | SwarmScheduler
             if isinstance(skeleton, Graph):
                 scheduler = skeleton.scheduler()
@@ -152,6 +175,9 @@ class PipelineWorkflow:
                 assert isinstance(skeleton, Swarm)
                 scheduler = skeleton.scheduler()
                 await self._run_swarm(skeleton, scheduler, responses, started)
+            if self._continuing and scheduler.may_start and self._left_to_run(skeleton, scheduler):
+                ready = list(scheduler.ready) if isinstance(scheduler, GraphScheduler) else []
+                await self._continue_as_new(skeleton, responses, started, ready)
             scheduler.finish()
             ended = not scheduler.interrupts or scheduler.failure is not None
             # A run that ended needs its invocation state no more (a resume starts with its own).
@@ -174,6 +200,97 @@ class PipelineWorkflow:
             "execution_count": run.get("execution_count"),
         }
 
+    # -- budgets ----------------------------------------------------------------------------------------
+
+    def _set_budgets(
+        self, skeleton: MultiAgentBase, budgets: dict[str, Any] | None, override: dict[str, Any] | None
+    ) -> None:
+        """The skeleton gets the run's budget (``override``: the one the run was started with, else the
+        spec's) and its nodes' own, so that its scheduler stops the run before a node it cannot afford."""
+        budgets = budgets or {}
+        run_budget = override or budgets.get("run")
+        if run_budget:
+            skeleton.budget = Budget.from_json(run_budget)
+            limits = dict(run_budget)
+            limits.pop("prices", None)
+            skeleton.document.update_run(budget=limits)  # the limits in effect, as locally
+        for node_id, budget in (budgets.get("nodes") or {}).items():
+            skeleton.nodes[node_id].budget = Budget.from_json(budget)
+        self._metered = bool(run_budget or budgets.get("nodes"))
+        self._base_s = float(skeleton.run.get("execution_time_ms") or 0) / 1000
+
+    def _elapsed(self) -> float | None:
+        """The run's time so far (across resumes), for budgets; None for a run without one."""
+        if not self._metered:
+            return None
+        return float(self._base_s + (workflow.now() - self._started).total_seconds())
+
+    def _charge(self, orchestrator: MultiAgentBase, node_id: str, outcome: NodeOutcome) -> None:
+        """What a node spent, charged to the run and to the node (committed with the run)."""
+        if not outcome.spent:
+            return
+        document = orchestrator.document
+        document.update_run(spent=plus(orchestrator.run.get("spent"), outcome.spent))
+        node_spent = (document.peek(node_id) or {}).get("spent")
+        document.update_node(node_id, spent=plus(node_spent, outcome.spent))
+
+    # -- continue-as-new --------------------------------------------------------------------------------
+
+    def _should_continue(self) -> bool:
+        """Whether the history is near its threshold (checked between nodes): then no node starts, the
+        running ones finish and commit, and the workflow continues as new. A workflow run that has not
+        moved the run on yet never does, so that a threshold below what reading the run back costs does
+        not loop."""
+        if self._continuing:
+            return True
+        if not self._progressed:
+            return False
+        request = self._request
+        assert request is not None
+        limits = self._settings.get("continue_as_new") or {}
+        events = request.max_history_events or limits.get("max_events") or _MAX_EVENTS
+        size = request.max_history_bytes or limits.get("max_bytes") or _MAX_BYTES
+        info = workflow.info()
+        self._continuing = (
+            info.get_current_history_length() >= events
+            or info.get_current_history_size() >= size
+            or info.is_continue_as_new_suggested()
+        )
+        return self._continuing
+
+    def _left_to_run(self, skeleton: MultiAgentBase, scheduler: GraphScheduler | SwarmScheduler) -> bool:
+        """Whether the run has anything left when it stopped for a continue-as-new (else it just ends)."""
+        if isinstance(scheduler, SwarmScheduler):
+            return skeleton.document.field("next") is not None
+        return bool(scheduler.ready) or self._paused_map
+
+    async def _continue_as_new(
+        self, skeleton: MultiAgentBase, responses: dict[str, Any], started: Any, ready: list[str]
+    ) -> None:
+        """Hand the run to a new workflow run of the same id, carrying references only: the session holds
+        the run (every node that ended is committed; a map that was stopped goes on with the items it
+        has not run), and the new run reads it back. Answers that arrived by signal go with it."""
+        request = self._request
+        assert request is not None
+        for node_id in ready:  # a node taken up again (a stopped map) is queued in memory only: save that
+            if not skeleton.document.record(node_id).get("queued"):
+                skeleton.document.update_node(node_id, queued=True)
+        await self._commit(skeleton)  # what the last nodes changed (the run's position)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._responses is not None:  # a signal that came during the handover
+            responses = {**responses, **self._responses}
+        workflow.continue_as_new(
+            replace(
+                request,
+                task=None,
+                task_ref="",
+                resume=True,
+                responses=responses,
+                continued=request.continued + 1,
+                started_at=started.timestamp(),
+            )
+        )
+
     # -- running nodes ----------------------------------------------------------------------------------
 
     def _node_request(self, orchestrator: MultiAgentBase, node_id: str, **options: Any) -> NodeRequest:
@@ -191,6 +308,8 @@ class PipelineWorkflow:
             invocation_state=request.invocation_state,
             invocation_state_ref=request.invocation_state_ref,
             spec_hash=request.spec_hash,
+            budget=orchestrator.budget.to_json() if self._metered and orchestrator.budget else None,
+            elapsed_s=self._elapsed() or 0.0,
             **options,
         )
 
@@ -296,9 +415,21 @@ class PipelineWorkflow:
         request = self._request
         assert request is not None
         self._commits += 1
-        fields, logs, unset = orchestrator.document.take_changes(include_agents=False)
-        if initial_state is not None:
+        fresh = initial_state is not None  # a fresh run's first commit
+        # The agents a fresh run resets (``start_fresh``, as locally) lose their saved state; their
+        # activities then start them as built. The skeleton's stand-ins hold nothing worth saving. A
+        # swarm whose agents keep their own history across runs (``history: private``) resets none.
+        keeps = isinstance(orchestrator, Swarm) and orchestrator.history == "private"
+        reset = fresh and not keeps
+        fields, logs, unset = orchestrator.document.take_changes(include_agents=reset)
+        if fresh:
             fields["state"] = initial_state
+        if reset:
+            for name in [name for name in fields if name.startswith("agent/")]:
+                del fields[name]
+                unset.append(name)
+            for name in [name for name in logs if name.startswith("agent/")]:
+                logs[name] = []
         kind = orchestrator.nodes[node_id].kind if node_id else None
         await workflow.execute_local_activity(
             "orchestra.commit",
@@ -346,7 +477,11 @@ class PipelineWorkflow:
         limit = graph.max_concurrency or math.inf
         running: dict[asyncio.Task[NodeOutcome], str] = {}
         while True:
-            while len(running) < limit and (node_id := scheduler.next()) is not None:
+            while (
+                len(running) < limit
+                and not self._should_continue()
+                and (node_id := scheduler.next(self._elapsed())) is not None
+            ):
                 record = document.record(node_id)
                 reset = graph.reset_on_revisit and record["executions"] >= 1
                 scheduler.start(node_id, {})
@@ -383,6 +518,11 @@ class PipelineWorkflow:
             for task in finished:
                 node_id = running.pop(task)
                 outcome = task.result()
+                if outcome.status == _CONTINUE:  # a map that stopped for a continue-as-new: it goes on there
+                    self._paused_map = True
+                    continue
+                self._progressed = True
+                self._charge(graph, node_id, outcome)
                 result = self._result(node_id, outcome, document.record(node_id)["executions"])
                 # Conditions were evaluated where the node ran: the activity says which edges fired.
                 scheduler.complete(result, {}, fired=outcome.fired)
@@ -418,7 +558,9 @@ class PipelineWorkflow:
         limit = spec.max_concurrency or math.inf
         running: dict[asyncio.Task[NodeOutcome], int] = {}
         while not items.joined and items.failure is None:
-            while len(running) < limit and (index := items.take()) is not None:
+            while (
+                len(running) < limit and not self._should_continue() and (index := items.take()) is not None
+            ):
                 item = replace(request, map_phase="item", map_item=index)
                 running[asyncio.ensure_future(self._execute(graph, item, graph.node_timeout))] = index
             if not running:
@@ -428,6 +570,7 @@ class PipelineWorkflow:
             for task in [task for task in running if task in finished]:  # in the order they started
                 index = running.pop(task)
                 outcome = task.result()
+                self._progressed = True
                 record: dict[str, Any] = {"status": outcome.status, "usage": outcome.usage}
                 if outcome.error:
                     record["error"] = outcome.error
@@ -440,6 +583,8 @@ class PipelineWorkflow:
                 break
         for task in running:  # the join holds, or an item failed: the others are not needed
             task.cancel()
+        if self._continuing and not items.joined and items.failure is None and not items.interrupts:
+            return NodeOutcome(status=_CONTINUE, blob="")  # the items not run yet go on in the next run
         if items.failure is not None:
             return NodeOutcome(status="failed", blob="", error=items.failure)
         if items.interrupts:
@@ -460,12 +605,16 @@ class PipelineWorkflow:
             document.set("next", {"node": swarm.entry_point, "input": None, "from": None})
             document.set("shared_context", {})
         scheduler.begin()
-        while (node_id := scheduler.next()) is not None:
+        while not self._should_continue() and (node_id := scheduler.next()) is not None:
             remaining = self._remaining(swarm.execution_timeout, started)
             if remaining is not None and remaining <= 0:
                 scheduler.fail(f"execution_timeout ({swarm.execution_timeout:g}s) exceeded")
                 break
             if not scheduler.check_limits(node_id):
+                break
+            elapsed = self._elapsed()
+            if elapsed is not None and (spent := scheduler.budget_stop(node_id, elapsed)) is not None:
+                scheduler.stop(str(spent))  # as locally: before the turn it cannot afford
                 break
             activation = document.field("next")
             node_input = scheduler.start(node_id, {})
@@ -473,6 +622,8 @@ class PipelineWorkflow:
             request = self._node_request(swarm, node_id, swarm_next=activation, responses=responses)
             outcome = await self._execute(swarm, request, swarm.node_timeout)
             result = self._result(node_id, outcome, node_input.execution_count)
+            self._charge(swarm, node_id, outcome)
             scheduler.end_turn(result, outcome.handoff)
             self._budget_stops(scheduler)
             await self._commit(swarm, node_id, outcome.blob)
+            self._progressed = True
