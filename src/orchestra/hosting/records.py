@@ -82,6 +82,9 @@ class RunSummary(BaseModel):
     )
     webhook: str | None = Field(default=None, description="The URL called once when it ends.")
     webhook_delivery: str | None = Field(default=None, description="pending, delivered or failed.")
+    metadata: dict[str, str] = Field(
+        default_factory=dict, description="Given when it was started (searchable: GET /api/v1/runs)."
+    )
 
 
 FINAL = frozenset({"completed", "failed", "interrupted", "answered", "rolled_back"})

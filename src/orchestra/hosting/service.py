@@ -11,6 +11,7 @@
 | ``answer`` | answer a run's open interrupt (a background run on its session) |
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
 | ``list_sessions``, ``describe_session``, ``delete_session`` | a hosted agent's sessions |
+| ``schedules`` | scheduled runs (``scheduler.py``): created, listed, paused, run now; their ticks run here |
 
 A request goes down once: the service hands it to the part that does it, which is given what it needs
 (storage views, this server's runs in progress, the executor) and never calls back up. ``running`` is
@@ -34,6 +35,7 @@ from orchestra.hosting.invocation import Invocation
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.hosting.running import Running
+from orchestra.hosting.scheduler import Scheduler
 from orchestra.hosting.session_queue import SessionQueues
 from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary
 from orchestra.hosting.stops import Stops
@@ -74,6 +76,7 @@ class RunService:
         )
         self.streaming = Streaming(config, self.workspaces, self.running_here, self.reader, self.admission)
         self.session_views = Sessions(self.workspaces, self.builder)
+        self.schedules = Scheduler(config, self.workspaces, self.background)
 
     # -- life --------------------------------------------------------------------------------------
 
@@ -87,6 +90,7 @@ class RunService:
             async with self.background.running() as group:
                 group.start_soon(self.stops.watch)
                 group.start_soon(self.sweeps.sweep_forever)
+                group.start_soon(self.schedules.run_forever)
                 yield
         finally:
             for workspace in self.workspaces.all():
