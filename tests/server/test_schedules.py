@@ -12,6 +12,7 @@ The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import time
 from datetime import datetime, timedelta
@@ -57,7 +58,9 @@ def ticks_of(url: str, schedule_id: str) -> list[dict]:
 def test_three_servers_run_each_tick_once_with_one_killed_and_restarted(tmp_path, servers):
     calls = tmp_path / "calls.txt"
     every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none, missed: run_once}\n'
-    group = servers(schedule_config(tmp_path, f"file:{tmp_path}/store", every), ORCHESTRA_TEST_CALLS=str(calls))
+    group = servers(
+        schedule_config(tmp_path, f"file:{tmp_path}/store", every), ORCHESTRA_TEST_CALLS=str(calls)
+    )
     urls = [group.start(), group.start(), group.start()]
     wait_for(lambda: len(ticks_of(urls[0], "every")) >= TICKS // 3)
     group.kill(urls[1])  # SIGKILL: whatever it was doing (a claim, a run) is left to the others
@@ -66,7 +69,8 @@ def test_three_servers_run_each_tick_once_with_one_killed_and_restarted(tmp_path
     urls[1] = group.start()
     wait_for(lambda: len(ticks_of(urls[1], "every")) >= TICKS, timeout=TICKS * 10)
     paused = httpx.post(f"{urls[2]}/api/v1/schedules/every/pause", headers=auth(), timeout=30)
-    assert paused.status_code == 200 and paused.json()["paused"] is True, paused.text
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["paused"] is True
 
     def settled() -> list[dict] | None:
         # Every tick's run ended and its model call was made (a tick claimed just as the pause was read
@@ -83,7 +87,7 @@ def test_three_servers_run_each_tick_once_with_one_killed_and_restarted(tmp_path
     assert len(ticks) >= TICKS
     times = [datetime.fromisoformat(t["first"]) for t in ticks]
     # One record per second from the first to the last: no tick lost, none twice, none missed.
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(times, times[1:], strict=False)), times
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
     assert all(t["count"] == 1 and not t["missed"] and t["first"] == t["last"] for t in ticks)
     for tick in ticks:
         record = final_record(urls[0], tick["run_id"])
@@ -103,7 +107,9 @@ def test_missed_ticks_are_skipped_or_run_once_by_policy(tmp_path, servers):
         '  - {id: catcher, agent: counted, cron: "* * * * * *", input: "catch {tick}", session: new, '
         "missed: run_once, missed_after_s: 2}\n"
     )
-    group = servers(schedule_config(tmp_path, f"sqlite:{tmp_path}/store.db", schedules), ORCHESTRA_TEST_CALLS=str(calls))
+    group = servers(
+        schedule_config(tmp_path, f"sqlite:{tmp_path}/store.db", schedules), ORCHESTRA_TEST_CALLS=str(calls)
+    )
     url = group.start()
     wait_for(lambda: len(ticks_of(url, "skipper")) >= 2 and len(ticks_of(url, "catcher")) >= 2)
     group.kill(url)  # every server is down now
@@ -118,7 +124,8 @@ def test_missed_ticks_are_skipped_or_run_once_by_policy(tmp_path, servers):
     skipped = wait_for(lambda: missed("skipper"))
     caught = wait_for(lambda: missed("catcher"))
     # Both saw the same stretch without a server: several ticks, accounted for by one record each.
-    assert skipped["count"] >= 3 and caught["count"] >= 3, (skipped, caught)
+    assert skipped["count"] >= 3, skipped
+    assert caught["count"] >= 3, caught
     assert (skipped["status"], skipped["policy"], skipped["run_id"]) == ("skipped", "skip", None)
     assert (caught["status"], caught["policy"]) == ("started", "run_once")
     run = final_record(url, caught["run_id"])
@@ -131,10 +138,18 @@ def test_missed_ticks_are_skipped_or_run_once_by_policy(tmp_path, servers):
     wait_for(lambda: ticks_of(url, "catcher")[-1]["first"] > caught["last"])
     lines = calls_of(calls)
     first, last = datetime.fromisoformat(skipped["first"]), datetime.fromisoformat(skipped["last"])
-    in_gap = [line for line in lines if line.startswith("skip ") and first <= datetime.fromisoformat(line[5:]) <= last]
+    in_gap = [
+        line
+        for line in lines
+        if line.startswith("skip ") and first <= datetime.fromisoformat(line[5:]) <= last
+    ]
     assert in_gap == []  # nothing ran for the skipped ticks
     first, last = datetime.fromisoformat(caught["first"]), datetime.fromisoformat(caught["last"])
-    in_gap = [line for line in lines if line.startswith("catch ") and first <= datetime.fromisoformat(line[6:]) <= last]
+    in_gap = [
+        line
+        for line in lines
+        if line.startswith("catch ") and first <= datetime.fromisoformat(line[6:]) <= last
+    ]
     assert in_gap == [f"catch {caught['last']}"]  # one run for all of them
 
 
@@ -142,7 +157,9 @@ def test_missed_ticks_are_skipped_or_run_once_by_policy(tmp_path, servers):
 def scheduled(tmp_path, monkeypatch):
     """A server in this process whose config has a daily schedule."""
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls.txt"))
-    daily = '  - {id: daily, agent: counted, cron: "0 7 * * *", timezone: Europe/Paris, input: "report {date}"}\n'
+    daily = (
+        '  - {id: daily, agent: counted, cron: "0 7 * * *", timezone: Europe/Paris, input: "report {date}"}\n'
+    )
     with Server(schedule_config(tmp_path, f"file:{tmp_path}/store", daily)) as running:
         yield running
 
@@ -151,16 +168,20 @@ def test_the_schedules_api(scheduled):
     url, headers = scheduled.url, auth()
     with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
         listed = http.get("/api/v1/schedules").json()["schedules"]
-        assert [(s["id"], s["source"], s["timezone"]) for s in listed] == [("daily", "config", "Europe/Paris")]
+        assert [(s["id"], s["source"], s["timezone"]) for s in listed] == [
+            ("daily", "config", "Europe/Paris")
+        ]
         body = {"id": "hourly", "agent": "chat", "cron": "0 * * * *", "input": "hello", "session": "continue"}
         made = http.post("/api/v1/schedules", json=body)
         assert made.status_code == 201, made.text
-        assert made.json()["source"] == "api" and made.json()["workspace"] == "acme"
+        assert made.json()["source"] == "api"
+        assert made.json()["workspace"] == "acme"
         assert http.post("/api/v1/schedules", json=body).status_code == 409
         bad = http.post("/api/v1/schedules", json={**body, "id": "bad", "cron": "every day"})
         assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_schedule"), bad.text
         zone = http.post("/api/v1/schedules", json={**body, "id": "bad", "timezone": "Mars/Olympus"})
-        assert zone.status_code == 422 and "Mars/Olympus" in zone.text
+        assert zone.status_code == 422
+        assert "Mars/Olympus" in zone.text
         other = http.post("/api/v1/schedules", json={**body, "id": "x", "agent": "other"})
         assert other.status_code == 404  # another workspace's agent
         assert http.post("/api/v1/schedules/hourly/pause").json()["paused"] is True

@@ -197,7 +197,9 @@ def _check_schedules(config: ServerConfig, located: Any) -> list[str]:
     hosted = {h.id: h for h in config.agents}
     for index, schedule in enumerate(config.schedules):
         if (schedule.id, schedule.workspace) in seen:
-            problems.append(located.error(("schedules", index, "id"), f"schedule {schedule.id!r} is repeated"))
+            problems.append(
+                located.error(("schedules", index, "id"), f"schedule {schedule.id!r} is repeated")
+            )
         if schedule.agent not in hosted:
             problems.append(
                 located.error(("schedules", index, "agent"), f"no hosted agent is called {schedule.agent!r}")

@@ -155,7 +155,7 @@ class Scheduler:
                 except StorageConflictError:
                     continue
 
-    async def list(self, workspace: str) -> list[Schedule]:
+    async def listed(self, workspace: str) -> list[Schedule]:
         return sorted((s for s, _ in await self.store(workspace).all()), key=lambda s: s.id)
 
     async def get(self, workspace: str, schedule_id: str) -> Schedule:
@@ -314,7 +314,9 @@ class Scheduler:
         if runs:
             await self._start(workspace, schedule, tick.key, record, version)
         else:
-            log.info("schedule_ticks_skipped", schedule_id=schedule.id, first=record.first, count=record.count)
+            log.info(
+                "schedule_ticks_skipped", schedule_id=schedule.id, first=record.first, count=record.count
+            )
             await store.close(schedule.id, tick.key)
         return record
 
@@ -328,7 +330,9 @@ class Scheduler:
         try:
             if await self.workspaces.runs(workspace).get(record.run_id) is None:
                 tick = _time(record.last)
-                meta = {"schedule_tick": record.last} | ({"schedule_missed": str(record.count)} if record.missed else {})
+                meta = {"schedule_tick": record.last} | (
+                    {"schedule_missed": str(record.count)} if record.missed else {}
+                )
                 try:
                     await self._queue(workspace, schedule, tick, record.run_id, meta)
                 except Refused as exc:  # e.g. its session's queue is full: the record says so

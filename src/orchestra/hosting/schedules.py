@@ -28,7 +28,7 @@ from orchestra.errors import ConfigurationError
 from orchestra.spec.models import ID_PATTERN
 
 if TYPE_CHECKING:
-    from croniter import croniter as Croniter  # noqa: N812
+    from croniter import croniter as Croniter
 
 __all__ = ["MAX_COUNTED", "Schedule", "Tick", "TickRecord", "due", "plan", "tick_key"]
 
@@ -137,7 +137,8 @@ def tick_key(tick: datetime) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _next_after(cron: str, timezone: str, after: datetime) -> datetime:
-    return _croniter()(cron, after.astimezone(ZoneInfo(timezone))).get_next(datetime).astimezone(UTC)
+    following: datetime = _croniter()(cron, after.astimezone(ZoneInfo(timezone))).get_next(datetime)
+    return following.astimezone(UTC)
 
 
 def due(schedule: Schedule, cursor: datetime) -> datetime:

@@ -138,6 +138,13 @@ class InvokeRequest(BaseModel):
         description="Answers to the session's open interrupts, by id (session mode; instead of input).",
     )
     on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = OnBusyField
+    metadata: (
+        dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=512)]] | None
+    ) = Field(
+        default=None,
+        max_length=32,
+        description="Kept in the run's record, to search runs by (GET /api/v1/runs?metadata=key:value).",
+    )
 
 
 class AgentInfo(BaseModel):

@@ -47,7 +47,6 @@ from orchestra.server._api import (
     ApiError,
     InvokeRequest,
     InvokeResponse,
-    RunList,
     SessionDetail,
     SessionList,
     Workspace,
@@ -63,6 +62,7 @@ from orchestra.server._api import (
 from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure_access_log, note_run
 from orchestra.server.auth import KeyRing
 from orchestra.server.routes import invocation_of, mount_runs
+from orchestra.server.search_routes import RunPage, SearchQuery, mount_search
 from orchestra.server.streams import sse_stream
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
@@ -433,21 +433,22 @@ def create_app(config: ServerConfig) -> FastAPI:
         await runtime.delete_session(ws, target.id, session_id)
         return Response(status_code=204)
 
-    @app.get("/api/v1/runs", response_model=RunList, responses=_errors(401, 404, 422, 500))
+    @app.get("/api/v1/runs", response_model=RunPage, responses=_errors(401, 404, 422, 500))
     async def runs(
         ws: Workspace,
+        query: SearchQuery,
         agent_id: str | None = None,
         session_id: Annotated[str | None, Query(pattern=STORABLE_ID)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        """Runs, newest first, optionally of one agent and one session."""
+        """Runs, newest first, optionally of one agent and one session, filtered by status, time and
+        metadata, a page at a time (``next_cursor``; docs/server.md, "Searching runs and sessions")."""
         checked_id(session_id, "session_id")
         if agent_id is not None:
             ids = [hosted(agent_id, ws).id]
         else:
             ids = [h.id for h in config.agents if h.workspace == ws]
-        records = await runtime.list_runs(ws, ids, session_id, limit)
-        return {"runs": [r.summary() for r in records]}
+        records, cursor = await runtime.search_runs(ws, ids, session_id, query)
+        return {"runs": [r.summary() for r in records], "next_cursor": cursor}
 
     @app.get("/api/v1/runs/{run_id}", response_model=RunRecord, responses=_errors(401, 404, 422, 500))
     async def run(run_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
@@ -459,6 +460,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     from orchestra.server.schedule_routes import mount_schedules
 
     mount_schedules(app, runtime)
+    mount_search(app, runtime, hosted)
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 

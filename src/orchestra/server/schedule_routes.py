@@ -81,10 +81,12 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     @app.get("/api/v1/schedules", response_model=ScheduleList, responses=_errors(401, 500))
     async def list_schedules(ws: Workspace) -> dict[str, Any]:
         """The workspace's schedules, by id."""
-        return {"schedules": [s.model_dump(mode="json") for s in await schedules.list(ws)]}
+        return {"schedules": [s.model_dump(mode="json") for s in await schedules.listed(ws)]}
 
     @app.get(
-        "/api/v1/schedules/{schedule_id}", response_model=ScheduleDetail, responses=_errors(401, 404, 422, 500)
+        "/api/v1/schedules/{schedule_id}",
+        response_model=ScheduleDetail,
+        responses=_errors(401, 404, 422, 500),
     )
     async def get_schedule(
         schedule_id: Annotated[str, ID_PATH],
@@ -96,21 +98,27 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
         records = await schedules.store(ws).ticks(schedule_id, ticks) if ticks else []
         return {**schedule.model_dump(mode="json"), "ticks": [r.model_dump(mode="json") for r in records]}
 
-    @app.delete("/api/v1/schedules/{schedule_id}", status_code=204, responses=_errors(401, 404, 409, 422, 500))
+    @app.delete(
+        "/api/v1/schedules/{schedule_id}", status_code=204, responses=_errors(401, 404, 409, 422, 500)
+    )
     async def delete_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> Response:
         """Delete a schedule made over the API, and its tick records (runs it started stay)."""
         await schedules.delete(ws, schedule_id)
         return Response(status_code=204)
 
     @app.post(
-        "/api/v1/schedules/{schedule_id}/pause", response_model=Schedule, responses=_errors(401, 404, 422, 500)
+        "/api/v1/schedules/{schedule_id}/pause",
+        response_model=Schedule,
+        responses=_errors(401, 404, 422, 500),
     )
     async def pause_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """Pause a schedule: no tick runs until it is resumed (those in between are not missed ticks)."""
         return (await schedules.set_paused(ws, schedule_id, True)).model_dump(mode="json")
 
     @app.post(
-        "/api/v1/schedules/{schedule_id}/resume", response_model=Schedule, responses=_errors(401, 404, 422, 500)
+        "/api/v1/schedules/{schedule_id}/resume",
+        response_model=Schedule,
+        responses=_errors(401, 404, 422, 500),
     )
     async def resume_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """Resume a paused schedule: its ticks run again from now."""
