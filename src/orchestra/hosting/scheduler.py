@@ -123,7 +123,9 @@ class ScheduleStore:
 class Scheduler:
     """This server's part in running the schedules of every workspace (see the module docstring)."""
 
-    def __init__(self, config: ServerConfig, workspaces: Workspaces, background: BackgroundRuns) -> None:
+    def __init__(
+        self, config: ServerConfig, workspaces: Workspaces, background: BackgroundRuns | None = None
+    ) -> None:
         self.config = config
         self.workspaces = workspaces
         self.background = background
@@ -348,6 +350,8 @@ class Scheduler:
         self, workspace: str, schedule: Schedule, tick: datetime, run_id: str, metadata: dict[str, str]
     ) -> RunRecord:
         hosted = self._hosted(workspace, schedule)
+        if self.background is None:  # the CLI on a server's storage: it changes schedules, runs nothing
+            raise Refused(409, "no_server", "a run starts on a server: use orchestra schedules run-now --url")
         invocation = Invocation(
             hosted, input_text(schedule.run_input(tick)), schedule.run_session(tick), None, on_busy="enqueue"
         )

@@ -187,6 +187,9 @@ class SessionDetail(BaseModel):
 
 class RunList(BaseModel):
     runs: list[RunSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as cursor for the next page (none: this is the last)."
+    )
 
 
 class RunRequest(InvokeRequest):

@@ -47,6 +47,7 @@ from orchestra.server._api import (
     ApiError,
     InvokeRequest,
     InvokeResponse,
+    RunList,
     SessionDetail,
     SessionList,
     Workspace,
@@ -62,7 +63,7 @@ from orchestra.server._api import (
 from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure_access_log, note_run
 from orchestra.server.auth import KeyRing
 from orchestra.server.routes import invocation_of, mount_runs
-from orchestra.server.search_routes import RunPage, SearchQuery, mount_search
+from orchestra.server.search_routes import SearchQuery, mount_search
 from orchestra.server.streams import sse_stream
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
@@ -433,7 +434,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         await runtime.delete_session(ws, target.id, session_id)
         return Response(status_code=204)
 
-    @app.get("/api/v1/runs", response_model=RunPage, responses=_errors(401, 404, 422, 500))
+    @app.get("/api/v1/runs", response_model=RunList, responses=_errors(401, 404, 422, 500))
     async def runs(
         ws: Workspace,
         query: SearchQuery,

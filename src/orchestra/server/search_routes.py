@@ -19,12 +19,12 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query
 from pydantic import BaseModel, Field
 
-from orchestra.hosting import FINAL, HostedSpec, RunService, RunSummary
+from orchestra.hosting import FINAL, HostedSpec, RunService
 from orchestra.hosting.search import Query as Search
 from orchestra.hosting.search import bad_query, parse_metadata, utc
 from orchestra.server._api import Workspace, _errors
 
-__all__ = ["RunPage", "SearchQuery", "mount_search", "search_query"]
+__all__ = ["SearchQuery", "mount_search", "search_query"]
 
 STATUSES = sorted({*FINAL, "queued", "executing"})
 
@@ -60,13 +60,6 @@ def search_query(
 
 
 SearchQuery = Annotated[Search, Depends(search_query)]
-
-
-class RunPage(BaseModel):
-    runs: list[RunSummary]
-    next_cursor: str | None = Field(
-        default=None, description="Pass as cursor for the next page (none: last)."
-    )
 
 
 class SessionHitBody(BaseModel):
