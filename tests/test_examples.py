@@ -212,3 +212,12 @@ def test_the_strands_example_makes_a_session_the_cli_imports(tmp_path, monkeypat
     assert imported.stdout.strip() == "imported agent/bot into session chat"
     shown = CliRunner().invoke(app, ["sessions", "show", "chat", "--json"])
     assert json.loads(shown.stdout)[0]["id"] == "bot"
+
+
+def test_the_daily_report_example_serves_its_schedule_and_runs_it_now(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["daily_report.py"])
+    runpy.run_path(str(EXAMPLES / "server" / "daily_report.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "schedule daily-report: 0 7 * * * (Europe/Paris), next at 07:00 CE" in out  # CET or CEST
+    assert "run completed: echo: Write the report for 20" in out
+    assert "'schedule_id': 'daily-report'" in out

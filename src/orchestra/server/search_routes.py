@@ -48,10 +48,14 @@ def search_query(
     unknown = sorted(set(status or []) - set(STATUSES))
     if unknown:
         raise bad_query(f"status {', '.join(unknown)} is not one of {', '.join(STATUSES)}")
+    try:
+        since, until = utc(since), utc(until)
+    except (OverflowError, ValueError):  # a time at the edge of the calendar, in a zone that moves it out
+        raise bad_query("since and until must be times between the years 1 and 9999 in UTC") from None
     return Search(
         statuses=frozenset(status or []),
-        since=utc(since),
-        until=utc(until),
+        since=since,
+        until=until,
         metadata=parse_metadata(metadata or []),
         limit=limit,
         order=order,
