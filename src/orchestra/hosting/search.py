@@ -12,22 +12,19 @@ Works the same on every storage, by prefix listings and reads (what each costs i
   described by its latest run (found in the same key listing): its status and metadata, read only when
   a filter asks for them or for the page.
 
-The cursor is the sort key of the last item answered, base64url JSON: a page starts after it, so paging
-sees no item twice even while new runs start (they sort before a newest-first cursor).
+The cursor is the sort key of the last item answered (a run id; a session's time, agent and id): a page
+starts after it, so paging sees no item twice even while new runs start (they sort before a
+newest-first cursor). Any text is a place in that order, so no cursor is refused.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.sessions import Sessions
@@ -37,7 +34,6 @@ __all__ = [
     "Finder",
     "Query",
     "SessionHit",
-    "bad_query",
     "decode_cursor",
     "encode_cursor",
     "parse_metadata",
@@ -48,10 +44,6 @@ __all__ = [
 Order = Literal["newest", "oldest"]
 
 
-def bad_query(message: str) -> Refused:
-    return Refused(422, "invalid_query", message)
-
-
 @dataclass(frozen=True)
 class Query:
     """What a search asks for; every filter given must match."""
@@ -59,7 +51,7 @@ class Query:
     statuses: frozenset[str] = frozenset()
     since: datetime | None = None
     until: datetime | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str | None] = field(default_factory=dict)
     limit: int = 100
     order: Order = "newest"
     cursor: str | None = None
@@ -70,7 +62,10 @@ class Query:
             return not self.statuses and not self.metadata
         if self.statuses and record.status not in self.statuses:
             return False
-        return all(record.metadata.get(k) == v for k, v in self.metadata.items())
+        return all(
+            (k in record.metadata) if v is None else record.metadata.get(k) == v
+            for k, v in self.metadata.items()
+        )
 
     @property
     def reads_records(self) -> bool:
@@ -82,22 +77,25 @@ class Query:
         return (self.since is None or when >= self.since) and (self.until is None or when < self.until)
 
 
-def parse_metadata(pairs: Sequence[str]) -> dict[str, str]:
-    """``key:value`` pairs (a query's ``metadata=``) as a dict; ``Refused`` 422 naming a bad one."""
-    out: dict[str, str] = {}
+def parse_metadata(pairs: Sequence[str]) -> dict[str, str | None]:
+    """``key:value`` pairs (a query's ``metadata=``) as a dict; a bare ``key`` asks only that the key be
+    there (``None``)."""
+    out: dict[str, str | None] = {}
     for pair in pairs:
         key, sep, value = pair.partition(":")
-        if not sep or not key:
-            raise bad_query(f"metadata {pair!r} is not key:value")
-        out[key] = value
+        out[key] = value if sep else None
     return out
 
 
-def utc(when: datetime | None) -> datetime | None:
-    """A time as UTC (a time without a zone is taken as UTC)."""
+def utc(when: datetime | None, *, edge: datetime | None = None) -> datetime | None:
+    """A time as UTC (a time without a zone is taken as UTC; one that UTC cannot hold, at the calendar's
+    edge, is ``edge``)."""
     if when is None:
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:
+        return edge
 
 
 def run_time(run_id: str) -> datetime | None:
@@ -112,18 +110,18 @@ def run_time(run_id: str) -> datetime | None:
     return datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
 
 
+_SEP = "|"
+
+
 def encode_cursor(key: Sequence[str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+    """The cursor of a place in the order: its sort key (opaque to callers; any text is a place)."""
+    return _SEP.join(key)
 
 
-def decode_cursor(cursor: str) -> tuple[str, ...]:
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, binascii.Error):
-        raise bad_query("cursor is not one this server gave (pass next_cursor as it came)") from None
-    if not isinstance(key, list) or not all(isinstance(k, str) for k in key):
-        raise bad_query("cursor is not one this server gave (pass next_cursor as it came)")
-    return tuple(key)
+def decode_cursor(cursor: str, parts: int) -> tuple[str, ...]:
+    """The sort key a cursor names (a text this server did not give is still a place in the order)."""
+    key = cursor.split(_SEP, parts - 1)
+    return tuple(key + [""] * (parts - len(key)))
 
 
 async def search(
@@ -133,7 +131,8 @@ async def search(
 ) -> tuple[list[tuple[Any, RunRecord | None]], str | None]:
     """One page: ``items`` are (sort key, item) already in the time range; ``read`` gives the run of each
     item (only called when the filters or the page need it). Answers the page and the next cursor."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    parts = len(items[0][0]) if items else 1
+    after = decode_cursor(query.cursor, parts) if query.cursor else None
     newest = query.order == "newest"
     ordered = sorted(items, key=lambda i: i[0], reverse=newest)
     if after is not None:

@@ -29,7 +29,7 @@ def query_of(params: Mapping[str, str]) -> Query:
         value = params.get(name) or ""
         try:
             times[name] = utc(datetime.fromisoformat(value)) if value else None
-        except (ValueError, OverflowError):
+        except ValueError:
             raise Refused(422, "invalid_query", f"{name} {value!r} is not an ISO 8601 time") from None
     pairs = [p.strip() for p in (params.get("metadata") or "").split(",") if p.strip()]
     return Query(
