@@ -64,7 +64,7 @@ def _storage(config_path: Path, workspace: str | None, what: Any) -> Any:
         workspaces = Workspaces(config)
         scheduler = Scheduler(config, workspaces)  # changes schedules; starts no run
         names = [workspace] if workspace else workspaces.all()
-        return run_sync(what(scheduler, names))
+        return run_sync(what, scheduler, names)
     except Refused as exc:
         raise fail(f"{exc.status} {exc.code}: {exc.message}") from None
     except (OrchestraError, OSError) as exc:
