@@ -35,7 +35,7 @@ import anyio
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
 from orchestra.hosting.background import BackgroundRuns
-from orchestra.hosting.config import ServerConfig
+from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.records import RunRecord
@@ -172,7 +172,7 @@ class Scheduler:
         Raises:
             Refused: its agent is not hosted in the workspace (404), or the id is taken (409).
         """
-        self._hosted(workspace, schedule)
+        self.hosted(workspace, schedule.agent)
         schedule = schedule.model_copy(
             update={"workspace": workspace, "after": datetime.now(UTC).isoformat(), "source": "api"}
         )
@@ -220,10 +220,11 @@ class Scheduler:
         now = datetime.now(UTC).replace(microsecond=0)
         return await self._queue(workspace, schedule, now, str(uuid7()), {"schedule_trigger": "manual"})
 
-    def _hosted(self, workspace: str, schedule: Schedule) -> Any:
-        hosted = next((h for h in self.config.agents if h.id == schedule.agent), None)
+    def hosted(self, workspace: str, agent_id: str) -> HostedSpec:
+        """The hosted agent a schedule of the workspace runs (``Refused`` 404 if there is none)."""
+        hosted = next((h for h in self.config.agents if h.id == agent_id), None)
         if hosted is None or hosted.workspace != workspace:
-            raise Refused(404, "unknown_agent", f"no agent {schedule.agent!r} is hosted in this workspace")
+            raise Refused(404, "unknown_agent", f"no agent {agent_id!r} is hosted in this workspace")
         return hosted
 
     # -- the ticks ---------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ class Scheduler:
 
     def _runnable(self, workspace: str, schedule: Schedule) -> bool:
         try:
-            self._hosted(workspace, schedule)
+            self.hosted(workspace, schedule.agent)
         except Refused:
             log.warning("schedule_agent_not_hosted", schedule_id=schedule.id, agent_id=schedule.agent)
             return False
@@ -349,7 +350,7 @@ class Scheduler:
     async def _queue(
         self, workspace: str, schedule: Schedule, tick: datetime, run_id: str, metadata: dict[str, str]
     ) -> RunRecord:
-        hosted = self._hosted(workspace, schedule)
+        hosted = self.hosted(workspace, schedule.agent)
         if self.background is None:  # the CLI on a server's storage: it changes schedules, runs nothing
             raise Refused(409, "no_server", "a run starts on a server: use orchestra schedules run-now --url")
         invocation = Invocation(

@@ -72,6 +72,7 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     async def create_schedule(body: ScheduleRequest, ws: Workspace) -> dict[str, Any]:
         """Create a schedule of this workspace: each tick of its cron expression starts one background
         run of its agent, on whichever server of the storage claims the tick first."""
+        schedules.hosted(ws, body.agent)  # 404 before what the schedule says is checked
         try:
             schedule = Schedule.model_validate(body.model_dump())
         except ValueError as exc:
