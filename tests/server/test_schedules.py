@@ -12,15 +12,20 @@ The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import os
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
+from orchestra.hosting.schedules import TickRecord
+from orchestra.session import uuid7
+from orchestra.storage import PrefixedStorage, storage_from_uri
 from tests.server.conftest import FAST_RUNS, Server, auth, counted_config
 from tests.server.test_platform_processes import Servers, final_record, get, wait_for
 
@@ -61,7 +66,8 @@ def test_three_servers_run_each_tick_once_with_one_killed_and_restarted(tmp_path
     group = servers(
         schedule_config(tmp_path, f"file:{tmp_path}/store", every), ORCHESTRA_TEST_CALLS=str(calls)
     )
-    urls = [group.start(), group.start(), group.start()]
+    with concurrent.futures.ThreadPoolExecutor(3) as starting:  # three processes start at once
+        urls = list(starting.map(lambda _: group.start(), range(3)))
     wait_for(lambda: len(ticks_of(urls[0], "every")) >= TICKS // 3)
     group.kill(urls[1])  # SIGKILL: whatever it was doing (a claim, a run) is left to the others
     killed_at = len(ticks_of(urls[0], "every"))
@@ -197,3 +203,36 @@ def test_the_schedules_api(scheduled):
         # Another workspace sees none of them.
         globex = http.get("/api/v1/schedules", headers=auth("globex")).json()["schedules"]
         assert globex == []
+
+
+def test_a_claim_left_by_a_gone_server_is_taken_over_and_run_once(tmp_path, monkeypatch):
+    # What a server SIGKILLed between a tick's record and its run leaves: the tick's open marker and its
+    # record "claimed" by a server that no longer says it is alive. A sweep takes the claim over and
+    # queues the run the record names, once.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    daily = '  - {id: daily, agent: counted, cron: "0 7 * * *", input: "left {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", daily)
+    tick = "2026-12-01T07:00:00+00:00"
+    left = TickRecord(
+        schedule_id="daily",
+        first=tick,
+        last=tick,
+        status="claimed",
+        run_id=str(uuid7()),
+        server="a-server-that-died",
+        claimed_at=tick,
+    )
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    anyio.run(workspace.write, "schedule-ticks/daily/20261201T070000Z.json", left.as_json())
+    anyio.run(workspace.write, "schedule-open/daily/20261201T070000Z", b"")
+    with Server(config) as server:
+        record = wait_for(
+            lambda: next((t for t in ticks_of(server.url, "daily") if t["status"] == "started"), None)
+        )
+        assert (record["run_id"], record["taken_over"]) == (left.run_id, 1)
+        assert record["server"] != "a-server-that-died"
+        run = final_record(server.url, left.run_id)
+        assert (run["status"], run["input"]) == ("completed", f"left {tick}")
+        wait_for(lambda: not anyio.run(workspace.list, "schedule-open/"))  # the marker is gone
+    assert calls_of(calls) == [f"left {tick}"]
