@@ -73,17 +73,17 @@ def test_runs_and_sessions_lists_take_the_search_filters(tmp_path):
         options = ["--url", server.url, "--api-key", KEYS["acme"]]
         team_a = runner.invoke(app, ["runs", "list", *options, "--metadata", "team:a", "--json"])
         assert team_a.exit_code == 0, team_a.output
-        assert sorted(r["session_id"] for r in json.loads(team_a.output)["runs"]) == ["c0", "c2"]
+        assert sorted(r["session_id"] for r in json.loads(team_a.stdout)) == ["c0", "c2"]
         first = runner.invoke(app, ["runs", "list", *options, "--limit", "2", "--order", "oldest"])
         assert first.exit_code == 0, first.output
         cursor = first.output.rsplit("--cursor ", 1)[1].strip()
         rest = runner.invoke(
             app, ["runs", "list", *options, "--order", "oldest", "--cursor", cursor, "--json"]
         )
-        assert [r["session_id"] for r in json.loads(rest.output)["runs"]] == ["c2", "r"]
+        assert [r["session_id"] for r in json.loads(rest.stdout)] == ["c2", "r"]
         waiting = runner.invoke(app, ["sessions", "list", *options, "--status", "interrupted", "--json"])
         assert waiting.exit_code == 0, waiting.output
-        assert [s["session_id"] for s in json.loads(waiting.output)["sessions"]] == ["r"]
+        assert [s["session_id"] for s in json.loads(waiting.stdout)] == ["r"]
         bad = runner.invoke(app, ["runs", "list", *options, "--status", "running"])
         assert bad.exit_code == 1
         assert "422" in bad.output

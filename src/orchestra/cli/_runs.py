@@ -92,7 +92,8 @@ def runs_list(
     page = _call(url, api_key, lambda c: c.search_runs(agent_id, session_id, limit=limit, **search))
     runs = page["runs"]
     if as_json:
-        out.print_json(json.dumps(page))
+        out.print_json(json.dumps(runs))
+        next_page(page, to_stderr=True)
         return
     table = Table("run", "agent", "session", "status", "started", "took")
     for run in runs:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestra.cli._output import out
+from orchestra.cli._output import err, out
 
 __all__ = [
     "CursorOption",
@@ -65,6 +65,9 @@ def search_filters(
     }
 
 
-def next_page(page: dict[str, Any]) -> None:
+def next_page(page: dict[str, Any], *, to_stderr: bool = False) -> None:
+    """Say how to ask for the next page, if there is one (on stderr beside JSON on stdout)."""
     if page.get("next_cursor"):
-        out.print(f"more: --cursor {page['next_cursor']}", highlight=False, markup=False)
+        (err if to_stderr else out).print(
+            f"more: --cursor {page['next_cursor']}", highlight=False, markup=False
+        )

@@ -118,7 +118,8 @@ def _server_sessions(
     except (ClientError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
-        out.print_json(json.dumps(page))
+        out.print_json(json.dumps(page["sessions"]))
+        next_page(page, to_stderr=True)
         return
     table = Table("agent", "session", "status", "updated", "metadata")
     for hit in page["sessions"]:
