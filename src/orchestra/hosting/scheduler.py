@@ -132,6 +132,7 @@ class Scheduler:
         self.liveness = workspaces.liveness
         self._cursors: dict[tuple[str, str], datetime] = {}
         self._starting: set[tuple[str, str, str]] = set()  # ticks whose run this server is queueing
+        self._unhosted: set[tuple[str, str]] = set()  # schedules whose agent is not hosted (logged)
 
     def store(self, workspace: str) -> ScheduleStore:
         return ScheduleStore(self.workspaces.storage(workspace), self.workspaces.unsynced(workspace))
@@ -183,8 +184,8 @@ class Scheduler:
         return schedule
 
     async def delete(self, workspace: str, schedule_id: str) -> None:
-        schedule = await self.get(workspace, schedule_id)
-        if schedule.source == "config":
+        await self.get(workspace, schedule_id)
+        if any(s.id == schedule_id and s.workspace == workspace for s in self.config.schedules):
             raise Refused(
                 409,
                 "schedule_in_config",
@@ -242,7 +243,7 @@ class Scheduler:
         swept = anyio.current_time()
         while True:
             wait = _MAX_WAIT_S
-            for workspace in self._workspaces():
+            for workspace in self.workspaces.all():
                 try:
                     wait = min(wait, await self.advance(workspace))
                     if anyio.current_time() - swept >= self.config.runs.sweep_s:
@@ -252,9 +253,6 @@ class Scheduler:
             if anyio.current_time() - swept >= self.config.runs.sweep_s:
                 swept = anyio.current_time()
             await anyio.sleep(max(wait, 0.01))
-
-    def _workspaces(self) -> list[str]:
-        return self.workspaces.all()
 
     async def advance(self, workspace: str) -> float:
         """Account for every due tick of the workspace's schedules; the seconds until the next one."""
@@ -275,7 +273,9 @@ class Scheduler:
         try:
             self.hosted(workspace, schedule.agent)
         except Refused:
-            log.warning("schedule_agent_not_hosted", schedule_id=schedule.id, agent_id=schedule.agent)
+            if (workspace, schedule.id) not in self._unhosted:  # said once, not every second
+                self._unhosted.add((workspace, schedule.id))
+                log.warning("schedule_agent_not_hosted", schedule_id=schedule.id, agent_id=schedule.agent)
             return False
         return True
 

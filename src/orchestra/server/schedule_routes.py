@@ -5,7 +5,7 @@
 | ``POST /api/v1/schedules`` | create a schedule (201); its ticks count from now |
 | ``GET /api/v1/schedules`` | the workspace's schedules (those of the server config among them) |
 | ``GET /api/v1/schedules/{id}`` | one schedule, with its latest tick records |
-| ``DELETE /api/v1/schedules/{id}`` | delete one made over the API (204; one of the config: 409) |
+| ``DELETE /api/v1/schedules/{id}`` | delete one (204); one the server config names: 409 (remove it there) |
 | ``POST /api/v1/schedules/{id}/pause``, ``/resume`` | stop and restart its ticks |
 | ``POST /api/v1/schedules/{id}/run`` | start its run now, outside its ticks (202) |
 """
