@@ -234,3 +234,23 @@ def test_a_claim_left_by_a_gone_server_is_taken_over_and_run_once(tmp_path, monk
         assert (run["status"], run["input"]) == ("completed", f"left {tick}")
         wait_for(lambda: not anyio.run(workspace.list, "schedule-open/"))  # the marker is gone
     assert calls_of(calls) == [f"left {tick}"]
+
+
+def test_a_tick_whose_run_is_refused_says_why(tmp_path, monkeypatch):
+    # Every tick on one session, whose first run waits on a gate and whose queue holds none: the next
+    # tick's run is refused (429 queue_full), and its record says so instead of "started".
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls.txt"))
+    monkeypatch.setenv("ORCHESTRA_TEST_GATE", str(gate))
+    every = '  - {id: busy, agent: counted, cron: "* * * * * *", input: "slow {tick}", session: continue}\n'
+    runs = FAST_RUNS.replace("sweep_s: 0.3}", "sweep_s: 0.3, max_queue: 0}")
+    with Server(schedule_config(tmp_path, f"file:{tmp_path}/store", every, runs)) as server:
+        refused = wait_for(
+            lambda: next((t for t in ticks_of(server.url, "busy") if t["status"] == "refused"), None)
+        )
+        gate.write_text("open")
+        assert refused["error"].startswith("queue_full: "), refused
+        unknown = httpx.get(f"{server.url}/api/v1/runs/{refused['run_id']}", headers=auth(), timeout=30)
+        assert unknown.status_code == 404  # nothing of the refused run was kept
+        started = [t for t in ticks_of(server.url, "busy") if t["status"] == "started"]
+        assert started  # the one that held the session

@@ -340,7 +340,9 @@ class Scheduler:
                     await self._queue(workspace, schedule, tick, record.run_id, meta)
                 except Refused as exc:  # e.g. its session's queue is full: the record says so
                     log.warning("schedule_run_refused", schedule_id=schedule.id, tick=key, error=exc.message)
-            record.status = "started"
+                    record.status, record.error = "refused", f"{exc.code}: {exc.message}"
+            if record.status == "claimed":
+                record.status = "started"
             with contextlib.suppress(StorageConflictError):  # taken for gone meanwhile: the run is queued
                 await store.write_tick(key, record, version)
             await store.close(schedule.id, key)

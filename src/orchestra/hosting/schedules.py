@@ -183,7 +183,8 @@ def plan(schedule: Schedule, cursor: datetime, now: datetime) -> Tick | None:
 
 class TickRecord(BaseModel):
     """The record of one tick (or of ticks missed together): written create-only, so it decides who runs
-    it; ``claimed`` until its run is queued, then ``started`` (``skipped`` for missed ticks not run)."""
+    it; ``claimed`` until its run is queued, then ``started`` (``skipped`` for missed ticks not run,
+    ``refused`` when the run could not be queued: its session's queue was full, say; ``error`` says)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -194,11 +195,12 @@ class TickRecord(BaseModel):
     count: int = Field(default=1, description="How many ticks it accounts for.")
     missed: bool = Field(default=False, description="Ticks missed while no server ran them.")
     policy: Missed | None = Field(default=None, description="For missed ticks: what was done.")
-    status: Literal["claimed", "started", "skipped"]
+    status: Literal["claimed", "started", "skipped", "refused"]
     run_id: str | None = Field(default=None, description="The run this record starts (or started).")
     server: str = Field(description="The server that claimed it (or took the claim over).")
     claimed_at: str
     taken_over: int = Field(default=0, description="How many times a gone server's claim was taken over.")
+    error: str | None = Field(default=None, description="Why its run was refused (status refused).")
 
     def as_json(self) -> bytes:
         return self.model_dump_json().encode()
