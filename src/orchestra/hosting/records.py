@@ -308,20 +308,6 @@ class RunStore:
     async def list(
         self, agent_ids: list[str], session_id: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
-        keys: list[str] = []
-        for agent_id in agent_ids:
-            prefix = f"runs/{agent_id}/{session_id}/" if session_id else f"runs/{agent_id}/"
-            keys.extend(await self.storage.list(prefix))
-        pending = {
-            self._key(r): r
-            for r in list(self._pending.values())
-            if r.agent_id in agent_ids and (session_id is None or r.session_id == session_id)
-        }
-        keys = sorted({*keys, *pending}, key=lambda k: k.rsplit("/", 1)[-1], reverse=True)[:limit]
-        stored = [k for k in keys if k not in pending]
-        found = dict(zip(stored, await read_many(self.storage, stored), strict=True))
-        return [
-            pending[k] if k in pending else RunRecord.model_validate_json(found[k][0])  # type: ignore[index]
-            for k in keys
-            if k in pending or found[k] is not None
-        ]
+        """The agents' newest ``limit`` records (of one session), newest first."""
+        keys = sorted(await self.keys(agent_ids, session_id), key=self.run_id_of, reverse=True)[:limit]
+        return [record for record in await self.read_keys(keys) if record is not None]

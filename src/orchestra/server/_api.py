@@ -139,11 +139,13 @@ class InvokeRequest(BaseModel):
     )
     on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = OnBusyField
     metadata: (
-        dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=512)]] | None
+        dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")], Annotated[str, Field(max_length=512)]]
+        | None
     ) = Field(
         default=None,
         max_length=32,
-        description="Kept in the run's record, to search runs by (GET /api/v1/runs?metadata=key:value).",
+        description="Kept in the run's record, to search runs by (GET /api/v1/runs?metadata=key:value); "
+        "keys are 1-64 letters, digits, '_', '.' or '-'.",
     )
 
 
