@@ -20,7 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.hosting import RunService
 from orchestra.hosting.schedules import Schedule, TickRecord
-from orchestra.server._api import ID_PATH, STORABLE_ID, ApiError, RunAccepted, Workspace, _errors, _plain
+from orchestra.server._api import (
+    ID_PATH,
+    STORABLE_ID,
+    ApiError,
+    Metadata,
+    RunAccepted,
+    Workspace,
+    _errors,
+    _plain,
+)
 
 __all__ = ["mount_schedules"]
 
@@ -47,7 +56,7 @@ class ScheduleRequest(BaseModel):
         default="skip", description="Ticks missed while every server was down: skip, or run once for all."
     )
     missed_after_s: float = Field(default=60.0, gt=0, le=366 * 86400, description="When a tick is missed.")
-    metadata: dict[str, str] = Field(default_factory=dict, description="Given to each run's metadata.")
+    metadata: Metadata = Field(default_factory=dict, description="Given to each run's metadata.")
     paused: bool = False
 
 
