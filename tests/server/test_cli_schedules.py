@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import httpx
 from typer.testing import CliRunner
 
 from orchestra.cli import app
-from orchestra.client import Client
+from orchestra.client import AsyncClient, Client
 from tests.server.conftest import KEYS, Server, auth, write_config
 
 runner = CliRunner()
@@ -90,3 +91,26 @@ def test_runs_and_sessions_lists_take_the_search_filters(tmp_path):
         local = runner.invoke(app, ["sessions", "list", "--status", "failed"])
         assert local.exit_code == 1
         assert "give --url" in local.output
+
+
+def test_the_async_client_searches_and_schedules(tmp_path):
+    async def use(url: str) -> None:
+        async with AsyncClient(url, KEYS["acme"]) as client:
+            await client.invoke("chat", "hi", "a1", metadata={"team": "x"})
+            await client.invoke("chat", "hi", "a2", metadata={"team": "y"})
+            page = await client.search_runs(metadata={"team": "x"})
+            assert [r["session_id"] for r in page["runs"]] == ["a1"]
+            assert [r["session_id"] for r in await client.runs(limit=1)] == ["a2"]
+            sessions = await client.search_sessions("chat", order="oldest")
+            assert [s["session_id"] for s in sessions["sessions"]] == ["a1", "a2"]
+            made = await client.create_schedule("hourly", "chat", "0 * * * *", input="tick")
+            assert made["source"] == "api"
+            assert (await client.pause_schedule("hourly"))["paused"] is True
+            run = await client.run_schedule("hourly")
+            assert run.run_id
+            assert [s["id"] for s in await client.schedules()] == ["daily", "hourly"]
+            await client.delete_schedule("hourly")
+            assert [s["id"] for s in await client.schedules()] == ["daily"]
+
+    with Server(scheduled_config(tmp_path)) as server:
+        anyio.run(use, server.url)
