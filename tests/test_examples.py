@@ -228,3 +228,12 @@ def test_the_tool_approval_example_edits_rejects_and_approves_always(capsys, mon
         "agent: refunded 300 EUR on A-5",  # "always", remembered by the reloaded session
         "refunds: ['A-1: 40 EUR', 'A-2: 90 EUR', 'A-4: 150 EUR', 'A-5: 300 EUR']",
     ]
+
+
+def test_the_daily_report_example_serves_its_schedule_and_runs_it_now(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["daily_report.py"])
+    runpy.run_path(str(EXAMPLES / "server" / "daily_report.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "schedule daily-report: 0 7 * * * (Europe/Paris), next at 07:00 CE" in out  # CET or CEST
+    assert "run completed: echo: Write the report for 20" in out
+    assert "'schedule_id': 'daily-report'" in out

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -266,6 +267,25 @@ def _filters(agent_id: str | None, session_id: str | None) -> dict[str, str | No
     return {"agent_id": agent_id, "session_id": session_id}
 
 
+def _search(
+    status: str | list[str] | None,
+    since: str | datetime | None,
+    until: str | datetime | None,
+    metadata: dict[str, str] | None,
+    order: str | None,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """The query parameters of a search (GET /api/v1/runs, /api/v1/sessions)."""
+    return {
+        "status": [status] if isinstance(status, str) else status,
+        "since": since.isoformat() if isinstance(since, datetime) else since,
+        "until": until.isoformat() if isinstance(until, datetime) else until,
+        "metadata": [f"{k}:{v}" for k, v in metadata.items()] if metadata else None,
+        "order": order,
+        "cursor": cursor,
+    }
+
+
 def _body(
     input: Any,
     session_id: str | None,
@@ -274,6 +294,7 @@ def _body(
     responses: Any = None,
     on_busy: str | None = None,
     webhook: str | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     if session_id is not None:
         validate_id(session_id, "session_id")
@@ -284,6 +305,7 @@ def _body(
         ("responses", _responses(responses)),
         ("on_busy", on_busy),
         ("webhook", webhook),
+        ("metadata", metadata),
     ):
         if value is not None:
             body[name] = value
@@ -330,6 +352,10 @@ class _SSEParser:
 
 def _agent_url(agent_id: str, what: str) -> str:
     return f"/api/v1/agents/{_segment(agent_id, 'agent_id')}/{what}"
+
+
+def _schedule_url(schedule_id: str, what: str = "") -> str:
+    return f"/api/v1/schedules/{_segment(schedule_id, 'schedule_id')}" + (f"/{what}" if what else "")
 
 
 def _run_url(run_id: str, what: str = "") -> str:
@@ -402,13 +428,15 @@ class Client:
         *,
         idempotency_key: str | None = None,
         on_busy: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> InvokeResult:
         """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither.
 
         ``on_busy`` says what to do if the session runs another run: ``reject`` (409), ``enqueue``,
         ``interrupt`` or ``rollback``. The request carries ``idempotency_key`` (a new one if not given)
-        and is repeated with it when it may have failed half way, so the turn runs once."""
-        body = _body(input, session_id, history, on_busy=on_busy)
+        and is repeated with it when it may have failed half way, so the turn runs once. ``metadata``
+        is kept in the run's record, to search runs by."""
+        body = _body(input, session_id, history, on_busy=on_busy, metadata=metadata)
         return InvokeResult.model_validate(
             self._post_once(_agent_url(agent_id, "invoke"), body, idempotency_key)
         )
@@ -440,9 +468,18 @@ class Client:
         on_busy: str | None = None,
         webhook: str | None = None,
         idempotency_key: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> RunInfo:
         """Start a run in the background (or answer interrupts in one); returns at once with its id."""
-        body = _body(input, session_id, history, responses=responses, on_busy=on_busy, webhook=webhook)
+        body = _body(
+            input,
+            session_id,
+            history,
+            responses=responses,
+            on_busy=on_busy,
+            webhook=webhook,
+            metadata=metadata,
+        )
         return RunInfo.model_validate(self._post_once(_agent_url(agent_id, "runs"), body, idempotency_key))
 
     def stream(
@@ -562,9 +599,83 @@ class Client:
         _raise_for(response)
 
     def runs(
-        self, agent_id: str | None = None, session_id: str | None = None, limit: int | None = None
+        self,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+        **search: Any,
     ) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/runs", **_filters(agent_id, session_id), limit=limit)["runs"])
+        """Runs, newest first: the first page of ``search_runs``."""
+        return list(self.search_runs(agent_id, session_id, limit=limit, **search)["runs"])
+
+    def search_runs(
+        self,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        *,
+        status: str | list[str] | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        metadata: dict[str, str] | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of runs that match every filter given: ``{"runs": [...], "next_cursor": ...}`` (pass
+        ``next_cursor`` as ``cursor`` for the next page; None after the last)."""
+        params = _search(status, since, until, metadata, order, cursor)
+        return dict(self._get("/api/v1/runs", **_filters(agent_id, session_id), limit=limit, **params))
+
+    def search_sessions(
+        self,
+        agent_id: str | None = None,
+        *,
+        status: str | list[str] | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        metadata: dict[str, str] | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of sessions (each with its latest run's status and metadata) that match every filter:
+        ``{"sessions": [...], "next_cursor": ...}``."""
+        params = _search(status, since, until, metadata, order, cursor)
+        return dict(self._get("/api/v1/sessions", **_filters(agent_id, None), limit=limit, **params))
+
+    def schedules(self) -> list[dict[str, Any]]:
+        return list(self._get("/api/v1/schedules")["schedules"])
+
+    def schedule(self, schedule_id: str, ticks: int = 20) -> dict[str, Any]:
+        """A schedule and its latest ``ticks`` tick records."""
+        return dict(self._get(_schedule_url(schedule_id), ticks=ticks))
+
+    def create_schedule(self, schedule_id: str, agent_id: str, cron: str, **fields: Any) -> dict[str, Any]:
+        """Create a schedule (``fields``: timezone, input, session, session_id, missed, ...)."""
+        return dict(
+            self._send(
+                "POST", "/api/v1/schedules", {"id": schedule_id, "agent": agent_id, "cron": cron, **fields}
+            )
+        )
+
+    def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return dict(self._send("POST", _schedule_url(schedule_id, "pause")))
+
+    def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return dict(self._send("POST", _schedule_url(schedule_id, "resume")))
+
+    def run_schedule(self, schedule_id: str) -> RunInfo:
+        """Start the schedule's run now (202): the run, to follow like any background run."""
+        return RunInfo.model_validate(self._send("POST", _schedule_url(schedule_id, "run")))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self._send("DELETE", _schedule_url(schedule_id))
+
+    def _send(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        with _answered(self.base_url):
+            response = self._http.request(method, url, json=body)
+        _raise_for(response)
+        return response.json() if response.content else None
 
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self._get(_run_url(run_id)))
@@ -632,13 +743,15 @@ class AsyncClient:
         *,
         idempotency_key: str | None = None,
         on_busy: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> InvokeResult:
         """Invoke an agent: session mode (``session_id``), stateless (``history``) or neither.
 
         ``on_busy`` says what to do if the session runs another run: ``reject`` (409), ``enqueue``,
         ``interrupt`` or ``rollback``. The request carries ``idempotency_key`` (a new one if not given)
-        and is repeated with it when it may have failed half way, so the turn runs once."""
-        body = _body(input, session_id, history, on_busy=on_busy)
+        and is repeated with it when it may have failed half way, so the turn runs once. ``metadata``
+        is kept in the run's record, to search runs by."""
+        body = _body(input, session_id, history, on_busy=on_busy, metadata=metadata)
         return InvokeResult.model_validate(
             await self._post_once(_agent_url(agent_id, "invoke"), body, idempotency_key)
         )
@@ -670,9 +783,18 @@ class AsyncClient:
         on_busy: str | None = None,
         webhook: str | None = None,
         idempotency_key: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> RunInfo:
         """Start a run in the background (or answer interrupts in one); returns at once with its id."""
-        body = _body(input, session_id, history, responses=responses, on_busy=on_busy, webhook=webhook)
+        body = _body(
+            input,
+            session_id,
+            history,
+            responses=responses,
+            on_busy=on_busy,
+            webhook=webhook,
+            metadata=metadata,
+        )
         return RunInfo.model_validate(
             await self._post_once(_agent_url(agent_id, "runs"), body, idempotency_key)
         )
@@ -789,9 +911,85 @@ class AsyncClient:
         _raise_for(response)
 
     async def runs(
-        self, agent_id: str | None = None, session_id: str | None = None, limit: int | None = None
+        self,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+        **search: Any,
     ) -> list[dict[str, Any]]:
-        return list((await self._get("/api/v1/runs", **_filters(agent_id, session_id), limit=limit))["runs"])
+        """Runs, newest first: the first page of ``search_runs``."""
+        return list((await self.search_runs(agent_id, session_id, limit=limit, **search))["runs"])
+
+    async def search_runs(
+        self,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        *,
+        status: str | list[str] | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        metadata: dict[str, str] | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of runs that match every filter given: ``{"runs": [...], "next_cursor": ...}`` (pass
+        ``next_cursor`` as ``cursor`` for the next page; None after the last)."""
+        params = _search(status, since, until, metadata, order, cursor)
+        return dict(await self._get("/api/v1/runs", **_filters(agent_id, session_id), limit=limit, **params))
+
+    async def search_sessions(
+        self,
+        agent_id: str | None = None,
+        *,
+        status: str | list[str] | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        metadata: dict[str, str] | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of sessions (each with its latest run's status and metadata) that match every filter:
+        ``{"sessions": [...], "next_cursor": ...}``."""
+        params = _search(status, since, until, metadata, order, cursor)
+        return dict(await self._get("/api/v1/sessions", **_filters(agent_id, None), limit=limit, **params))
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        return list((await self._get("/api/v1/schedules"))["schedules"])
+
+    async def schedule(self, schedule_id: str, ticks: int = 20) -> dict[str, Any]:
+        """A schedule and its latest ``ticks`` tick records."""
+        return dict(await self._get(_schedule_url(schedule_id), ticks=ticks))
+
+    async def create_schedule(
+        self, schedule_id: str, agent_id: str, cron: str, **fields: Any
+    ) -> dict[str, Any]:
+        """Create a schedule (``fields``: timezone, input, session, session_id, missed, ...)."""
+        return dict(
+            await self._send(
+                "POST", "/api/v1/schedules", {"id": schedule_id, "agent": agent_id, "cron": cron, **fields}
+            )
+        )
+
+    async def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return dict(await self._send("POST", _schedule_url(schedule_id, "pause")))
+
+    async def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return dict(await self._send("POST", _schedule_url(schedule_id, "resume")))
+
+    async def run_schedule(self, schedule_id: str) -> RunInfo:
+        """Start the schedule's run now (202): the run, to follow like any background run."""
+        return RunInfo.model_validate(await self._send("POST", _schedule_url(schedule_id, "run")))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        await self._send("DELETE", _schedule_url(schedule_id))
+
+    async def _send(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        with _answered(self.base_url):
+            response = await self._http.request(method, url, json=body)
+        _raise_for(response)
+        return response.json() if response.content else None
 
     async def run(self, run_id: str) -> dict[str, Any]:
         return dict(await self._get(_run_url(run_id)))

@@ -220,3 +220,54 @@ def test_a_form_from_another_site_cannot_cancel_a_run(platform, browser):
         timeout=30,
     )
     assert forged.status_code == 403
+
+
+def test_runs_and_sessions_are_searched_and_paged_in_the_browser(server, browser):
+    # Runs of two customers (metadata given at start) and a pipeline that stops interrupted: the runs list
+    # filters by metadata and status, pages with its Next link, and the sessions list does the same.
+    with httpx.Client(base_url=server.url, headers=auth(), timeout=30) as http:
+        for index in range(4):
+            body = {
+                "input": f"hi {index}",
+                "session_id": f"c{index}",
+                "metadata": {"customer": "ab"[index % 2]},
+            }
+            assert http.post("/api/v1/agents/chat/invoke", json=body).status_code == 200
+        http.post("/api/v1/agents/approval/invoke", json={"input": "ship", "session_id": "rel"})
+    page = browser.new_page()
+    page.goto(f"{server.url}/login")
+    page.fill("#key", KEYS["acme"])
+    page.click("#login")
+    page.wait_for_selector("#runs")
+    page.fill("#search input[name=metadata]", "customer:b")
+    page.click("#search button[type=submit]")
+    page.wait_for_selector("#runs")
+    rows = page.locator("#runs tr.run")
+    assert sorted(rows.nth(i).inner_text().split("\t")[2] for i in range(rows.count())) == ["c1", "c3"]
+    page.select_option("#search select[name=status]", "interrupted")
+    page.fill("#search input[name=metadata]", "")
+    page.click("#search button[type=submit]")
+    page.wait_for_selector("#runs")
+    assert page.locator("#runs tr.run").count() == 1
+    assert "approval" in page.inner_text("#runs")
+    # The sessions list: 5 sessions, newest saved first; the status filter finds the pipeline's.
+    page.click("#sessions-link")
+    page.wait_for_selector("#sessions")
+    assert page.locator("#sessions tr.session").count() == 5
+    page.select_option("#search select[name=status]", "interrupted")
+    page.click("#search button[type=submit]")
+    page.wait_for_selector("#sessions")
+    assert page.locator("#sessions tr.session").inner_text().split("\t")[:2] == ["rel", "approval"]
+    # Pages of two runs: the Next links go through all five, each once.
+    page.goto(f"{server.url}/?limit=2")
+    seen = []
+    while True:
+        rows = page.locator("#runs tr.run")
+        seen += [rows.nth(i).inner_text().split("\t")[2] for i in range(rows.count())]
+        if page.locator("#next-page").count() == 0:
+            break
+        page.click("#next-page")
+        page.wait_for_selector("#runs")
+    assert seen == ["rel", "c3", "c2", "c1", "c0"]
+    page.goto(f"{server.url}/?status=running")
+    assert "status 'running' is not one of" in page.inner_text("body")

@@ -30,6 +30,7 @@ from orchestra.cli._output import (
     use_log_format,
 )
 from orchestra.cli._runs import runs_app
+from orchestra.cli._schedules import schedules_app
 from orchestra.cli._sessions import sessions_app
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "app", "main"]
@@ -48,6 +49,7 @@ app.add_typer(_serve.app)  # serve, hash-key
 app.add_typer(_worker.app)  # worker
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(runs_app, name="runs")  # orchestra runs list/show/cancel/stream --url (cli/_runs.py)
+app.add_typer(schedules_app, name="schedules")  # list/pause/resume/run-now (cli/_schedules.py)
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -14,6 +14,16 @@ import typer
 from rich.table import Table
 
 from orchestra.cli._output import EXIT_INTERRUPTED, fail, out, print_table
+from orchestra.cli._search import (
+    CursorOption,
+    MetadataOption,
+    OrderOption,
+    SinceOption,
+    StatusOption,
+    UntilOption,
+    next_page,
+    search_filters,
+)
 
 if TYPE_CHECKING:
     from orchestra.client import Client
@@ -65,15 +75,25 @@ def runs_list(
     agent_id: Annotated[str | None, typer.Option("--agent", help="Only this agent's runs.")] = None,
     session_id: Annotated[str | None, typer.Option("--session", help="Only this session's runs.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")] = 50,
+    status: StatusOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    metadata: MetadataOption = None,
+    order: OrderOption = "newest",
+    cursor: CursorOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List runs, newest first.
+    """List runs, newest first: filtered by status, time and metadata, a page at a time (the next
+    page's --cursor is printed after the table).
 
-    Example: [bold]orchestra runs list --url http://127.0.0.1:8000 --agent support[/]
+    Example: [bold]orchestra runs list --url http://127.0.0.1:8000 --agent support --status failed[/]
     """
-    runs = _call(url, api_key, lambda c: c.runs(agent_id, session_id, limit=limit))
+    search = search_filters(status, since, until, metadata, order, cursor)
+    page = _call(url, api_key, lambda c: c.search_runs(agent_id, session_id, limit=limit, **search))
+    runs = page["runs"]
     if as_json:
         out.print_json(json.dumps(runs))
+        next_page(page, to_stderr=True)
         return
     table = Table("run", "agent", "session", "status", "started", "took")
     for run in runs:
@@ -87,6 +107,7 @@ def runs_list(
             took,
         )
     print_table(table)
+    next_page(page)
 
 
 @runs_app.command("show")

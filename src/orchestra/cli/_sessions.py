@@ -17,6 +17,16 @@ from rich.table import Table
 from orchestra.cli._migrate import migrate_command
 from orchestra.cli._options import JsonOption, StorageOption, open_storage, session_call
 from orchestra.cli._output import EXIT_FAILED, err, fail, out, print_table
+from orchestra.cli._search import (
+    CursorOption,
+    MetadataOption,
+    OrderOption,
+    SinceOption,
+    StatusOption,
+    UntilOption,
+    next_page,
+    search_filters,
+)
 from orchestra.errors import SessionError
 from orchestra.multiagent import Status
 from orchestra.session import admin
@@ -41,11 +51,38 @@ def _scope(value: str | None, default_kind: str = "agent") -> tuple[Any, str]:
 
 
 @sessions_app.command("list")
-def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) -> None:
-    """List the sessions in a storage, with their scopes and when they were last saved.
+def sessions_list(
+    storage: StorageOption = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help="Search an orchestra serve server's sessions instead.")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="ORCHESTRA_API_KEY", help="With --url: a workspace's key."),
+    ] = None,
+    agent_id: Annotated[str | None, typer.Option("--agent", help="With --url: one agent's sessions.")] = None,
+    status: StatusOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    metadata: MetadataOption = None,
+    order: OrderOption = "newest",
+    cursor: CursorOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="With --url: a page's size.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """List the sessions in a storage, with their scopes and when they were last saved; with --url, a
+    server's sessions, filtered by their latest run's status and metadata and by time, a page at a time.
 
     Example: [bold]orchestra sessions list --storage file:./.orchestra[/]
     """
+    if url is not None:
+        search = search_filters(status, since, until, metadata, order, cursor)
+        _server_sessions(url, api_key or "", agent_id, limit, search, as_json)
+        return
+    if status or metadata or since or until or cursor:
+        raise fail(
+            "--status, --since, --until, --metadata and --cursor search a server's sessions: give --url"
+        )
     infos = session_call(admin.list_sessions, open_storage(storage))
     if as_json:
         out.print_json(
@@ -68,6 +105,29 @@ def sessions_list(storage: StorageOption = None, as_json: JsonOption = False) ->
         scopes = ", ".join(f"{s.kind}/{s.scope_id}" for s in info.scopes)
         table.add_row(info.session_id, info.layout, scopes, updated)
     print_table(table)
+
+
+def _server_sessions(
+    url: str, api_key: str, agent_id: str | None, limit: int, search: dict[str, Any], as_json: bool
+) -> None:
+    from orchestra.client import Client, ClientError
+
+    try:
+        with Client(url, api_key, timeout=60.0) as client:
+            page = client.search_sessions(agent_id, limit=limit, **search)
+    except (ClientError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps(page["sessions"]))
+        next_page(page, to_stderr=True)
+        return
+    table = Table("agent", "session", "status", "updated", "metadata")
+    for hit in page["sessions"]:
+        updated = (hit["updated_at"] or "-")[:19].replace("T", " ")
+        meta = ", ".join(f"{k}:{v}" for k, v in hit["metadata"].items())
+        table.add_row(hit["agent_id"], hit["session_id"], hit["status"] or "-", updated, meta or "-")
+    print_table(table)
+    next_page(page)
 
 
 @sessions_app.command("show")

@@ -13,7 +13,7 @@ from orchestra.hosting.execution import RunOutcome
 from orchestra.hosting.idempotency import KeyRefused, fingerprint, validate_idempotency_key
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Failure, Refused, failure_of
-from orchestra.hosting.records import RunRecord, RunStore, RunSummary
+from orchestra.hosting.records import FINAL, RunRecord, RunStore, RunSummary
 from orchestra.hosting.service import RunService
 from orchestra.hosting.session_queue import Busy
 from orchestra.hosting.sessions import ScopeView, SessionSummary, UnknownSession
@@ -21,6 +21,7 @@ from orchestra.hosting.streaming import StreamEvent
 from orchestra.hosting.webhooks import WebhookRefused
 
 __all__ = [
+    "FINAL",
     "ApiKey",
     "Busy",
     "Failure",

@@ -25,6 +25,8 @@ runs:
   max_attempts: 3                           # a background run is taken over at most this many times
 webhooks:
   secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
+schedules:                                  # runs on a cron schedule (docs/schedules.md; croniter)
+  - {id: daily, agent: support, cron: "0 7 * * *", timezone: Europe/Paris, input: "Report for {date}"}
 ```
 
 Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are
@@ -42,6 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
+from orchestra.hosting.schedules import Schedule
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage import check_storage_uri
@@ -175,6 +178,7 @@ class ServerConfig(_Model):
     limits: Limits = Field(default_factory=Limits)
     runs: RunSettings = Field(default_factory=RunSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    schedules: list[Schedule] = Field(default_factory=list)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -185,6 +189,25 @@ class ServerConfig(_Model):
     def on_busy(self, hosted: HostedSpec) -> OnBusy:
         """The agent's policy for a second message, else the server's."""
         return hosted.on_busy or self.runs.on_busy
+
+
+def _check_schedules(config: ServerConfig, located: Any) -> list[str]:
+    """Each schedule's agent is hosted (the schedule runs in its workspace); ids are not repeated."""
+    problems, seen = [], set()
+    hosted = {h.id: h for h in config.agents}
+    for index, schedule in enumerate(config.schedules):
+        if (schedule.id, schedule.workspace) in seen:
+            problems.append(
+                located.error(("schedules", index, "id"), f"schedule {schedule.id!r} is repeated")
+            )
+        if schedule.agent not in hosted:
+            problems.append(
+                located.error(("schedules", index, "agent"), f"no hosted agent is called {schedule.agent!r}")
+            )
+            continue
+        schedule.workspace, schedule.source = hosted[schedule.agent].workspace, "config"
+        seen.add((schedule.id, schedule.workspace))
+    return problems
 
 
 def load_config(path: str | os.PathLike[str]) -> ServerConfig:
@@ -213,6 +236,7 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
         except OrchestraSpecError as exc:
             where = located.error(("agents", index, "spec"), f"agent {hosted.id!r}: its spec is not valid:")
             problems.append("\n".join([where, *exc.errors]))
+    problems.extend(_check_schedules(config, located))
     if not config.api_keys:
         problems.append(
             located.error(("api_keys",), "no api_keys: every API route needs a key (orchestra hash-key KEY)")

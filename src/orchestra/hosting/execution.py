@@ -87,6 +87,8 @@ class Executor:
             extra["webhook"] = invocation.webhook
         if invocation.resume:
             extra["resume"] = True
+        if invocation.metadata:
+            extra["metadata"] = dict(invocation.metadata)
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,

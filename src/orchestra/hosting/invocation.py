@@ -64,6 +64,7 @@ class Invocation:
         self.held_here = False
         # Its session's agent is kept between turns (a plain or enqueue message: Runtime._uses_cache).
         self.keeps_agent = False
+        self.metadata: dict[str, str] = {}  # given at start, kept in the run record (searchable)
 
     @property
     def answers(self) -> dict[str, Any] | None:
@@ -97,6 +98,7 @@ class Invocation:
         invocation.background = record.background
         invocation.webhook = record.webhook
         invocation.resume = record.resume
+        invocation.metadata = dict(record.metadata)
         return invocation
 
     def traced(self) -> Any:

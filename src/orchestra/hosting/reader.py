@@ -58,6 +58,14 @@ class RunReader:
         records = await self.workspaces.runs(workspace).list(agent_ids, session_id, limit)
         return await map_concurrently(functools.partial(self._settled, workspace), records)
 
+    async def settled(self, workspace: str, records: list[RunRecord | None]) -> list[RunRecord | None]:
+        """Records (None kept as None), each settled like ``run_record``."""
+
+        async def one(record: RunRecord | None) -> RunRecord | None:
+            return None if record is None else await self._settled(workspace, record)
+
+        return await map_concurrently(one, records)
+
     async def _settled(self, workspace: str, record: RunRecord) -> RunRecord:
         why = await self._why_unsettled(record)
         runs = self.workspaces.runs(workspace)

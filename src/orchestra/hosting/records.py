@@ -82,6 +82,9 @@ class RunSummary(BaseModel):
     )
     webhook: str | None = Field(default=None, description="The URL called once when it ends.")
     webhook_delivery: str | None = Field(default=None, description="pending, delivered or failed.")
+    metadata: dict[str, str] = Field(
+        default_factory=dict, description="Given when it was started (searchable: GET /api/v1/runs)."
+    )
 
 
 FINAL = frozenset({"completed", "failed", "interrupted", "answered", "rolled_back"})
@@ -261,23 +264,50 @@ class RunStore:
             if k in pending or found[k] is not None
         ]
 
-    async def list(
-        self, agent_ids: list[str], session_id: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
+    async def keys(self, agent_ids: list[str], session_id: str | None = None) -> list[str]:
+        """The record keys of the agents' runs (of one session), those not written yet included: one
+        listing per agent. A key ends with the run id: ``run_id_of`` gives it."""
         keys: list[str] = []
         for agent_id in agent_ids:
-            prefix = f"runs/{agent_id}/{session_id}/" if session_id else f"runs/{agent_id}/"
-            keys.extend(await self.storage.list(prefix))
-        pending = {
-            self._key(r): r
+            keys.extend(
+                await self.storage.list(
+                    f"runs/{agent_id}/{session_id}/" if session_id else f"runs/{agent_id}/"
+                )
+            )
+        pending = [
+            self._key(r)
             for r in list(self._pending.values())
             if r.agent_id in agent_ids and (session_id is None or r.session_id == session_id)
-        }
-        keys = sorted({*keys, *pending}, key=lambda k: k.rsplit("/", 1)[-1], reverse=True)[:limit]
+        ]
+        return sorted({*keys, *pending})
+
+    @staticmethod
+    def run_id_of(key: str) -> str:
+        return key.rsplit("/", 1)[-1].removesuffix(".json")
+
+    @staticmethod
+    def session_of(key: str) -> str | None:
+        """The session of a record key (None for a run without one)."""
+        session = key.split("/")[2]
+        return None if session == "-" else session
+
+    async def read_keys(self, keys: list[str]) -> list[RunRecord | None]:
+        """The records of ``keys`` (from ``keys``), read in one batch; None for one that is gone."""
+        pending = {self._key(r): r for r in list(self._pending.values())}
         stored = [k for k in keys if k not in pending]
         found = dict(zip(stored, await read_many(self.storage, stored), strict=True))
         return [
-            pending[k] if k in pending else RunRecord.model_validate_json(found[k][0])  # type: ignore[index]
+            pending[k]
+            if k in pending
+            else None
+            if found[k] is None
+            else RunRecord.model_validate_json(found[k][0])  # type: ignore[index]
             for k in keys
-            if k in pending or found[k] is not None
         ]
+
+    async def list(
+        self, agent_ids: list[str], session_id: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """The agents' newest ``limit`` records (of one session), newest first."""
+        keys = sorted(await self.keys(agent_ids, session_id), key=self.run_id_of, reverse=True)[:limit]
+        return [record for record in await self.read_keys(keys) if record is not None]

@@ -10,7 +10,9 @@
 | ``cancel``, ``resume`` | stop a run; start a stopped or stranded one again |
 | ``answer`` | answer a run's open interrupt (a background run on its session) |
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
+| ``search_runs``, ``search_sessions`` | filtered, time-ordered pages with a cursor (``search.py``) |
 | ``list_sessions``, ``describe_session``, ``delete_session`` | a hosted agent's sessions |
+| ``schedules`` | scheduled runs (``scheduler.py``): created, listed, paused, run now; their ticks run here |
 
 A request goes down once: the service hands it to the part that does it, which is given what it needs
 (storage views, this server's runs in progress, the executor) and never calls back up. ``running`` is
@@ -34,6 +36,8 @@ from orchestra.hosting.invocation import Invocation
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.hosting.running import Running
+from orchestra.hosting.scheduler import Scheduler
+from orchestra.hosting.search import Finder, Query, SessionHit
 from orchestra.hosting.session_queue import SessionQueues
 from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary
 from orchestra.hosting.stops import Stops
@@ -74,6 +78,8 @@ class RunService:
         )
         self.streaming = Streaming(config, self.workspaces, self.running_here, self.reader, self.admission)
         self.session_views = Sessions(self.workspaces, self.builder)
+        self.schedules = Scheduler(config, self.workspaces, self.background)
+        self.finder = Finder(self.workspaces, self.reader, self.session_views)
 
     # -- life --------------------------------------------------------------------------------------
 
@@ -87,6 +93,7 @@ class RunService:
             async with self.background.running() as group:
                 group.start_soon(self.stops.watch)
                 group.start_soon(self.sweeps.sweep_forever)
+                group.start_soon(self.schedules.run_forever)
                 yield
         finally:
             for workspace in self.workspaces.all():
@@ -156,6 +163,18 @@ class RunService:
     ) -> list[RunRecord]:
         """Run records, newest first, each settled like ``run_record``."""
         return await self.reader.list_runs(workspace, agent_ids, session_id, limit)
+
+    async def search_runs(
+        self, workspace: str, agent_ids: list[str], session_id: str | None, query: Query
+    ) -> tuple[list[RunRecord], str | None]:
+        """A page of runs that match ``query`` and the next page's cursor (``search.py``)."""
+        return await self.finder.runs(workspace, agent_ids, session_id, query)
+
+    async def search_sessions(
+        self, workspace: str, agent_ids: list[str], query: Query
+    ) -> tuple[list[SessionHit], str | None]:
+        """A page of sessions that match ``query`` (by their latest run) and the next page's cursor."""
+        return await self.finder.sessions_of(workspace, agent_ids, query)
 
     # -- sessions ----------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from fastapi import Path, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from starlette.background import BackgroundTask
 
 from orchestra._ids import validate_id
@@ -109,6 +109,22 @@ class HistoryTurn(BaseModel):
     content: str
 
 
+_METADATA_KEY = r"^[A-Za-z0-9_.-]{1,64}$"
+Metadata = Annotated[
+    dict[Annotated[str, Field(pattern=_METADATA_KEY)], Annotated[str, Field(max_length=512)]],
+    Field(max_length=32),
+    # The document says no other key is allowed (pydantic's own schema would allow any other key).
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": 32,
+            "patternProperties": {_METADATA_KEY: {"type": "string", "maxLength": 512}},
+            "additionalProperties": False,
+        }
+    ),
+]
+
+
 class InvokeRequest(BaseModel):
     """Invoke a hosted agent. Give ``session_id`` (session mode), ``history`` (stateless), or neither."""
 
@@ -138,6 +154,11 @@ class InvokeRequest(BaseModel):
         description="Answers to the session's open interrupts, by id (session mode; instead of input).",
     )
     on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = OnBusyField
+    metadata: Metadata | None = Field(
+        default=None,
+        description="Kept in the run's record, to search runs by (GET /api/v1/runs?metadata=key:value); "
+        "keys are 1-64 letters, digits, '_', '.' or '-'.",
+    )
 
 
 class AgentInfo(BaseModel):
@@ -180,6 +201,9 @@ class SessionDetail(BaseModel):
 
 class RunList(BaseModel):
     runs: list[RunSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as cursor for the next page (none: this is the last)."
+    )
 
 
 class RunRequest(InvokeRequest):

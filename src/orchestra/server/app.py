@@ -63,6 +63,7 @@ from orchestra.server._api import (
 from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure_access_log, note_run
 from orchestra.server.auth import KeyRing
 from orchestra.server.routes import invocation_of, mount_runs
+from orchestra.server.search_routes import SearchQuery, mount_search
 from orchestra.server.streams import sse_stream
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
@@ -436,18 +437,19 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/runs", response_model=RunList, responses=_errors(401, 404, 422, 500))
     async def runs(
         ws: Workspace,
+        query: SearchQuery,
         agent_id: str | None = None,
         session_id: Annotated[str | None, Query(pattern=STORABLE_ID)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        """Runs, newest first, optionally of one agent and one session."""
+        """Runs, newest first, optionally of one agent and one session, filtered by status, time and
+        metadata, a page at a time (``next_cursor``; docs/server.md, "Searching runs and sessions")."""
         checked_id(session_id, "session_id")
         if agent_id is not None:
             ids = [hosted(agent_id, ws).id]
         else:
             ids = [h.id for h in config.agents if h.workspace == ws]
-        records = await runtime.list_runs(ws, ids, session_id, limit)
-        return {"runs": [r.summary() for r in records]}
+        records, cursor = await runtime.search_runs(ws, ids, session_id, query)
+        return {"runs": [r.summary() for r in records], "next_cursor": cursor}
 
     @app.get("/api/v1/runs/{run_id}", response_model=RunRecord, responses=_errors(401, 404, 422, 500))
     async def run(run_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
@@ -456,6 +458,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         return _plain(record.model_dump(mode="python"))
 
     mount_runs(app, runtime, hosted)
+    from orchestra.server.schedule_routes import mount_schedules
+
+    mount_schedules(app, runtime)
+    mount_search(app, runtime, hosted)
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 

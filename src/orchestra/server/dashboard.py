@@ -2,7 +2,8 @@
 
 ``/login`` (a form with a CSRF token, checked against the request's ``Origin``) sets an HttpOnly,
 SameSite=Strict cookie holding a signed, expiring session token (never the key); ``/logout`` is a POST;
-``/`` lists the workspace's agents and runs (filter by agent and session); ``/runs/<id>`` shows a
+``/`` lists the workspace's agents and runs (filter by agent, session, status, time and metadata, a page at
+a time; ``/sessions`` lists sessions the same way: ``dashboard_search.py``); ``/runs/<id>`` shows a
 run with a Conversation tab (every message, tool calls and results included) and, for pipelines, a
 Nodes tab with the node graph coloured by status, and its controls (answer its open interrupts, cancel,
 resume: ``controls.py``, which also serves a session's whole conversation).
@@ -21,11 +22,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from orchestra._ids import validate_id
 from orchestra._logging import get_logger
-from orchestra.hosting import RunService
+from orchestra.hosting import Refused, RunService
 from orchestra.hosting.config import ServerConfig
 from orchestra.hosting.records import RunRecord
 from orchestra.server.auth import KeyRing, SessionTokens
 from orchestra.server.controls import controls_html, mount_controls
+from orchestra.server.dashboard_search import next_link, query_of, search_form, session_rows
 from orchestra.server.pages import STATUS_COLOURS, badge, conversation, page
 
 __all__ = ["mount_dashboard"]
@@ -187,7 +189,11 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
                 return page("Bad filter", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
         hosted = [h for h in config.agents if h.workspace == ws]
         ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
-        records = await runtime.list_runs(ws, ids, session_id or None, 200)
+        params = dict(request.query_params)
+        try:  # status, time, metadata, order and the page (dashboard_search.py)
+            records, cursor = await runtime.search_runs(ws, ids, session_id or None, query_of(params))
+        except Refused as exc:
+            return page("Bad filter", f"<p class='error'>{html.escape(exc.message)}</p>", 422)
         agent_rows = "".join(
             f"<tr><td><a href='/?{urlencode({'agent_id': h.id})}'>{html.escape(h.id)}</a></td>"
             f"<td>{html.escape(config.spec_of(h.id).spec.kind)}</td>"
@@ -210,17 +216,54 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
             "<h2>Agents</h2><table><tr><th>agent</th><th>kind</th><th>description</th></tr>"
             + agent_rows
             + "</table>"
-            "<h2>Runs</h2><form method='get' action='/'><select name='agent_id'><option value=''>all agents</option>"
-            + options
-            + "</select> <input name='session_id' placeholder='session id' value='"
-            + html.escape(session_id or "")
-            + "'> <button type='submit'>Filter</button></form>"
-            "<table id='runs'><tr><th>run</th><th>agent</th><th>session</th><th>mode</th><th>status</th>"
+            "<h2>Runs</h2><p><a id='sessions-link' href='/sessions'>Sessions</a></p>"
+            + search_form(
+                "/",
+                params,
+                "<select name='agent_id'><option value=''>all agents</option>"
+                + options
+                + "</select> <input name='session_id' placeholder='session id' value='"
+                + html.escape(session_id or "")
+                + "'>",
+            )
+            + "<table id='runs'><tr><th>run</th><th>agent</th><th>session</th><th>mode</th><th>status</th>"
             "<th>started</th><th>took</th></tr>"
             + (run_rows or "<tr><td colspan='7'>No runs yet.</td></tr>")
             + "</table>"
+            + next_link("/", params, cursor)
         )
         return page("Runs", body)
+
+    @app.get("/sessions", include_in_schema=False)
+    async def sessions_page(request: Request, agent_id: str | None = None) -> Response:
+        ws = workspace(request)
+        if ws is None:
+            return RedirectResponse("/login", status_code=303)
+        hosted = [h for h in config.agents if h.workspace == ws]
+        params = dict(request.query_params)
+        try:
+            ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
+            hits, cursor = await runtime.search_sessions(ws, ids, query_of(params))
+        except Refused as exc:
+            return page("Bad filter", f"<p class='error'>{html.escape(exc.message)}</p>", 422)
+        options = "".join(
+            f"<option value='{html.escape(h.id)}'{' selected' if h.id == agent_id else ''}>{html.escape(h.id)}</option>"
+            for h in hosted
+        )
+        body = (
+            "<p><a href='/'>All runs</a></p><h1>Sessions</h1>"
+            + search_form(
+                "/sessions",
+                params,
+                f"<select name='agent_id'><option value=''>all agents</option>{options}</select>",
+            )
+            + "<table id='sessions'><tr><th>session</th><th>agent</th><th>last run</th><th>saved</th>"
+            "<th>metadata</th></tr>"
+            + (session_rows(hits) or "<tr><td colspan='5'>No sessions.</td></tr>")
+            + "</table>"
+            + next_link("/sessions", params, cursor)
+        )
+        return page("Sessions", body)
 
     @app.get("/runs/{run_id}", include_in_schema=False)
     async def run_page(request: Request, run_id: str, tab: str = "conversation") -> Response:

@@ -118,6 +118,7 @@ def invocation_of(
         responses=responses,
         on_busy=body.on_busy or config.on_busy(hosted),
     )
+    invocation.metadata = dict(body.metadata or {})
     if idempotency_key is not None:
         invocation.idempotency_key = validate_idempotency_key(idempotency_key)
         invocation.fingerprint = fingerprint(body.model_dump(mode="json"))

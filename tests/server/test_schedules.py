@@ -1,0 +1,256 @@
+"""Scheduled runs across ``orchestra serve`` processes on one storage (issue 37 item 4):
+
+- three servers run an every-second schedule, one of them SIGKILLed and restarted: every tick has one
+  record and one run, and the counted agent's model saw each tick's input once (a side effect outside
+  the runs);
+- ticks missed while every server was down follow their schedule's policy: skipped, or run once;
+- the API: create, list, pause, resume, run now, delete, and what it refuses.
+
+The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from orchestra.hosting.schedules import TickRecord
+from orchestra.session import uuid7
+from orchestra.storage import PrefixedStorage, storage_from_uri
+from tests.server.conftest import FAST_RUNS, Server, auth, counted_config
+from tests.server.test_platform_processes import Servers, final_record, get, wait_for
+
+STRESS = os.environ.get("ORCHESTRA_STRESS") == "1"
+TICKS = 60 if STRESS else 12
+
+
+@pytest.fixture
+def servers():
+    made: list[Servers] = []
+
+    def make(config: Path, **env: str) -> Servers:
+        made.append(Servers(config, env))
+        return made[-1]
+
+    yield make
+    for group in made:
+        group.close()
+
+
+def schedule_config(root: Path, storage: str, schedules: str, runs: str = FAST_RUNS) -> Path:
+    config = counted_config(root, storage, runs)
+    config.write_text(config.read_text() + "schedules:\n" + schedules)
+    return config
+
+
+def calls_of(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def ticks_of(url: str, schedule_id: str) -> list[dict]:
+    return get(url, f"/api/v1/schedules/{schedule_id}?ticks=1000")["ticks"]
+
+
+def test_three_servers_run_each_tick_once_with_one_killed_and_restarted(tmp_path, servers):
+    calls = tmp_path / "calls.txt"
+    every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none, missed: run_once}\n'
+    group = servers(
+        schedule_config(tmp_path, f"file:{tmp_path}/store", every), ORCHESTRA_TEST_CALLS=str(calls)
+    )
+    urls = [group.start(), group.start(), group.start()]
+    wait_for(lambda: len(ticks_of(urls[0], "every")) >= TICKS // 3)
+    group.kill(urls[1])  # SIGKILL: whatever it was doing (a claim, a run) is left to the others
+    killed_at = len(ticks_of(urls[0], "every"))
+    wait_for(lambda: len(ticks_of(urls[0], "every")) >= killed_at + 3)
+    urls[1] = group.start()
+    wait_for(lambda: len(ticks_of(urls[1], "every")) >= TICKS, timeout=TICKS * 10)
+    paused = httpx.post(f"{urls[2]}/api/v1/schedules/every/pause", headers=auth(), timeout=30)
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["paused"] is True
+
+    def settled() -> list[dict] | None:
+        # Every tick's run ended and its model call was made (a tick claimed just as the pause was read
+        # is waited for too).
+        ticks = ticks_of(urls[0], "every")
+        if any(t["status"] != "started" for t in ticks):
+            return None
+        runs = [get(urls[0], f"/api/v1/runs/{t['run_id']}") for t in ticks]
+        if any(r.get("status") in (None, "queued", "executing") for r in runs):
+            return None
+        return ticks if len(calls_of(calls)) >= len(ticks) else None
+
+    ticks = wait_for(settled, timeout=120)
+    assert len(ticks) >= TICKS
+    times = [datetime.fromisoformat(t["first"]) for t in ticks]
+    # One record per second from the first to the last: no tick lost, none twice, none missed.
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
+    assert all(t["count"] == 1 and not t["missed"] and t["first"] == t["last"] for t in ticks)
+    for tick in ticks:
+        record = final_record(urls[0], tick["run_id"])
+        assert record["status"] == "completed", record
+        assert record["metadata"]["schedule_id"] == "every"
+        assert record["metadata"]["schedule_tick"] == tick["first"]
+    # The side effect: the model saw each tick's input once (input "tick <time>", read in UTC).
+    counted = collections.Counter(calls_of(calls))
+    assert counted == collections.Counter(f"tick {t['first']}" for t in ticks), counted
+
+
+def test_missed_ticks_are_skipped_or_run_once_by_policy(tmp_path, servers):
+    calls = tmp_path / "calls.txt"
+    schedules = (
+        '  - {id: skipper, agent: counted, cron: "* * * * * *", input: "skip {tick}", session: none, '
+        "missed: skip, missed_after_s: 2}\n"
+        '  - {id: catcher, agent: counted, cron: "* * * * * *", input: "catch {tick}", session: new, '
+        "missed: run_once, missed_after_s: 2}\n"
+    )
+    group = servers(
+        schedule_config(tmp_path, f"sqlite:{tmp_path}/store.db", schedules), ORCHESTRA_TEST_CALLS=str(calls)
+    )
+    url = group.start()
+    wait_for(lambda: len(ticks_of(url, "skipper")) >= 2 and len(ticks_of(url, "catcher")) >= 2)
+    group.kill(url)  # every server is down now
+    down = time.monotonic()
+    while time.monotonic() - down < 6:  # ticks pass with no server (more than missed_after_s)
+        time.sleep(0.5)
+    url = group.start()
+
+    def missed(schedule_id: str) -> dict | None:
+        return next((t for t in ticks_of(url, schedule_id) if t["missed"]), None)
+
+    skipped = wait_for(lambda: missed("skipper"))
+    caught = wait_for(lambda: missed("catcher"))
+    # Both saw the same stretch without a server: several ticks, accounted for by one record each.
+    assert skipped["count"] >= 3, skipped
+    assert caught["count"] >= 3, caught
+    assert (skipped["status"], skipped["policy"], skipped["run_id"]) == ("skipped", "skip", None)
+    assert (caught["status"], caught["policy"]) == ("started", "run_once")
+    run = final_record(url, caught["run_id"])
+    assert run["status"] == "completed", run
+    assert run["metadata"]["schedule_missed"] == str(caught["count"])
+    assert run["input"] == f"catch {caught['last']}"
+    assert run["session_id"].startswith("catcher-")  # session: new
+    # Ticks go on after the missed ones, one record each.
+    wait_for(lambda: ticks_of(url, "skipper")[-1]["first"] > skipped["last"])
+    wait_for(lambda: ticks_of(url, "catcher")[-1]["first"] > caught["last"])
+    lines = calls_of(calls)
+    first, last = datetime.fromisoformat(skipped["first"]), datetime.fromisoformat(skipped["last"])
+    in_gap = [
+        line
+        for line in lines
+        if line.startswith("skip ") and first <= datetime.fromisoformat(line[5:]) <= last
+    ]
+    assert in_gap == []  # nothing ran for the skipped ticks
+    first, last = datetime.fromisoformat(caught["first"]), datetime.fromisoformat(caught["last"])
+    in_gap = [
+        line
+        for line in lines
+        if line.startswith("catch ") and first <= datetime.fromisoformat(line[6:]) <= last
+    ]
+    assert in_gap == [f"catch {caught['last']}"]  # one run for all of them
+
+
+@pytest.fixture
+def scheduled(tmp_path, monkeypatch):
+    """A server in this process whose config has a daily schedule."""
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls.txt"))
+    daily = (
+        '  - {id: daily, agent: counted, cron: "0 7 * * *", timezone: Europe/Paris, input: "report {date}"}\n'
+    )
+    with Server(schedule_config(tmp_path, f"file:{tmp_path}/store", daily)) as running:
+        yield running
+
+
+def test_the_schedules_api(scheduled):
+    url, headers = scheduled.url, auth()
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        listed = http.get("/api/v1/schedules").json()["schedules"]
+        assert [(s["id"], s["source"], s["timezone"]) for s in listed] == [
+            ("daily", "config", "Europe/Paris")
+        ]
+        body = {"id": "hourly", "agent": "chat", "cron": "0 * * * *", "input": "hello", "session": "continue"}
+        made = http.post("/api/v1/schedules", json=body)
+        assert made.status_code == 201, made.text
+        assert made.json()["source"] == "api"
+        assert made.json()["workspace"] == "acme"
+        assert http.post("/api/v1/schedules", json=body).status_code == 409
+        bad = http.post("/api/v1/schedules", json={**body, "id": "bad", "cron": "every day"})
+        assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_schedule"), bad.text
+        zone = http.post("/api/v1/schedules", json={**body, "id": "bad", "timezone": "Mars/Olympus"})
+        assert zone.status_code == 422
+        assert "Mars/Olympus" in zone.text
+        other = http.post("/api/v1/schedules", json={**body, "id": "x", "agent": "other"})
+        assert other.status_code == 404  # another workspace's agent
+        assert http.post("/api/v1/schedules/hourly/pause").json()["paused"] is True
+        assert http.post("/api/v1/schedules/hourly/resume").json()["paused"] is False
+        started = http.post("/api/v1/schedules/hourly/run")
+        assert started.status_code == 202, started.text
+        run = final_record(url, started.json()["run_id"])
+        assert (run["status"], run["input"], run["session_id"]) == ("completed", "hello", "hourly")
+        assert run["metadata"] == {"schedule_id": "hourly", "schedule_trigger": "manual"}
+        assert http.delete("/api/v1/schedules/daily").status_code == 409  # in the config
+        assert http.delete("/api/v1/schedules/hourly").status_code == 204
+        assert http.get("/api/v1/schedules/hourly").status_code == 404
+        # Another workspace sees none of them.
+        globex = http.get("/api/v1/schedules", headers=auth("globex")).json()["schedules"]
+        assert globex == []
+
+
+def test_a_claim_left_by_a_gone_server_is_taken_over_and_run_once(tmp_path, monkeypatch):
+    # What a server SIGKILLed between a tick's record and its run leaves: the tick's open marker and its
+    # record "claimed" by a server that no longer says it is alive. A sweep takes the claim over and
+    # queues the run the record names, once.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    daily = '  - {id: daily, agent: counted, cron: "0 7 * * *", input: "left {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", daily)
+    tick = "2026-12-01T07:00:00+00:00"
+    left = TickRecord(
+        schedule_id="daily",
+        first=tick,
+        last=tick,
+        status="claimed",
+        run_id=str(uuid7()),
+        server="a-server-that-died",
+        claimed_at=tick,
+    )
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    anyio.run(workspace.write, "schedule-ticks/daily/20261201T070000Z.json", left.as_json())
+    anyio.run(workspace.write, "schedule-open/daily/20261201T070000Z", b"")
+    with Server(config) as server:
+        record = wait_for(
+            lambda: next((t for t in ticks_of(server.url, "daily") if t["status"] == "started"), None)
+        )
+        assert (record["run_id"], record["taken_over"]) == (left.run_id, 1)
+        assert record["server"] != "a-server-that-died"
+        run = final_record(server.url, left.run_id)
+        assert (run["status"], run["input"]) == ("completed", f"left {tick}")
+        wait_for(lambda: not anyio.run(workspace.list, "schedule-open/"))  # the marker is gone
+    assert calls_of(calls) == [f"left {tick}"]
+
+
+def test_a_tick_whose_run_is_refused_says_why(tmp_path, monkeypatch):
+    # Every tick on one session, whose first run waits on a gate and whose queue holds none: the next
+    # tick's run is refused (429 queue_full), and its record says so instead of "started".
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls.txt"))
+    monkeypatch.setenv("ORCHESTRA_TEST_GATE", str(gate))
+    every = '  - {id: busy, agent: counted, cron: "* * * * * *", input: "slow {tick}", session: continue}\n'
+    runs = FAST_RUNS.replace("sweep_s: 0.3}", "sweep_s: 0.3, max_queue: 0}")
+    with Server(schedule_config(tmp_path, f"file:{tmp_path}/store", every, runs)) as server:
+        refused = wait_for(
+            lambda: next((t for t in ticks_of(server.url, "busy") if t["status"] == "refused"), None)
+        )
+        gate.write_text("open")
+        assert refused["error"].startswith("queue_full: "), refused
+        unknown = httpx.get(f"{server.url}/api/v1/runs/{refused['run_id']}", headers=auth(), timeout=30)
+        assert unknown.status_code == 404  # nothing of the refused run was kept
+        started = [t for t in ticks_of(server.url, "busy") if t["status"] == "started"]
+        assert started  # the one that held the session
