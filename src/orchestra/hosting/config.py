@@ -42,6 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
+from orchestra.hosting.memory_settings import MemorySettings
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage import check_storage_uri
@@ -175,6 +176,7 @@ class ServerConfig(_Model):
     limits: Limits = Field(default_factory=Limits)
     runs: RunSettings = Field(default_factory=RunSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
