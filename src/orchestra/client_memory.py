@@ -26,7 +26,8 @@ def _namespace(namespace: Sequence[str] | str) -> list[str]:
 
 def _item(namespace: Sequence[str] | str, key: str) -> tuple[str, dict[str, Any]]:
     url = f"/api/v1/memory/items/{quote(validate_id(key, 'key'), safe='')}"
-    return url, {"namespace": "/".join(_namespace(namespace))}
+    parts = _namespace(namespace)
+    return url, {"namespace": "/".join(parts)} if parts else {}
 
 
 def put_request(
@@ -52,7 +53,9 @@ def search_request(
 
 
 def namespaces_request(prefix: Sequence[str] | str, limit: int) -> Request:
-    return "GET", "/api/v1/memory/namespaces", {"prefix": "/".join(_namespace(prefix)), "limit": limit}, None
+    parts = _namespace(prefix)
+    params: dict[str, Any] = {"limit": limit, **({"prefix": "/".join(parts)} if parts else {})}
+    return "GET", "/api/v1/memory/namespaces", params, None
 
 
 class MemoryCalls:

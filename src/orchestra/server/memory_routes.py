@@ -20,11 +20,11 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from orchestra.errors import ConfigurationError
 from orchestra.hosting import RunService
-from orchestra.server._api import ID_PATH, ApiError, Workspace, _errors
+from orchestra.server._api import ID_PATH, STORABLE_ID, ApiError, Workspace, _errors
 
 __all__ = ["Caller", "caller_of", "mount_memory"]
 
@@ -37,10 +37,32 @@ def caller_of(ws: str) -> Caller:
     return ws, None
 
 
-def _namespace(text: str | None, field: str = "namespace") -> tuple[str, ...]:
-    if not text:
-        return ()
-    return tuple(text.strip("/").split("/"))
+def _namespace(text: str | None) -> tuple[str, ...]:
+    return tuple(text.split("/")) if text else ()
+
+
+PART = STORABLE_ID[1:-1]
+NAMESPACE_PATTERN = f"^({PART})(/{PART})*$"
+OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
+FILTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "JSON fields (dotted paths) to match: a value (equality), or operators "
+    + ", ".join(OPERATORS)
+    + ' (e.g. {"tier": {"$gte": 2}}).',
+    "additionalProperties": {
+        "anyOf": [
+            {"type": ["string", "number", "integer", "boolean", "null", "array"]},
+            {"type": "object", "propertyNames": {"pattern": "^[^$]"}},
+            {
+                "type": "object",
+                "properties": {
+                    op: ({"type": "array"} if op in ("$in", "$nin") else {}) for op in OPERATORS
+                },
+                "additionalProperties": False,
+            },
+        ]
+    },
+}
 
 
 def _refused(exc: Exception, field: str) -> ApiError:
@@ -57,9 +79,11 @@ class PutBody(BaseModel):
 class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    namespace: list[str] = Field(default_factory=list, description="The namespace prefix to search under.")
+    namespace: list[Annotated[str, Field(pattern=STORABLE_ID)]] = Field(
+        default_factory=list, max_length=32, description="The namespace prefix to search under."
+    )
     query: str | None = Field(default=None, max_length=10_000, description="Rank by meaning against this.")
-    filter: dict[str, Any] | None = Field(default=None, description="JSON fields to match.")
+    filter: Annotated[dict[str, Any] | None, WithJsonSchema({"anyOf": [FILTER_SCHEMA, {"type": "null"}]})] = None
     limit: int = Field(default=10, ge=1, le=100)
 
 
@@ -86,7 +110,14 @@ class Stored(BaseModel):
     version: str
 
 
-NamespaceQuery = Annotated[str | None, Query(max_length=1024, description="The namespace, as a/b.")]
+NamespaceQuery = Annotated[
+    str | None,
+    Query(
+        max_length=4096,
+        pattern=NAMESPACE_PATTERN,
+        description="The namespace, as a/b (each part an id); none: the caller's own root.",
+    ),
+]
 
 
 def mount_memory(app: FastAPI, runtime: RunService) -> None:
@@ -99,15 +130,15 @@ def mount_memory(app: FastAPI, runtime: RunService) -> None:
         except ConfigurationError as exc:
             raise _refused(exc, field) from None
 
-    @app.put("/api/v1/memory/items/{key}", response_model=Stored, responses=_errors(401, 422, 500, 503))
+    @app.put(
+        "/api/v1/memory/items/{key}", response_model=Stored, responses=_errors(400, 401, 413, 422, 500, 503, 507)
+    )
     async def put_item(
         key: Annotated[str, ID_PATH], body: PutBody, ws: Workspace, namespace: NamespaceQuery = None
     ) -> dict[str, Any]:
         """Put an item in one of the caller's namespaces (replacing the item under its key)."""
         workspace, subject = caller_of(ws)
         parts = _namespace(namespace)
-        if not parts:
-            raise ApiError(422, "invalid_namespace", "give a namespace: ?namespace=a/b")
         version = await _call(memory.put(workspace, subject, parts, key, body.value, body.ttl))
         return {"namespace": list(parts), "key": key, "version": str(version)}
 
@@ -134,7 +165,9 @@ def mount_memory(app: FastAPI, runtime: RunService) -> None:
             raise ApiError(404, "unknown_memory", f"no item {key!r} in namespace {namespace or ''!r}")
         return Response(status_code=204)
 
-    @app.post("/api/v1/memory/search", response_model=MemoryItems, responses=_errors(401, 422, 500))
+    @app.post(
+        "/api/v1/memory/search", response_model=MemoryItems, responses=_errors(400, 401, 413, 422, 500)
+    )
     async def search(body: SearchBody, ws: Workspace) -> dict[str, Any]:
         """The caller's items under a namespace prefix, ranked by ``query`` when given, matched by ``filter``."""
         workspace, subject = caller_of(ws)
