@@ -7,7 +7,7 @@ the hook events an agent (or orchestrator) emits; ``collect`` gathers what ``str
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -28,6 +28,7 @@ __all__ = [
     "Fault",
     "FaultyStorage",
     "FunctionModel",
+    "HashEmbedder",
     "ModelRequest",
     "Reply",
     "ScriptedModel",
@@ -259,3 +260,38 @@ class FaultyStorage(ForwardingStorage):
         if fault is not None:
             self._raise(fault, "list", prefix)
         return await self.inner.list(prefix, start_after=start_after, limit=limit)
+
+
+class HashEmbedder:
+    """A deterministic, offline ``Embedder`` for tests: each word (lower-cased, letters and digits) adds
+    +1 or -1 to one of ``dimensions`` buckets picked by its BLAKE2 hash, so texts sharing words are similar
+    and the same text always gets the same vector, in every process.
+
+    Example::
+
+        embedder = HashEmbedder()
+        tea, coffee = embedder.vector("likes green tea"), embedder.vector("likes coffee")
+        assert len(tea) == 128 and tea != coffee
+    """
+
+    def __init__(self, dimensions: int = 128) -> None:
+        self.dimensions = dimensions
+        self.calls = 0  # embed() calls, for tests that count them
+
+    def __repr__(self) -> str:
+        return f"HashEmbedder({self.dimensions})"
+
+    def vector(self, text: str) -> list[float]:
+        import hashlib
+        import re
+
+        out = [0.0] * self.dimensions
+        for word in re.findall(r"[a-z0-9]+", text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "big") % self.dimensions
+            out[bucket] += 1.0 if digest[4] & 1 else -1.0
+        return out
+
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
+        self.calls += 1
+        return [self.vector(text) for text in texts]

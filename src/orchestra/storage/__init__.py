@@ -18,6 +18,7 @@ from orchestra.storage._base import (
     Storage,
     delete_many,
     read_many,
+    scrub,
     validate_key,
     write_many,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "delete_many",
     "parse_storage_uri",
     "read_many",
+    "scrub",
     "storage_from_uri",
     "validate_key",
     "write_many",

@@ -16,6 +16,7 @@ __all__ = [
     "Storage",
     "delete_many",
     "read_many",
+    "scrub",
     "validate_key",
     "write_many",
 ]
@@ -149,6 +150,21 @@ async def delete_many(storage: Storage, keys: Sequence[str]) -> None:
     for key in keys:  # a bad key refuses the whole batch before anything is deleted
         validate_key(key)
     await map_concurrently(storage.delete, keys)
+
+
+async def scrub(storage: Storage) -> None:
+    """Have ``storage`` drop what it still keeps of data deleted from it, where it keeps any: SQLite's
+    write-ahead log is checkpointed and truncated (its deleted rows are already zeroed, ``secure_delete``);
+    PostgreSQL's table is rewritten (``VACUUM FULL``, which locks it while it runs).
+    Wrappers (``EncryptedStorage``, ``PrefixedStorage``, ...) pass it to the storage they wrap; a storage
+    without a ``scrub`` method keeps nothing to drop (files are unlinked, S3 objects deleted)."""
+    seen: object = storage
+    while seen is not None:
+        method = getattr(seen, "scrub", None)
+        if method is not None:
+            await method()
+            return
+        seen = getattr(seen, "inner", None)
 
 
 _FORBIDDEN = re.compile(r"[\x00\\]")

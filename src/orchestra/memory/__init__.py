@@ -1,0 +1,13 @@
+"""Memory that outlives a session: namespaced JSON items with TTLs and semantic search, on any storage.
+
+``MemoryStore`` keeps items in namespaces (``("users", user_id, "preferences")``) on an orchestra storage
+(in memory, local files, SQLite, PostgreSQL; encrypted if wrapped in ``EncryptedStorage``), finds them by
+meaning through an ``Embedder`` (``BedrockEmbedder``, ``OpenAIEmbedder``; ``orchestra.testing.HashEmbedder``
+in tests), and erases a namespace with ``forget``. See docs/memory.md.
+"""
+
+from orchestra.memory._records import FILTER_OPERATORS, MemoryItem
+from orchestra.memory.embedders import BedrockEmbedder, Embedder, OpenAIEmbedder
+from orchestra.memory.store import MemoryStore
+
+__all__ = ["FILTER_OPERATORS", "BedrockEmbedder", "Embedder", "MemoryItem", "MemoryStore", "OpenAIEmbedder"]

@@ -1,0 +1,365 @@
+"""``MemoryStore``: memories that outlive a session, in namespaces, on any orchestra storage.
+
+Each item is one storage key (see ``_records`` for the layout), so the store inherits the storage's
+guarantees as they are: a put returns once the storage acknowledged the write (on SQLite and PostgreSQL
+through group commit: concurrent puts share a transaction), ``expect=`` is the storage's own conditional
+write, and a value over ``EncryptedStorage`` is encrypted. Nothing is cached in process: every process on
+one storage sees every other's puts, deletes and ``forget`` at once.
+
+Search reads the items under the namespace prefix (one ``list``, then reads in batches), applies the
+filter, and ranks the rest by cosine similarity with NumPy, exactly; ties by namespace and key. The same
+query therefore gives the same results on every backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from orchestra._sync import run_sync
+from orchestra.errors import ConfigurationError, StorageConflictError
+from orchestra.memory._records import (
+    MemoryItem,
+    Record,
+    check_filter,
+    decode_record,
+    encode_record,
+    encode_tombstone,
+    encode_vector,
+    item_key,
+    matches,
+    namespace_of,
+    text_to_embed,
+    top_k,
+)
+from orchestra.memory._records import (
+    namespace_prefix as prefix_key,
+)
+from orchestra.memory.embedders import Embedder
+from orchestra.storage import ABSENT, Expect, Storage, read_many
+from orchestra.storage import scrub as scrub_storage
+
+__all__ = ["MemoryStore"]
+
+_BATCH = 1000  # keys read at once by search and sweep
+
+
+def _need_numpy() -> None:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        from orchestra._dist import install_hint
+
+        raise ConfigurationError("MemoryStore's search needs NumPy: " + install_hint("memory")) from None
+
+
+class MemoryStore:
+    """Namespaced JSON items with TTLs, semantic search and provable erasure, over a ``Storage``.
+
+    Args:
+        storage: where the items live (``InMemoryStorage``, ``LocalFileStorage``, ``SQLiteStorage``,
+            ``PostgresStorage``, or any of them wrapped, e.g. in ``EncryptedStorage``).
+        embedder: embeds items for ``search(query=...)`` (``BedrockEmbedder``, ``OpenAIEmbedder``,
+            ``orchestra.testing.HashEmbedder``); without one, search filters and orders by recency only.
+        embed_fields: the value's fields (dotted paths) whose text is embedded, joined by newlines.
+        prefix: the storage key prefix every item goes under.
+        store_vectors: False keeps embeddings out of storage: they are computed again, at each search,
+            from the items' text (see docs/memory.md, "What a vector leaks").
+        clock: seconds since the epoch (tests pass a fake one to run TTLs without sleeping).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        embedder: Embedder | None = None,
+        embed_fields: Sequence[str] = ("text",),
+        prefix: str = "memory/",
+        store_vectors: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if isinstance(embed_fields, str):
+            raise ConfigurationError(
+                f"embed_fields is a tuple of field names, not the string {embed_fields!r}"
+            )
+        self.storage = storage
+        self.embedder = embedder
+        self.embed_fields = tuple(embed_fields)
+        self.prefix = prefix if prefix.endswith("/") else f"{prefix}/"
+        self.store_vectors = store_vectors
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.storage!r}, prefix={self.prefix!r})"
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _where(self, namespace: Sequence[str], key: str) -> str:
+        return f"memory item {key!r} in {tuple(namespace)!r}"
+
+    async def _vectors(self, texts: Sequence[str], *, query: bool = False) -> list[bytes]:
+        assert self.embedder is not None
+        vectors = await self.embedder.embed(list(texts), query=query)
+        if len(vectors) != len(texts):
+            raise ValueError(f"{self.embedder!r} returned {len(vectors)} embeddings for {len(texts)} texts")
+        return [encode_vector(vector) for vector in vectors]
+
+    async def _read(self, skey: str) -> tuple[Record, str] | None:
+        found = await self.storage.read(skey)
+        return None if found is None else (decode_record(*found), found[1])
+
+    def _conflict(self, namespace: Sequence[str], key: str, why: str, skey: str) -> StorageConflictError:
+        return StorageConflictError(
+            f"{self._where(namespace, key)}: {why}; nothing was written",
+            operation="write",
+            key=skey,
+            reason="the condition did not hold",
+        )
+
+    # -- the async face ------------------------------------------------------------------------------------
+
+    async def put_async(
+        self,
+        namespace: Sequence[str],
+        key: str,
+        value: Mapping[str, Any],
+        *,
+        ttl: float | None = None,
+        expect: Expect = None,
+    ) -> str:
+        """Store ``value`` under ``namespace``/``key`` and return its new version.
+
+        Args:
+            ttl: seconds it lives; after that ``get`` and ``search`` no longer see it, and
+                ``sweep_expired`` erases its value.
+            expect: None writes whatever is there; ``ABSENT`` only if there is no item; a version (from
+                ``get``) only if the item is still at that version.
+
+        Raises:
+            StorageConflictError: ``expect`` did not hold; nothing was written.
+            ValueError: a bad namespace, key or value (not a dict of JSON values).
+        """
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{self._where(namespace, key)}: a value is a dict, not {type(value).__name__}")
+        if ttl is not None and not ttl > 0:
+            raise ValueError(f"{self._where(namespace, key)}: ttl is seconds > 0, not {ttl!r}")
+        skey = self.prefix + item_key(namespace, key)
+        vector = None
+        text = text_to_embed(value, self.embed_fields) if self.embedder is not None else None
+        if text is not None and self.store_vectors:
+            [vector] = await self._vectors([text])  # before any write: a failing embedder stores nothing
+        now = self.clock()
+        found = await self._read(skey)
+        live = found is not None and found[0].live(now)
+        condition: Expect = expect
+        if expect is ABSENT:
+            if live:
+                raise self._conflict(namespace, key, "it already exists (expect=ABSENT)", skey)
+            # A tombstone or an expired item is no item: replace exactly that one.
+            condition = ABSENT if found is None else found[1]
+        created = found[0].item.created_at if live and found and found[0].item else now
+        item = MemoryItem(
+            namespace=tuple(namespace),
+            key=key,
+            value=dict(value),
+            created_at=created,
+            updated_at=now,
+            expires_at=None if ttl is None else now + ttl,
+            version="",
+        )
+        try:
+            return await self.storage.write(skey, encode_record(item, vector), expect=condition)
+        except StorageConflictError as exc:
+            what = "it changed since" if expect is ABSENT else f"it is no longer at version {expect}"
+            raise self._conflict(namespace, key, what, skey) from exc
+
+    async def get_async(self, namespace: Sequence[str], key: str) -> MemoryItem | None:
+        """The item, or None if there is none (or its TTL ran out)."""
+        found = await self._read(self.prefix + item_key(namespace, key))
+        if found is None or not found[0].live(self.clock()):
+            return None
+        assert found[0].item is not None
+        return found[0].item
+
+    async def delete_async(self, namespace: Sequence[str], key: str, *, expect: Expect = None) -> None:
+        """Remove the item (no error if there is none).
+
+        With ``expect=`` a version, only if the item is still at that version: its value is then replaced
+        by a tombstone (no value, the key kept so that the condition holds against any concurrent put;
+        ``forget`` removes tombstones with their namespace). ``expect=ABSENT`` only checks there is none.
+
+        Raises:
+            StorageConflictError: ``expect`` did not hold; nothing was changed.
+        """
+        skey = self.prefix + item_key(namespace, key)
+        if expect is None:
+            await self.storage.delete(skey)
+            return
+        if expect is ABSENT:
+            found = await self._read(skey)
+            if found is not None and found[0].live(self.clock()):
+                raise self._conflict(namespace, key, "it exists (expect=ABSENT)", skey)
+            return
+        try:
+            await self.storage.write(skey, encode_tombstone(self.clock()), expect=expect)
+        except StorageConflictError as exc:
+            raise self._conflict(namespace, key, f"it is no longer at version {expect}", skey) from exc
+
+    async def _records(self, prefix: Sequence[str]) -> list[tuple[str, Record, str]]:
+        """Every record under a namespace prefix: (storage key, record, version)."""
+        keys = await self.storage.list(self.prefix + prefix_key(prefix))
+        out = []
+        for start in range(0, len(keys), _BATCH):
+            chunk = keys[start : start + _BATCH]
+            for skey, found in zip(chunk, await read_many(self.storage, chunk), strict=True):
+                if found is not None:  # deleted since it was listed
+                    out.append((skey, decode_record(*found), found[1]))
+        return out
+
+    async def search_async(
+        self,
+        namespace_prefix: Sequence[str],
+        query: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[MemoryItem]:
+        """The items under ``namespace_prefix`` (itself and every namespace below) that pass ``filter``.
+
+        With a ``query``: the ``limit`` most similar (cosine similarity of the embeddings, in ``score``),
+        best first, ties by namespace then key; items with none of ``embed_fields`` are not ranked.
+        Without: the most recently updated first. ``filter`` matches the value's fields (dotted paths):
+        ``{"kind": "fact"}`` is equality; the operators are ``$eq $ne $gt $gte $lt $lte $in $nin``
+        (``{"stars": {"$gte": 3, "$lt": 5}}``).
+
+        Raises:
+            ConfigurationError: a query without an embedder.
+            ValueError: an unknown filter operator.
+        """
+        check_filter(filter)
+        if query is not None and self.embedder is None:
+            raise ConfigurationError(
+                "MemoryStore.search(query=...) needs an embedder: MemoryStore(storage, embedder=...)"
+            )
+        now = self.clock()
+        items = [
+            (record.item, record.vector)
+            for _, record, version in await self._records(namespace_prefix)
+            if record.live(now) and record.item is not None and matches(record.item.value, filter)
+        ]
+        wanted = max(0, limit) + max(0, offset)
+        if query is None:
+            items.sort(key=lambda pair: (-pair[0].updated_at, pair[0].namespace, pair[0].key))
+            return [item for item, _ in items[offset:wanted]]
+        _need_numpy()
+        texts = {}
+        if not self.store_vectors:
+            for index, (item, _) in enumerate(items):
+                text = text_to_embed(item.value, self.embed_fields)
+                if text is not None:
+                    texts[index] = text
+            computed = await self._vectors(list(texts.values())) if texts else []
+            vectors = dict(zip(texts, computed, strict=True))
+            items = [(item, vectors.get(index)) for index, (item, _) in enumerate(items)]
+        ranked = [(item, vector) for item, vector in items if vector is not None]
+        [query_vector] = await self._vectors([query], query=True)
+        best = top_k(
+            query_vector,
+            [vector for _, vector in ranked],
+            [(item.namespace, item.key) for item, _ in ranked],
+            wanted,
+        )
+        return [_scored(ranked[index][0], score) for index, score in best[offset:]]
+
+    async def list_namespaces_async(
+        self, prefix: Sequence[str] = (), *, max_depth: int | None = None, limit: int = 100
+    ) -> list[tuple[str, ...]]:
+        """The namespaces under ``prefix`` that hold items, sorted; cut to ``max_depth`` labels if given."""
+        found = set()
+        for skey in await self.storage.list(self.prefix + prefix_key(prefix)):
+            namespace = namespace_of(skey[len(self.prefix) :])
+            if namespace is not None:
+                found.add(namespace if max_depth is None else namespace[:max_depth])
+        return sorted(found)[:limit]
+
+    async def forget_async(self, namespace_prefix: Sequence[str], *, scrub: bool = True) -> int:
+        """Erase every item, tombstone and vector under a namespace prefix (``()``: the whole store), for
+        every process at once; returns how many keys were removed.
+
+        Args:
+            scrub: then have the storage drop what it keeps of deleted data (``orchestra.storage.scrub``:
+                SQLite checkpoints its log; PostgreSQL rewrites its table with ``VACUUM FULL``, which
+                locks it meanwhile: pass False there and scrub in a quiet hour if that is too costly).
+        """
+        removed = await self.storage.delete_prefix(self.prefix + prefix_key(namespace_prefix))
+        if scrub:
+            await scrub_storage(self.storage)
+        return removed
+
+    async def sweep_expired_async(self) -> int:
+        """Erase the value of every item whose TTL ran out (each replaced by a tombstone, only if it was
+        not written again meanwhile); returns how many."""
+        now = self.clock()
+        swept = 0
+        for skey, record, version in await self._records(()):
+            if record.item is not None and not record.live(now):
+                try:
+                    await self.storage.write(skey, encode_tombstone(now), expect=version)
+                except StorageConflictError:
+                    continue  # written again since we read it: no longer ours to sweep
+                swept += 1
+        return swept
+
+    # -- the sync face ---------------------------------------------------------------------------------------
+
+    def put(
+        self,
+        namespace: Sequence[str],
+        key: str,
+        value: Mapping[str, Any],
+        *,
+        ttl: float | None = None,
+        expect: Expect = None,
+    ) -> str:
+        """``put_async``, blocking."""
+        return run_sync(self.put_async, namespace, key, value, ttl=ttl, expect=expect)
+
+    def get(self, namespace: Sequence[str], key: str) -> MemoryItem | None:
+        """``get_async``, blocking."""
+        return run_sync(self.get_async, namespace, key)
+
+    def delete(self, namespace: Sequence[str], key: str, *, expect: Expect = None) -> None:
+        """``delete_async``, blocking."""
+        run_sync(self.delete_async, namespace, key, expect=expect)
+
+    def search(
+        self,
+        namespace_prefix: Sequence[str],
+        query: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[MemoryItem]:
+        """``search_async``, blocking."""
+        return run_sync(self.search_async, namespace_prefix, query, filter, limit, offset)
+
+    def list_namespaces(
+        self, prefix: Sequence[str] = (), *, max_depth: int | None = None, limit: int = 100
+    ) -> list[tuple[str, ...]]:
+        """``list_namespaces_async``, blocking."""
+        return run_sync(self.list_namespaces_async, prefix, max_depth=max_depth, limit=limit)
+
+    def forget(self, namespace_prefix: Sequence[str], *, scrub: bool = True) -> int:
+        """``forget_async``, blocking."""
+        return run_sync(self.forget_async, namespace_prefix, scrub=scrub)
+
+    def sweep_expired(self) -> int:
+        """``sweep_expired_async``, blocking."""
+        return run_sync(self.sweep_expired_async)
+
+
+def _scored(item: MemoryItem, score: float) -> MemoryItem:
+    from dataclasses import replace
+
+    return replace(item, score=score)
