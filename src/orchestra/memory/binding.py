@@ -23,7 +23,7 @@ from orchestra._imports import import_object
 from orchestra.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from orchestra.memory import MemoryStore
+    from orchestra.memory.store import MemoryStore
 
 __all__ = [
     "MEMORY_NAMESPACE_STATE_KEY",

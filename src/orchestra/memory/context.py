@@ -21,7 +21,8 @@ from orchestra.hooks import BeforeModelCall, HookRegistry
 from orchestra.memory.binding import bound_memory, checked_namespace, search_query
 
 if TYPE_CHECKING:
-    from orchestra.memory import MemoryItem, MemoryStore
+    from orchestra.memory._records import MemoryItem
+    from orchestra.memory.store import MemoryStore
 
 __all__ = ["MemoryContext", "estimate_tokens"]
 

@@ -21,7 +21,7 @@ from orchestra.memory.binding import bound_memory, checked_namespace, search_que
 from orchestra.tools import FunctionTool, ToolContext, tool
 
 if TYPE_CHECKING:
-    from orchestra.memory import MemoryStore
+    from orchestra.memory.store import MemoryStore
 
 __all__ = ["MemoryTools", "memory_tools"]
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from orchestra.errors import ConfigurationError
 from orchestra.hosting import RunService
+from orchestra.hosting.memory import HostedItem
 from orchestra.server._api import ID_PATH, STORABLE_ID, ApiError, Workspace, _errors
 
 __all__ = ["Caller", "caller_of", "mount_memory"]
@@ -55,9 +56,7 @@ FILTER_SCHEMA: dict[str, Any] = {
             {"type": "object", "propertyNames": {"pattern": "^[^$]"}},
             {
                 "type": "object",
-                "properties": {
-                    op: ({"type": "array"} if op in ("$in", "$nin") else {}) for op in OPERATORS
-                },
+                "properties": {op: ({"type": "array"} if op in ("$in", "$nin") else {}) for op in OPERATORS},
                 "additionalProperties": False,
             },
         ]
@@ -83,7 +82,9 @@ class SearchBody(BaseModel):
         default_factory=list, max_length=32, description="The namespace prefix to search under."
     )
     query: str | None = Field(default=None, max_length=10_000, description="Rank by meaning against this.")
-    filter: Annotated[dict[str, Any] | None, WithJsonSchema({"anyOf": [FILTER_SCHEMA, {"type": "null"}]})] = None
+    filter: Annotated[dict[str, Any] | None, WithJsonSchema({"anyOf": [FILTER_SCHEMA, {"type": "null"}]})] = (
+        None
+    )
     limit: int = Field(default=10, ge=1, le=100)
 
 
@@ -131,7 +132,9 @@ def mount_memory(app: FastAPI, runtime: RunService) -> None:
             raise _refused(exc, field) from None
 
     @app.put(
-        "/api/v1/memory/items/{key}", response_model=Stored, responses=_errors(400, 401, 413, 422, 500, 503, 507)
+        "/api/v1/memory/items/{key}",
+        response_model=Stored,
+        responses=_errors(400, 401, 413, 422, 500, 503, 507),
     )
     async def put_item(
         key: Annotated[str, ID_PATH], body: PutBody, ws: Workspace, namespace: NamespaceQuery = None
@@ -150,7 +153,7 @@ def mount_memory(app: FastAPI, runtime: RunService) -> None:
     ) -> dict[str, Any]:
         """One of the caller's items."""
         workspace, subject = caller_of(ws)
-        item = await _call(memory.get(workspace, subject, _namespace(namespace), key))
+        item: HostedItem | None = await _call(memory.get(workspace, subject, _namespace(namespace), key))
         if item is None:
             raise ApiError(404, "unknown_memory", f"no item {key!r} in namespace {namespace or ''!r}")
         return item.plain()
@@ -165,9 +168,7 @@ def mount_memory(app: FastAPI, runtime: RunService) -> None:
             raise ApiError(404, "unknown_memory", f"no item {key!r} in namespace {namespace or ''!r}")
         return Response(status_code=204)
 
-    @app.post(
-        "/api/v1/memory/search", response_model=MemoryItems, responses=_errors(400, 401, 413, 422, 500)
-    )
+    @app.post("/api/v1/memory/search", response_model=MemoryItems, responses=_errors(400, 401, 413, 422, 500))
     async def search(body: SearchBody, ws: Workspace) -> dict[str, Any]:
         """The caller's items under a namespace prefix, ranked by ``query`` when given, matched by ``filter``."""
         workspace, subject = caller_of(ws)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from orchestra.errors import ConfigurationError
-from orchestra.memory.binding import load_embedder
+from orchestra.memory.binding import checked_namespace, load_embedder
 from orchestra.spec.models import PipelineSpec
 from orchestra.storage import check_storage_uri, storage_from_uri
 
@@ -46,6 +46,10 @@ def check_memory(spec: PipelineSpec, problem: Callable[[tuple[str | int, ...], s
                         "the memory tools need a memory: section (memory: {namespace: [...]})",
                     )
         return
+    try:
+        checked_namespace(spec.memory.namespace)
+    except ConfigurationError as exc:
+        problem(("memory", "namespace"), str(exc))
     if spec.memory.storage is not None:
         try:
             check_storage_uri(spec.memory.storage)

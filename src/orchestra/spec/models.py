@@ -367,7 +367,8 @@ class MemorySpec(_Spec):
     forget in ``namespace``; served, under the caller's namespace in the workspace's store."""
 
     storage: str | None = Field(
-        default=None, description="Where items live (a storage URI); default: session.storage, else ./.orchestra."
+        default=None,
+        description="Where items live (a storage URI); default: session.storage, else ./.orchestra.",
     )
     namespace: list[Annotated[str, Field(pattern=ID_PATTERN)]] = Field(
         min_length=1, description="The namespace the memory tools and context use, e.g. [support, customers]."
