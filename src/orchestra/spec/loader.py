@@ -388,7 +388,7 @@ def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
         if tool_path not in VENDED_TOOLS and ":" not in tool_path:
             problem(
                 (*path, "tools", index),
-                f"unknown tool {tool_path!r}: use package.module:name or one of {', '.join([*VENDED_TOOLS, MEMORY_TOOL])}",
+                f"unknown tool {tool_path!r}: use package.module:name or one of {', '.join(VENDED_TOOLS)}",
             )
             continue
         _check_import(tool_path, (*path, "tools", index), problem, "tool")
