@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import anyio
 import pytest
 
 from orchestra.errors import ConfigurationError, StorageConflictError
@@ -112,8 +113,7 @@ def test_conditional_put_and_delete(store: MemoryStore) -> None:
 
 def test_search_ranks_like_the_oracle_on_every_backend(store: MemoryStore) -> None:
     items = corpus()
-    for namespace, key, value in items:
-        store.put(namespace, key, value)
+    put_all(store, items)
     embedder = HashEmbedder()
     for query in ["green tea", "blue car", "quiet window seat", "vegan spicy email", "train"]:
         got = store.search(("users",), query=query, limit=7)
@@ -146,18 +146,30 @@ FILTERS = [
 ]
 
 
-@pytest.mark.parametrize(("condition", "expected"), FILTERS, ids=[str(f) for f, _ in FILTERS])
-def test_filters_match_json_fields(store: MemoryStore, condition, expected) -> None:
+def put_all(store: MemoryStore, items) -> None:
+    """The items put concurrently (on databases they share commits: the suite stays quick)."""
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for namespace, key, value in items:
+                group.start_soon(store.put_async, namespace, key, value)
+
+    anyio.run(main)
+
+
+def test_filters_match_json_fields(store: MemoryStore) -> None:
     items = corpus()
-    for namespace, key, value in items:
-        store.put(namespace, key, value)
-    want = sorted((ns, key) for ns, key, value in items if expected(value))
-    got = store.search(("users",), filter=condition, limit=100)
-    assert sorted((item.namespace, item.key) for item in got) == want
-    # With a query, the filter holds too, and the ranking is the oracle's over the matching items.
-    ranked = store.search(("users",), query="blue tea", filter=condition, limit=5)
-    kept = [entry for entry in items if expected(entry[2])]
-    assert [(i.namespace, i.key) for i in ranked] == oracle("blue tea", kept, 5, HashEmbedder())
+    put_all(store, items)
+    for condition, expected in FILTERS:
+        want = sorted((ns, key) for ns, key, value in items if expected(value))
+        got = store.search(("users",), filter=condition, limit=100)
+        assert sorted((item.namespace, item.key) for item in got) == want, condition
+        # With a query, the filter holds too, and the ranking is the oracle's over the matching items.
+        ranked = store.search(("users",), query="blue tea", filter=condition, limit=5)
+        kept = [entry for entry in items if expected(entry[2])]
+        assert [(i.namespace, i.key) for i in ranked] == oracle("blue tea", kept, 5, HashEmbedder()), (
+            condition
+        )
 
 
 def test_filter_on_nested_fields_and_booleans(store: MemoryStore) -> None:
@@ -234,8 +246,7 @@ def test_ttl_hides_then_sweep_erases(storage) -> None:
 
 
 def test_forget_erases_a_prefix_and_nothing_else(store: MemoryStore) -> None:
-    for ns, key, value in corpus():
-        store.put(ns, key, value)
+    put_all(store, corpus())
     v = store.put(("users", "u1"), "gone", {"text": "x"})
     store.delete(("users", "u1"), "gone", expect=v)  # a tombstone: forget takes it too
     before_u0 = store.search(("users", "u0"), limit=100)

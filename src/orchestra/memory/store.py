@@ -67,6 +67,8 @@ class MemoryStore:
         store_vectors: False keeps embeddings out of storage: they are computed again, at each search,
             from the items' text (see docs/memory.md, "What a vector leaks").
         clock: seconds since the epoch (tests pass a fake one to run TTLs without sleeping).
+        cache_items: decoded records kept between searches, by version (only decoding is saved: every
+            search reads the storage, so it sees every process's writes).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class MemoryStore:
         prefix: str = "memory/",
         store_vectors: bool = True,
         clock: Callable[[], float] = time.time,
+        cache_items: int = 100_000,
     ) -> None:
         if isinstance(embed_fields, str):
             raise ConfigurationError(
@@ -89,6 +92,8 @@ class MemoryStore:
         self.prefix = prefix if prefix.endswith("/") else f"{prefix}/"
         self.store_vectors = store_vectors
         self.clock = clock
+        self.cache_items = cache_items
+        self._decoded: dict[str, tuple[Record, str]] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.storage!r}, prefix={self.prefix!r})"
@@ -207,14 +212,24 @@ class MemoryStore:
             raise self._conflict(namespace, key, f"it is no longer at version {expect}", skey) from exc
 
     async def _records(self, prefix: Sequence[str]) -> list[tuple[str, Record, str]]:
-        """Every record under a namespace prefix: (storage key, record, version)."""
+        """Every record under a namespace prefix: (storage key, record, version), read now. A record whose
+        version is the one decoded last time is not decoded again (a version changes with every write,
+        in any process, so the cache never serves a stale record; it only saves the decoding)."""
         keys = await self.storage.list(self.prefix + prefix_key(prefix))
         out = []
+        cache = self._decoded
+        if len(cache) > self.cache_items:
+            cache.clear()
         for start in range(0, len(keys), _BATCH):
             chunk = keys[start : start + _BATCH]
             for skey, found in zip(chunk, await read_many(self.storage, chunk), strict=True):
-                if found is not None:  # deleted since it was listed
-                    out.append((skey, decode_record(*found), found[1]))
+                if found is None:  # deleted since it was listed
+                    cache.pop(skey, None)
+                    continue
+                cached = cache.get(skey)
+                if cached is None or cached[1] != found[1]:
+                    cached = cache[skey] = (decode_record(*found), found[1])
+                out.append((skey, cached[0], found[1]))
         return out
 
     async def search_async(
@@ -246,7 +261,9 @@ class MemoryStore:
         items = [
             (record.item, record.vector)
             for _, record, version in await self._records(namespace_prefix)
-            if record.live(now) and record.item is not None and matches(record.item.value, filter)
+            if record.live(now)
+            and record.item is not None
+            and (not filter or matches(record.item.value, filter))
         ]
         wanted = max(0, limit) + max(0, offset)
         if query is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
+from collections.abc import Sequence
 
 from orchestra.errors import StorageConflictError
 from orchestra.storage._base import ABSENT, Expect, validate_key, validate_prefix
@@ -25,6 +26,13 @@ class InMemoryStorage:
         validate_key(key)
         with self._lock:
             return self._data.get(key)
+
+    async def read_many(self, keys: Sequence[str]) -> list[tuple[bytes, str] | None]:
+        """Several reads under one hold of the lock (a task per key would cost more than the reads)."""
+        for key in keys:
+            validate_key(key)
+        with self._lock:
+            return [self._data.get(key) for key in keys]
 
     async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
         validate_key(key)
