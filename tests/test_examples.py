@@ -212,3 +212,13 @@ def test_the_strands_example_makes_a_session_the_cli_imports(tmp_path, monkeypat
     assert imported.stdout.strip() == "imported agent/bot into session chat"
     shown = CliRunner().invoke(app, ["sessions", "show", "chat", "--json"])
     assert json.loads(shown.stdout)[0]["id"] == "bot"
+
+
+def test_the_support_agent_remembers_a_customer_across_sessions(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["support_memory.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "support_memory.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "tuesday: From your file: I am on the gold plan and prefer email." in out
+    assert "context given to the model: - preferences: I am on the gold plan and prefer email." in out
+    assert "another customer: Your file is empty." in out
+    assert out.endswith("completed: the agent remembered Ana across sessions, and Bob saw none of it\n")
