@@ -255,3 +255,19 @@ def test_forget_erases_a_prefix_and_nothing_else(store: MemoryStore) -> None:
     assert store.list_namespaces(("users", "u1")) == []
     assert store.search(("users", "u0"), limit=100) == before_u0
     assert store.forget(("users", "u1")) == 0
+
+
+def test_a_store_sees_another_stores_writes_at_once(storage) -> None:
+    """Two stores on one storage stand for two processes: what one decoded and kept is never served
+    after the other changed, deleted or forgot it."""
+    first = MemoryStore(storage, embedder=HashEmbedder())
+    second = MemoryStore(storage, embedder=HashEmbedder())
+    first.put(("u", "a"), "tea", {"text": "likes green tea"})
+    first.put(("u", "b"), "car", {"text": "drives a blue car"})
+    assert [i.key for i in first.search(("u",), query="green tea", limit=1)] == ["tea"]  # decoded, kept
+    second.put(("u", "a"), "tea", {"text": "now prefers coffee"})
+    assert [i.value["text"] for i in first.search(("u", "a"))] == ["now prefers coffee"]
+    second.delete(("u", "a"), "tea")
+    assert first.search(("u", "a")) == []
+    assert second.forget(("u",)) == 1
+    assert first.search(("u",)) == []

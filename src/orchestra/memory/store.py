@@ -37,7 +37,7 @@ from orchestra.memory._records import (
     namespace_prefix as prefix_key,
 )
 from orchestra.memory.embedders import Embedder
-from orchestra.storage import ABSENT, Expect, Storage, read_many
+from orchestra.storage import ABSENT, Expect, Storage, list_versions, read_many
 from orchestra.storage import scrub as scrub_storage
 
 __all__ = ["MemoryStore"]
@@ -198,6 +198,7 @@ class MemoryStore:
             StorageConflictError: ``expect`` did not hold; nothing was changed.
         """
         skey = self.prefix + item_key(namespace, key)
+        self._decoded.pop(skey, None)
         if expect is None:
             await self.storage.delete(skey)
             return
@@ -215,22 +216,37 @@ class MemoryStore:
         """Every record under a namespace prefix: (storage key, record, version), read now. A record whose
         version is the one decoded last time is not decoded again (a version changes with every write,
         in any process, so the cache never serves a stale record; it only saves the decoding)."""
-        keys = await self.storage.list(self.prefix + prefix_key(prefix))
-        out = []
+        full = self.prefix + prefix_key(prefix)
         cache = self._decoded
         if len(cache) > self.cache_items:
             cache.clear()
+        # Where the storage lists versions without values (databases, memory), only the records that
+        # changed since they were decoded are read; elsewhere (files) every record is read.
+        listed = await list_versions(self.storage, full)
+        if listed is None:
+            keys = await self.storage.list(full)
+        else:
+            keys = [skey for skey, version in listed if cache.get(skey, (None, None))[1] != version]
         for start in range(0, len(keys), _BATCH):
             chunk = keys[start : start + _BATCH]
             for skey, found in zip(chunk, await read_many(self.storage, chunk), strict=True):
                 if found is None:  # deleted since it was listed
                     cache.pop(skey, None)
-                    continue
-                cached = cache.get(skey)
-                if cached is None or cached[1] != found[1]:
-                    cached = cache[skey] = (decode_record(*found), found[1])
-                out.append((skey, cached[0], found[1]))
+                elif cache.get(skey, (None, None))[1] != found[1]:
+                    cache[skey] = (decode_record(*found), found[1])
+        present = keys if listed is None else [skey for skey, _ in listed]
+        self._drop_cached(full, keep=set(present))  # deleted or forgotten elsewhere: not kept here either
+        out = []
+        for skey in present:
+            cached = cache.get(skey)
+            if cached is not None:
+                out.append((skey, cached[0], cached[1]))
         return out
+
+    def _drop_cached(self, prefix: str, keep: set[str] | None = None) -> None:
+        """Forget decoded records under ``prefix`` (all, or those not in ``keep``)."""
+        for skey in [k for k in self._decoded if k.startswith(prefix) and (keep is None or k not in keep)]:
+            del self._decoded[skey]
 
     async def search_async(
         self,
@@ -309,7 +325,10 @@ class MemoryStore:
                 SQLite checkpoints its log; PostgreSQL rewrites its table with ``VACUUM FULL``, which
                 locks it meanwhile: pass False there and scrub in a quiet hour if that is too costly).
         """
-        removed = await self.storage.delete_prefix(self.prefix + prefix_key(namespace_prefix))
+        full = self.prefix + prefix_key(namespace_prefix)
+        self._drop_cached(full)
+        removed = await self.storage.delete_prefix(full)
+        self._drop_cached(full)  # and what a search running meanwhile decoded
         if scrub:
             await scrub_storage(self.storage)
         return removed

@@ -15,6 +15,7 @@ __all__ = [
     "ForwardingStorage",
     "Storage",
     "delete_many",
+    "list_versions",
     "read_many",
     "scrub",
     "validate_key",
@@ -150,6 +151,17 @@ async def delete_many(storage: Storage, keys: Sequence[str]) -> None:
     for key in keys:  # a bad key refuses the whole batch before anything is deleted
         validate_key(key)
     await map_concurrently(storage.delete, keys)
+
+
+async def list_versions(storage: Storage, prefix: str) -> list[tuple[str, str]] | None:
+    """``(key, version)`` of every key that starts with ``prefix``, sorted, without reading the values,
+    where the storage can (``list_versions`` on databases and in memory, and wrappers that pass it on);
+    None where it cannot (local files version a value by hashing it, so they must read it)."""
+    method = getattr(storage, "list_versions", None)
+    if method is None:
+        return None
+    found = await method(prefix)
+    return None if found is None else list(found)
 
 
 async def scrub(storage: Storage) -> None:

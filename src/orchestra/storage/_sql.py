@@ -76,6 +76,10 @@ class SQLStorage(abc.ABC):
     ) -> list[str]:
         """The keys in ``[low, high)`` after ``start_after``, sorted, at most ``limit``."""
 
+    @abc.abstractmethod
+    def _select_versions(self, low: str, high: str | None) -> list[tuple[str, str]]:
+        """``(key, version)`` of the keys in ``[low, high)``, sorted."""
+
     # -- shared by every database ----------------------------------------------------------------------
 
     @staticmethod
@@ -188,6 +192,12 @@ class SQLStorage(abc.ABC):
         validate_prefix(prefix)
         low, high = prefix_range(prefix)
         return await anyio.to_thread.run_sync(self._select_keys, low, high, start_after, limit)
+
+    async def list_versions(self, prefix: str) -> Sequence[tuple[str, str]]:
+        """``(key, version)`` of every key under ``prefix``, sorted, in one query without the values."""
+        validate_prefix(prefix)
+        low, high = prefix_range(prefix)
+        return await anyio.to_thread.run_sync(self._select_versions, low, high)
 
 
 def _conflict(where: str, key: str, expect: Expect) -> StorageError:

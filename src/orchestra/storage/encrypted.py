@@ -23,13 +23,14 @@ import binascii
 import hashlib
 import os
 import struct
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
 from orchestra._dist import install_hint
 from orchestra.errors import ConfigurationError, StorageError
-from orchestra.storage._base import Expect, ForwardingStorage, Storage
+from orchestra.storage._base import Expect, ForwardingStorage, Storage, list_versions
 
 __all__ = ["EncryptedStorage", "EnvKeyProvider", "KMSKeyProvider", "KeyProvider"]
 
@@ -205,6 +206,10 @@ class EncryptedStorage(ForwardingStorage):
                 f"{key}: the encrypted value does not decrypt with {_key_name(ref)} (a different key under "
                 "that id, or a value tampered with, truncated, or copied from another key); nothing was loaded"
             ) from None
+
+    async def list_versions(self, prefix: str) -> Sequence[tuple[str, str]] | None:
+        """The inner storage's (versions are its own: encryption does not change them)."""
+        return await list_versions(self.inner, prefix)
 
     async def write(self, key: str, data: bytes, *, expect: Expect = None) -> str:
         ref, secret = await self.keys.current_key()

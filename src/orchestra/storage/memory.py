@@ -70,6 +70,12 @@ class InMemoryStorage:
                 out.append(key)
             return out
 
+    async def list_versions(self, prefix: str) -> Sequence[tuple[str, str]]:
+        """``(key, version)`` of every key under ``prefix``, sorted (see ``orchestra.storage.list_versions``)."""
+        keys = await self.list(prefix)
+        with self._lock:
+            return [(key, found[1]) for key in keys if (found := self._data.get(key)) is not None]
+
     async def delete_prefix(self, prefix: str) -> int:
         keys = await self.list(prefix)
         for key in keys:

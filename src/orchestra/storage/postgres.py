@@ -353,3 +353,9 @@ class PostgresStorage(SQLStorage):
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         return [key for (key,) in self._query("list", low, query, params)]
+
+    def _select_versions(self, low: str, high: str | None) -> list[tuple[str, str]]:
+        query, params = f"SELECT key, version FROM {TABLE} WHERE key >= %s", [low]
+        if high is not None:
+            query, params = f"{query} AND key < %s", [*params, high]
+        return [(key, version) for key, version in self._query("list", low, query + " ORDER BY key", params)]

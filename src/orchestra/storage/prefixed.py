@@ -7,7 +7,15 @@ from collections.abc import Sequence
 
 from orchestra.errors import StorageError
 from orchestra.storage._append import AppendStorage, appendable
-from orchestra.storage._base import Expect, Storage, delete_many, read_many, validate_key, write_many
+from orchestra.storage._base import (
+    Expect,
+    Storage,
+    delete_many,
+    list_versions,
+    read_many,
+    validate_key,
+    write_many,
+)
 from orchestra.storage._group_commit import Change, DeletePrefix, Outcome, commit_many
 
 __all__ = ["PrefixedStorage"]
@@ -79,6 +87,10 @@ class PrefixedStorage:
         after = self.prefix + start_after if start_after is not None else None
         keys = await self.inner.list(self.prefix + prefix, start_after=after, limit=limit)
         return [k[len(self.prefix) :] for k in keys]
+
+    async def list_versions(self, prefix: str) -> Sequence[tuple[str, str]] | None:
+        found = await list_versions(self.inner, self.prefix + prefix)
+        return None if found is None else [(k[len(self.prefix) :], version) for k, version in found]
 
     async def delete_prefix(self, prefix: str) -> int:
         return await self.inner.delete_prefix(self.prefix + prefix)

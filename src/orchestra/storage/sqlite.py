@@ -343,3 +343,14 @@ class SQLiteStorage(SQLStorage):
                 return [key for (key,) in conn.execute(query, params)]
         except sqlite3.Error as exc:
             raise self._error(exc, "list", low, stored=False, started=started) from None
+
+    def _select_versions(self, low: str, high: str | None) -> list[tuple[str, str]]:
+        query, params = f"SELECT key, version FROM {TABLE} WHERE key >= ?", [low]
+        if high is not None:
+            query, params = f"{query} AND key < ?", [*params, high]
+        started = time.monotonic()
+        try:
+            with self._reader() as conn:
+                return [(key, version) for key, version in conn.execute(query + " ORDER BY key", params)]
+        except sqlite3.Error as exc:
+            raise self._error(exc, "list", low, stored=False, started=started) from None
