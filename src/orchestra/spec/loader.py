@@ -778,6 +778,7 @@ def build(
     session_id: str | None = None,
     storage: str | None = None,
     session_manager: Any = None,
+    memory: Any = None,
 ) -> Graph | Swarm | Agent:
     """Build the object a parsed spec describes.
 
@@ -787,6 +788,8 @@ def build(
             spec's ``session:``, or local files).
         storage: a storage URI overriding the spec's ``session.storage``.
         session_manager: a ready session manager to attach instead.
+        memory: a ``MemoryStore`` to use instead of the one the spec's ``memory:`` names (the server
+            passes its workspace's).
     """
     from orchestra.session import SnapshotSessionManager
 
@@ -799,7 +802,7 @@ def build(
             multi_agent_save_latest_on=session.save_on if session else "node",
         )
     agent_session = session_manager if loaded.spec.kind == "agent" else None
-    store = memory_store(loaded.spec)
+    store = memory if memory is not None or loaded.spec.memory is None else memory_store(loaded.spec)
     with building_with(store, loaded.spec):
         built = _build(loaded, loaded.spec, (), {}, model, agent_session)
     if store is not None and isinstance(built, MultiAgentBase):
