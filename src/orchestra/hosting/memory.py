@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestra.hosting.memory_settings import MemorySettings
@@ -37,8 +38,8 @@ class HostedItem:
     namespace: tuple[str, ...]
     key: str
     value: dict[str, Any]
-    created_at: Any
-    updated_at: Any
+    created_at: float
+    updated_at: float
     score: float | None
 
     def plain(self) -> dict[str, Any]:
@@ -52,8 +53,10 @@ class HostedItem:
         }
 
 
-def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
+def _iso(seconds: float | None) -> str | None:
+    return (
+        None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    )
 
 
 class WorkspaceMemory:
@@ -104,7 +107,7 @@ class WorkspaceMemory:
             item.value,
             item.created_at,
             item.updated_at,
-            getattr(item, "score", None),
+            item.score,
         )
 
     async def put(

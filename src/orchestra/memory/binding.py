@@ -9,8 +9,9 @@ A namespace is bound in two places, and the model names neither:
   (the server puts the caller's there).
 
 Where a caller is bound (a namespace in the invocation state), its store wins over the one the tools
-were made with. A namespace made with the tools is relative to the bound one: the server's caller ``("users", "u1")``
-with tools made for ``("notes",)`` reads and writes ``("users", "u1", "notes")`` and nothing else.
+were made with. A namespace made with the tools is relative to the bound one: the server's caller
+``("users", "u1")`` with tools made for ``("notes",)`` reads and writes ``("users", "u1", "notes")`` and
+nothing else.
 """
 
 from __future__ import annotations

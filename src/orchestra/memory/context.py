@@ -3,8 +3,7 @@
 Before each model call it searches the bound namespace (see ``binding.py``) with the newest user text as
 the query and puts the best items, best first, into the call's ``system_context`` (the request's system
 prompt, this call only: never the history, never a session); a store without an embedder gives its newest
-items. It stops before the items' text would pass
-``max_tokens``.
+items. It stops before the added text would pass ``max_tokens``.
 
 Tokens are estimated, not counted by a tokenizer: ``ceil(characters / 4)``, the usual rule of thumb for
 English under the providers' BPE tokenizers. Set the bound with that margin in mind; the estimate needs no

@@ -92,8 +92,8 @@ class MemoryItemOut(BaseModel):
     namespace: list[str]
     key: str
     value: dict[str, Any]
-    created_at: Any = None
-    updated_at: Any = None
+    created_at: str | None = Field(default=None, description="When it was first written (ISO 8601, UTC).")
+    updated_at: str | None = Field(default=None, description="When it was last written (ISO 8601, UTC).")
     score: float | None = None
 
 
