@@ -86,9 +86,10 @@ def test_an_agent_remembers_across_sessions_and_another_key_never_sees_it(tmp_pa
         process.stderr.close()
 
 
-@pytest.fixture
-def memory_server(tmp_path: Path):
-    with Server(support_config(tmp_path, f"file:{tmp_path}/store")) as running:
+@pytest.fixture(scope="module")
+def memory_server(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("memory")
+    with Server(support_config(root, f"file:{root}/store")) as running:
         yield running
 
 

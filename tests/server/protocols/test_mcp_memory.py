@@ -14,9 +14,10 @@ from tests.server.test_memory_routes import support_config
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def memory_server(tmp_path: Path):
-    with Server(support_config(tmp_path, f"file:{tmp_path}/store")) as running:
+@pytest.fixture(scope="module")
+def memory_server(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("memory")
+    with Server(support_config(root, f"file:{root}/store")) as running:
         yield running
 
 
