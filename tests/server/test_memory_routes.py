@@ -136,3 +136,28 @@ def test_a_namespace_that_could_leave_the_callers_is_refused(
 def test_memory_routes_need_a_key(memory_server: Server) -> None:
     reply = httpx.get(memory_server.url + "/api/v1/memory/namespaces")
     assert reply.status_code == 401
+
+
+def test_a_server_with_an_embedder_searches_by_meaning(tmp_path: Path) -> None:
+    config = support_config(tmp_path, f"file:{tmp_path}/store")
+    config.write_text(config.read_text() + "memory: {embedder: 'orchestra.testing:HashEmbedder'}\n")
+    with Server(config) as running, Client(running.url, KEYS["acme"]) as client:
+        client.memory.put(["notes"], "tea", {"text": "likes green tea"})
+        client.memory.put(["notes"], "car", {"text": "drives a red car"})
+        found = client.memory.search(["notes"], query="which tea", limit=1)
+    assert [item["key"] for item in found] == ["tea"]
+    assert found[0]["score"] > 0
+
+
+def test_a_bad_embedder_in_the_server_config_is_placed(tmp_path: Path) -> None:
+    from orchestra.errors import ConfigurationError
+    from orchestra.server import load_config
+
+    config = support_config(tmp_path, f"file:{tmp_path}/store")
+    config.write_text(
+        config.read_text() + "memory:\n  embedder: 'orchestra.memory.binding:MEMORY_STATE_KEY'\n"
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"server.yaml:\d+:\d+: memory.embedder: .* is not an Embedder"
+    ):
+        load_config(config)

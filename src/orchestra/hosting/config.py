@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.hosting.memory_settings import MemorySettings
+from orchestra.memory.binding import load_embedder
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage import check_storage_uri
@@ -205,6 +206,11 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
         check_storage_uri(config.storage)
     except ConfigurationError as exc:
         problems.append(located.error(("storage",), str(exc)))
+    if config.memory.embedder is not None:
+        try:
+            load_embedder(config.memory.embedder)
+        except (ConfigurationError, ImportError) as exc:
+            problems.append(located.error(("memory", "embedder"), str(exc)))
     seen: set[str] = set()
     for index, hosted in enumerate(config.agents):
         if hosted.id in seen:

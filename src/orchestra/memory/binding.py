@@ -92,7 +92,12 @@ def load_embedder(path: str) -> Any:
     if callable(getattr(found, "embed", None)) and not isinstance(found, type):
         return found
     if callable(found):
-        made = found()
+        try:
+            made = found()
+        except Exception as exc:  # user code: say what it raised, where the config names it
+            raise ConfigurationError(
+                f"{path!r}: calling it to make an Embedder raised {type(exc).__name__}: {exc}"
+            ) from None
         if callable(getattr(made, "embed", None)):
             return made
     raise ConfigurationError(
