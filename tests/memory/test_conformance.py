@@ -267,7 +267,13 @@ def test_a_store_sees_another_stores_writes_at_once(storage) -> None:
     assert [i.key for i in first.search(("u",), query="green tea", limit=1)] == ["tea"]  # decoded, kept
     second.put(("u", "a"), "tea", {"text": "now prefers coffee"})
     assert [i.value["text"] for i in first.search(("u", "a"))] == ["now prefers coffee"]
+    fresh = MemoryStore(storage, embedder=HashEmbedder())  # nothing kept: what first must answer
+    assert first.search(("u",), query="green tea") == fresh.search(("u",), query="green tea")
+    ranked = first.search(("u",), query="prefers coffee", limit=1)
+    assert [(i.key, i.value["text"]) for i in ranked] == [("tea", "now prefers coffee")]
     second.delete(("u", "a"), "tea")
     assert first.search(("u", "a")) == []
+    assert [i.key for i in first.search(("u",), query="prefers coffee")] == ["car"]
     assert second.forget(("u",)) == 1
     assert first.search(("u",)) == []
+    assert first.search(("u",), query="blue car") == []

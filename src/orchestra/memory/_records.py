@@ -27,8 +27,10 @@ __all__ = [
     "END",
     "FILTER_OPERATORS",
     "ITEMS",
+    "Index",
     "MemoryItem",
     "Record",
+    "build_index",
     "check_filter",
     "decode_record",
     "encode_record",
@@ -37,8 +39,8 @@ __all__ = [
     "matches",
     "namespace_of",
     "namespace_prefix",
+    "rank",
     "text_to_embed",
-    "top_k",
 ]
 
 ITEMS = "items/"
@@ -258,30 +260,73 @@ def matches(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     return True
 
 
-def top_k(
-    query: bytes, vectors: Sequence[bytes], order: Sequence[Any], limit: int
-) -> list[tuple[int, float]]:
-    """The ``limit`` best ``(index, score)`` by cosine similarity to ``query`` (unit float32 bytes), ties
-    broken by ``order`` (each candidate's sort key), so every backend returns the same top results."""
+@dataclass(frozen=True, slots=True)
+class Index:
+    """The ranked part of a namespace prefix, ready for queries: the items that have a vector, their unit
+    vectors as one float32 matrix (a row each), and when each expires (``inf``: never)."""
+
+    items: list[MemoryItem]
+    matrix: Any
+    expires: Any
+
+
+def build_index(entries: Sequence[tuple[MemoryItem, bytes]]) -> Index:
+    """An ``Index`` of ``(item, unit float32 vector bytes)`` pairs.
+
+    Raises:
+        ValueError: the vectors do not all have one length (two embedding models in one store).
+    """
     import numpy as np
 
-    if not vectors or limit <= 0:
-        return []
-    other = next((v for v in vectors if len(v) != len(query)), None)
-    if other is not None:
+    lengths = {len(vector) for _, vector in entries}
+    if len(lengths) > 1:
         raise ValueError(
-            f"the query's embedding has {len(query) // 4} dimensions, a stored one {len(other) // 4}: "
+            f"the store's items have embeddings of {sorted(n // 4 for n in lengths)} dimensions: they were "
+            "embedded by different models; put them again with one embedder"
+        )
+    width = lengths.pop() // 4 if lengths else 0
+    matrix = np.frombuffer(b"".join(vector for _, vector in entries), dtype="<f4").reshape(
+        len(entries), width
+    )
+    expires = np.array(
+        [np.inf if item.expires_at is None else item.expires_at for item, _ in entries], dtype=np.float64
+    )
+    return Index([item for item, _ in entries], matrix, expires)
+
+
+def rank(index: Index, query: bytes, keep: Any, limit: int) -> list[tuple[int, float]]:
+    """The ``limit`` best ``(row, score)`` of ``index`` by cosine similarity to ``query`` (unit float32
+    bytes) among the rows ``keep`` (a boolean array) allows; ties by namespace then key, so every backend
+    returns the same top results.
+
+    Raises:
+        ValueError: the query's embedding and the stored ones differ in length.
+    """
+    import numpy as np
+
+    rows = np.flatnonzero(keep)
+    if not len(rows) or limit <= 0:
+        return []
+    if index.matrix.shape[1] * 4 != len(query):
+        raise ValueError(
+            f"the query's embedding has {len(query) // 4} dimensions, the stored ones {index.matrix.shape[1]}: "
             "the store's items were embedded by another model; put them again with this embedder"
         )
-    q = np.frombuffer(query, dtype="<f4")
-    matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), -1)
-    scores = matrix @ q
+    scores = (
+        index.matrix[rows] @ np.frombuffer(query, dtype="<f4")
+        if len(rows) < len(keep)
+        else index.matrix @ np.frombuffer(query, dtype="<f4")
+    )
     if limit < len(scores):
         # Everything tied with the limit-th best is kept, so the tie-break below sees all of them.
         threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit] - 1e-6
         candidates = np.flatnonzero(scores >= threshold)
     else:
         candidates = np.arange(len(scores))
+    items = index.items
     # Scores are ordered rounded to 6 places: float32 sums of tied items may differ in the last bit.
-    ranked = sorted(candidates.tolist(), key=lambda i: (-round(float(scores[i]), 6), order[i]))
-    return [(i, float(scores[i])) for i in ranked[:limit]]
+    ranked = sorted(
+        candidates.tolist(),
+        key=lambda i: (-round(float(scores[i]), 6), items[rows[i]].namespace, items[rows[i]].key),
+    )
+    return [(int(rows[i]), float(scores[i])) for i in ranked[:limit]]

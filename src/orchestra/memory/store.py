@@ -20,8 +20,10 @@ from typing import Any
 from orchestra._sync import run_sync
 from orchestra.errors import ConfigurationError, StorageConflictError
 from orchestra.memory._records import (
+    Index,
     MemoryItem,
     Record,
+    build_index,
     check_filter,
     decode_record,
     encode_record,
@@ -30,8 +32,8 @@ from orchestra.memory._records import (
     item_key,
     matches,
     namespace_of,
+    rank,
     text_to_embed,
-    top_k,
 )
 from orchestra.memory._records import (
     namespace_prefix as prefix_key,
@@ -94,6 +96,8 @@ class MemoryStore:
         self.clock = clock
         self.cache_items = cache_items
         self._decoded: dict[str, tuple[Record, str]] = {}
+        # The last index built per namespace prefix, with the (key, version) listing it was built from.
+        self._indexes: dict[str, tuple[list[tuple[str, str]], Index]] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.storage!r}, prefix={self.prefix!r})"
@@ -212,7 +216,9 @@ class MemoryStore:
         except StorageConflictError as exc:
             raise self._conflict(namespace, key, f"it is no longer at version {expect}", skey) from exc
 
-    async def _records(self, prefix: Sequence[str]) -> list[tuple[str, Record, str]]:
+    async def _records(
+        self, prefix: Sequence[str], listed: list[tuple[str, str]] | bool | None = True
+    ) -> list[tuple[str, Record, str]]:
         """Every record under a namespace prefix: (storage key, record, version), read now. A record whose
         version is the one decoded last time is not decoded again (a version changes with every write,
         in any process, so the cache never serves a stale record; it only saves the decoding)."""
@@ -222,8 +228,9 @@ class MemoryStore:
             cache.clear()
         # Where the storage lists versions without values (databases, memory), only the records that
         # changed since they were decoded are read; elsewhere (files) every record is read.
-        listed = await list_versions(self.storage, full)
-        if listed is None:
+        if listed is True:
+            listed = await list_versions(self.storage, full)
+        if not isinstance(listed, list):
             keys = await self.storage.list(full)
         else:
             keys = [skey for skey, version in listed if cache.get(skey, (None, None))[1] != version]
@@ -234,7 +241,7 @@ class MemoryStore:
                     cache.pop(skey, None)
                 elif cache.get(skey, (None, None))[1] != found[1]:
                     cache[skey] = (decode_record(*found), found[1])
-        present = keys if listed is None else [skey for skey, _ in listed]
+        present = keys if not isinstance(listed, list) else [skey for skey, _ in listed]
         self._drop_cached(full, keep=set(present))  # deleted or forgotten elsewhere: not kept here either
         out = []
         for skey in present:
@@ -244,9 +251,13 @@ class MemoryStore:
         return out
 
     def _drop_cached(self, prefix: str, keep: set[str] | None = None) -> None:
-        """Forget decoded records under ``prefix`` (all, or those not in ``keep``)."""
+        """Forget decoded records under ``prefix`` (all, or those not in ``keep``); with ``keep`` None,
+        the indexes of every prefix that overlaps it too."""
         for skey in [k for k in self._decoded if k.startswith(prefix) and (keep is None or k not in keep)]:
             del self._decoded[skey]
+        if keep is None:
+            for full in [f for f in self._indexes if f.startswith(prefix) or prefix.startswith(f)]:
+                del self._indexes[full]
 
     async def search_async(
         self,
@@ -274,6 +285,8 @@ class MemoryStore:
                 "MemoryStore.search(query=...) needs an embedder: MemoryStore(storage, embedder=...)"
             )
         now = self.clock()
+        if query is not None and self.store_vectors:
+            return await self._ranked(namespace_prefix, query, filter, now, limit, offset)
         items = [
             (record.item, record.vector)
             for _, record, version in await self._records(namespace_prefix)
@@ -295,15 +308,49 @@ class MemoryStore:
             computed = await self._vectors(list(texts.values())) if texts else []
             vectors = dict(zip(texts, computed, strict=True))
             items = [(item, vectors.get(index)) for index, (item, _) in enumerate(items)]
-        ranked = [(item, vector) for item, vector in items if vector is not None]
+        import numpy as np
+
+        built = build_index([(item, vector) for item, vector in items if vector is not None])
         [query_vector] = await self._vectors([query], query=True)
-        best = top_k(
-            query_vector,
-            [vector for _, vector in ranked],
-            [(item.namespace, item.key) for item, _ in ranked],
-            wanted,
-        )
-        return [_scored(ranked[index][0], score) for index, score in best[offset:]]
+        best = rank(built, query_vector, np.ones(len(built.items), dtype=bool), wanted)
+        return [_scored(built.items[row], score) for row, score in best[offset:]]
+
+    async def _ranked(
+        self,
+        namespace_prefix: Sequence[str],
+        query: str,
+        filter: Mapping[str, Any] | None,
+        now: float,
+        limit: int,
+        offset: int,
+    ) -> list[MemoryItem]:
+        """A search with a query over stored vectors: the prefix's index is built again only when its
+        listing of versions changed (where the storage lists versions; otherwise on every search)."""
+        _need_numpy()
+        import numpy as np
+
+        full = self.prefix + prefix_key(namespace_prefix)
+        listed = await list_versions(self.storage, full)
+        hit = self._indexes.get(full) if listed is not None else None
+        if hit is not None and hit[0] == listed:
+            index = hit[1]
+        else:
+            records = await self._records(namespace_prefix, listed)
+            index = build_index(
+                [(r.item, r.vector) for _, r, _ in records if r.item is not None and r.vector is not None]
+            )
+            if listed is not None:
+                if len(self._indexes) >= 64:  # prefixes searched lately; an old one is built again if asked
+                    self._indexes.pop(next(iter(self._indexes)))
+                self._indexes[full] = (listed, index)
+        keep = index.expires > now
+        if filter:
+            keep &= np.fromiter(
+                (matches(item.value, filter) for item in index.items), dtype=bool, count=len(index.items)
+            )
+        [query_vector] = await self._vectors([query], query=True)
+        best = rank(index, query_vector, keep, max(0, limit) + max(0, offset))
+        return [_scored(index.items[row], score) for row, score in best[offset:]]
 
     async def list_namespaces_async(
         self, prefix: Sequence[str] = (), *, max_depth: int | None = None, limit: int = 100
