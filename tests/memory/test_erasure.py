@@ -142,3 +142,45 @@ def test_vectors_can_stay_out_of_storage(tmp_path) -> None:
     with_vectors = MemoryStore(LocalFileStorage(tmp_path / "v"), embedder=embedder)
     with_vectors.put(("u",), "tea", {"text": "likes green tea"})
     assert b'"vector"' in raw_files(tmp_path / "v")
+
+
+def test_postgres_scrub_says_when_an_open_transaction_keeps_deleted_rows(postgres_uri) -> None:
+    import psycopg
+
+    from orchestra.errors import StorageUnavailableError
+    from orchestra.storage import PostgresStorage
+
+    storage = PostgresStorage(postgres_uri, timeout=1.0)
+    store = MemoryStore(storage)
+    store.put(("users", LABEL), "k", {"text": SECRET})
+    with psycopg.connect(postgres_uri) as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT 1").fetchone()  # a snapshot that sees the row (no lock on the table)
+        with pytest.raises(StorageUnavailableError, match="scrub left 1 deleted rows"):
+            store.forget(("users", LABEL))
+        assert store.get(("users", LABEL), "k") is None  # deleted all the same
+        assert SECRET.encode() in raw_postgres(storage)  # and still in the pages, as the error said
+        reader.rollback()
+    anyio.run(scrub, storage)
+    assert SECRET.encode() not in raw_postgres(storage)
+    storage.close()
+
+
+def test_postgres_scrub_waits_for_the_tables_lock_no_longer_than_its_timeout(postgres_uri) -> None:
+    import psycopg
+
+    from orchestra.errors import StorageUnavailableError
+    from orchestra.storage import PostgresStorage
+
+    storage = PostgresStorage(postgres_uri, timeout=1.0)
+    store = MemoryStore(storage)
+    store.put(("users", LABEL), "k", {"text": SECRET})
+    with psycopg.connect(postgres_uri) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM orchestra_storage").fetchone()  # holds a lock on the table
+        with pytest.raises(StorageUnavailableError, match="scrub"):
+            store.forget(("users", LABEL))
+        reader.rollback()
+    assert store.forget(("users", LABEL)) == 0
+    assert SECRET.encode() not in raw_postgres(storage)
+    storage.close()

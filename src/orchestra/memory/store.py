@@ -45,6 +45,7 @@ from orchestra.storage import scrub as scrub_storage
 __all__ = ["MemoryStore"]
 
 _BATCH = 1000  # keys read at once by search and sweep
+_PUT_ATTEMPTS = 3  # reads and conditional writes of a plain put that races other writers
 
 
 def _need_numpy() -> None:
@@ -159,29 +160,45 @@ class MemoryStore:
         if text is not None and self.store_vectors:
             [vector] = await self._vectors([text])  # before any write: a failing embedder stores nothing
         now = self.clock()
-        found = await self._read(skey)
-        live = found is not None and found[0].live(now)
-        condition: Expect = expect
-        if expect is ABSENT:
-            if live:
+
+        def record(created: float) -> bytes:
+            item = MemoryItem(
+                namespace=tuple(namespace),
+                key=key,
+                value=dict(value),
+                created_at=created,
+                updated_at=now,
+                expires_at=None if ttl is None else now + ttl,
+                version="",
+            )
+            return encode_record(item, vector)
+
+        if expect is None or expect is ABSENT:
+            # Most puts make a new item: one create-only write, and only a key that exists costs a read.
+            try:
+                return await self.storage.write(skey, record(now), expect=ABSENT)
+            except StorageConflictError:
+                pass
+        for attempt in range(_PUT_ATTEMPTS):
+            found = await self._read(skey)
+            live = found is not None and found[0].live(now)
+            if expect is ABSENT and live:
                 raise self._conflict(namespace, key, "it already exists (expect=ABSENT)", skey)
-            # A tombstone or an expired item is no item: replace exactly that one.
-            condition = ABSENT if found is None else found[1]
-        created = found[0].item.created_at if live and found and found[0].item else now
-        item = MemoryItem(
-            namespace=tuple(namespace),
-            key=key,
-            value=dict(value),
-            created_at=created,
-            updated_at=now,
-            expires_at=None if ttl is None else now + ttl,
-            version="",
-        )
-        try:
-            return await self.storage.write(skey, encode_record(item, vector), expect=condition)
-        except StorageConflictError as exc:
-            what = "it changed since" if expect is ABSENT else f"it is no longer at version {expect}"
-            raise self._conflict(namespace, key, what, skey) from exc
+            condition: Expect = expect
+            if expect is None or expect is ABSENT:
+                # Replace exactly what was read (a tombstone or an expired item is no item), so that
+                # created_at is the item's own; a plain put that keeps losing races writes regardless.
+                condition = ABSENT if found is None else found[1]
+                if expect is None and attempt == _PUT_ATTEMPTS - 1:
+                    condition = None
+            created = found[0].item.created_at if live and found and found[0].item else now
+            try:
+                return await self.storage.write(skey, record(created), expect=condition)
+            except StorageConflictError as exc:
+                if expect is not None:
+                    what = "it changed since" if expect is ABSENT else f"it is no longer at version {expect}"
+                    raise self._conflict(namespace, key, what, skey) from exc
+        raise AssertionError("unreachable: the last attempt of a plain put is unconditional")
 
     async def get_async(self, namespace: Sequence[str], key: str) -> MemoryItem | None:
         """The item, or None if there is none (or its TTL ran out)."""

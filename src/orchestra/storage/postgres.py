@@ -32,6 +32,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -319,18 +320,56 @@ class PostgresStorage(SQLStorage):
         """Rewrite the table (``VACUUM FULL``): a deleted row stays in its page, bytes and all, until then
         (a plain ``VACUUM`` frees the space but leaves the bytes). The rewrite locks the table against
         every read and write while it runs: seconds on a large table. PostgreSQL's write-ahead log, its
-        replicas and its backups still hold the rows until they roll over (see docs/memory.md)."""
+        replicas and its backups still hold the rows until they roll over (see docs/memory.md).
+
+        A row deleted while another transaction of the database may still see it is copied by the
+        rewrite: the scrub tries again for up to ``timeout`` while PostgreSQL says such rows remain.
+
+        Raises:
+            StorageUnavailableError: deleted rows were still visible to an open transaction after
+                ``timeout``; they stay until a later scrub.
+        """
+        import anyio
         import anyio.to_thread
 
-        def vacuum() -> None:
+        def vacuum() -> int:
             psycopg, _ = _psycopg()
+            kept: list[int] = []
+
+            def notice(diagnostic: Any) -> None:
+                found = re.search(
+                    r"(\d+) dead row versions cannot be removed", diagnostic.message_detail or ""
+                )
+                if found:
+                    kept.append(int(found.group(1)))
+
             with self._connection("scrub", "") as conn:
+                conn.add_notice_handler(notice)
                 try:
-                    conn.execute(f"VACUUM FULL {TABLE}")
+                    # The rewrite waits for the table's lock: an open transaction that read it holds it.
+                    conn.execute(f"SET lock_timeout = '{int(self.timeout * 1000)}ms'")
+                    conn.execute(f"VACUUM (FULL, VERBOSE) {TABLE}")
                 except psycopg.Error as exc:
                     raise self._error(exc, "scrub", "", stored=None) from None
+                finally:
+                    conn.remove_notice_handler(notice)
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("RESET lock_timeout")
+            return sum(kept)
 
-        await anyio.to_thread.run_sync(vacuum)
+        deadline = time.monotonic() + self.timeout
+        kept = await anyio.to_thread.run_sync(vacuum)
+        while kept and time.monotonic() < deadline:
+            await anyio.sleep(0.2)  # for the transaction that still sees them to end
+            kept = await anyio.to_thread.run_sync(vacuum)
+        if kept:
+            raise StorageUnavailableError(
+                f"{self.where}: scrub left {kept} deleted rows in the table: an open transaction may still "
+                f"see them (for over {self.timeout}s); they stay until a later scrub",
+                operation="scrub",
+                key="",
+                reason="dead row versions cannot be removed yet",
+            )
 
     def _select(self, keys: Sequence[str]) -> dict[str, tuple[bytes, str]]:
         rows = self._query(
