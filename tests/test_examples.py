@@ -140,7 +140,9 @@ def test_the_protocol_doors_example_speaks_mcp_a2a_and_ag_ui():
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "mcp tools: assistant, memory_recall, release, support"  # the agents, and memory recall
+    assert (
+        lines[0] == "mcp tools: assistant, memory_recall, release, support"
+    )  # the agents, and memory recall
     assert lines[1].startswith("mcp: support answered: I found the duplicate charge")
     assert lines[2] == "a2a: assistant answered: echo: hello over A2A"
     assert lines[3].startswith("ag-ui: RUN_STARTED STATE_SNAPSHOT STEP_STARTED")
