@@ -29,6 +29,8 @@ ORDER = [
     "BudgetSpec",
     "PriceSpec",
     "SessionSpec",
+    "MemorySpec",
+    "MemoryContextSpec",
     "TemporalSpec",
     "RetrySpec",
     "ContinueAsNewSpec",

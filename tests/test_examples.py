@@ -140,7 +140,9 @@ def test_the_protocol_doors_example_speaks_mcp_a2a_and_ag_ui():
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "mcp tools: assistant, release, support"  # the sample config's agents
+    assert (
+        lines[0] == "mcp tools: assistant, memory_recall, release, support"
+    )  # the agents, and memory recall
     assert lines[1].startswith("mcp: support answered: I found the duplicate charge")
     assert lines[2] == "a2a: assistant answered: echo: hello over A2A"
     assert lines[3].startswith("ag-ui: RUN_STARTED STATE_SNAPSHOT STEP_STARTED")
@@ -237,3 +239,13 @@ def test_the_daily_report_example_serves_its_schedule_and_runs_it_now(capsys, mo
     assert "schedule daily-report: 0 7 * * * (Europe/Paris), next at 07:00 CE" in out  # CET or CEST
     assert "run completed: echo: Write the report for 20" in out
     assert "'schedule_id': 'daily-report'" in out
+
+
+def test_the_support_agent_remembers_a_customer_across_sessions(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["support_memory.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "support_memory.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "tuesday: From your file: I am on the gold plan and prefer email." in out
+    assert "context given to the model: - preferences: I am on the gold plan and prefer email." in out
+    assert "another customer: Your file is empty." in out
+    assert out.endswith("completed: the agent remembered Ana across sessions, and Bob saw none of it\n")

@@ -41,6 +41,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from orchestra._ids import validate_id
+from orchestra.client_memory import AsyncMemoryCalls, MemoryCalls
 from orchestra.errors import OrchestraError
 
 __all__ = [
@@ -384,6 +385,8 @@ class Client:
             base_url=self.base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
         )
         self.retries = retries
+        self.memory = MemoryCalls(self._send)
+        """The caller's memory: ``put``, ``get``, ``search``, ``delete``, ``namespaces``."""
 
     def __enter__(self) -> Client:
         return self
@@ -399,6 +402,12 @@ class Client:
             response = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
         _raise_for(response)
         return response.json()
+
+    def _send(self, method: str, url: str, params: dict[str, Any] | None, body: dict[str, Any] | None) -> Any:
+        with _answered(self.base_url):
+            response = self._http.request(method, url, params=params, json=body)
+        _raise_for(response)
+        return response.json() if response.content else None
 
     def _post_once(self, url: str, body: dict[str, Any] | None, idempotency_key: str | None) -> Any:
         """POST with an Idempotency-Key, repeated while it may have failed half way (module docstring)."""
@@ -699,6 +708,8 @@ class AsyncClient:
             base_url=self.base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
         )
         self.retries = retries
+        self.memory = AsyncMemoryCalls(self._send)
+        """The caller's memory, as ``Client.memory``, awaited."""
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -714,6 +725,14 @@ class AsyncClient:
             response = await self._http.get(path, params={k: v for k, v in params.items() if v is not None})
         _raise_for(response)
         return response.json()
+
+    async def _send(
+        self, method: str, url: str, params: dict[str, Any] | None, body: dict[str, Any] | None
+    ) -> Any:
+        with _answered(self.base_url):
+            response = await self._http.request(method, url, params=params, json=body)
+        _raise_for(response)
+        return response.json() if response.content else None
 
     async def _post_once(self, url: str, body: dict[str, Any] | None, idempotency_key: str | None) -> Any:
         """POST with an Idempotency-Key, repeated while it may have failed half way (module docstring)."""

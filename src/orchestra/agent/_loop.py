@@ -197,9 +197,10 @@ class Invocation:
                     f"agent {agent.name!r}: the model kept calling tools for {agent.max_cycles} cycles "
                     "without ending its turn; raise Agent(max_cycles=...) or check the tools' results"
                 )
+        context: list[str] = []
         if self.hooks.has_callbacks(BeforeModelCall):
-            await self.hooks.invoke(BeforeModelCall(agent, self.state))
-        return ModelCall(agent, self.output, self.checkpoint, self.spans, self.streaming)
+            context = (await self.hooks.invoke(BeforeModelCall(agent, self.state))).system_context
+        return ModelCall(agent, self.output, self.checkpoint, self.spans, self.streaming, context)
 
     async def model_failed(self, exc: Exception) -> bool:
         """The model call raised: whether a hook asked for it again (``AfterModelCall.retry``)."""

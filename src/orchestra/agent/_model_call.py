@@ -38,6 +38,7 @@ class ModelCall:
         "spans",
         "stop_reason",
         "streaming",
+        "system_context",
         "text",
         "tool_uses",
         "usage",
@@ -50,8 +51,10 @@ class ModelCall:
         checkpoint: Checkpoint,
         spans: InvocationSpans | NoSpans,
         streaming: bool,
+        system_context: list[str] | None = None,
     ) -> None:
         self.agent = agent
+        self.system_context = system_context or []  # hooks' text for this request only (BeforeModelCall)
         self.output = output
         self.checkpoint = checkpoint
         self.spans = spans
@@ -116,7 +119,10 @@ class ModelCall:
         agent = self.agent
         model = agent.model
         specs, options = self.output.request(agent.tool_registry.specs(), model)
-        return model.stream(agent.messages, tool_specs=specs, system_prompt=agent.system_prompt, **options)
+        system_prompt = agent.system_prompt
+        if self.system_context:
+            system_prompt = "\n\n".join(part for part in (system_prompt, *self.system_context) if part)
+        return model.stream(agent.messages, tool_specs=specs, system_prompt=system_prompt, **options)
 
     async def _close(self) -> None:
         events, self._events = self._events, None

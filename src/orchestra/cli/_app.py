@@ -19,6 +19,7 @@ import structlog
 import typer
 
 from orchestra.cli import _run, _serve, _spec, _worker
+from orchestra.cli._memory import memory_app
 from orchestra.cli._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -50,6 +51,7 @@ app.add_typer(_worker.app)  # worker
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(runs_app, name="runs")  # orchestra runs list/show/cancel/stream --url (cli/_runs.py)
 app.add_typer(schedules_app, name="schedules")  # list/pause/resume/run-now (cli/_schedules.py)
+app.add_typer(memory_app, name="memory")  # orchestra memory list/search/get/forget --storage (cli/_memory.py)
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

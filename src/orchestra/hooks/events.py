@@ -85,10 +85,16 @@ class MessageRedacted(HookEvent):
 
 @dataclass
 class BeforeModelCall(HookEvent):
-    """The model is about to be called with the current history."""
+    """The model is about to be called with the current history.
+
+    A hook may append text to ``system_context``: it follows the system prompt in this call's request
+    only, and is never stored in the history or a session (``orchestra.memory.MemoryContext`` puts
+    relevant memories there).
+    """
 
     agent: AgentLike
     invocation_state: dict[str, Any]
+    system_context: list[str] = field(default_factory=list)
 
 
 @dataclass

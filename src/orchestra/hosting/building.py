@@ -80,7 +80,11 @@ class Builder:
             )
             manager.run_id = invocation.run_id  # every journal record of the turn names its run
         with deferred_initialization():  # the session loads below, on this event loop, without blocking it
-            built: Agent | MultiAgentBase = build(loaded, session_manager=manager)
+            # A spec's memory: is the workspace's store here (each run binds its caller's namespace in it).
+            memory = (
+                self.workspaces.memory.store(hosted.workspace) if loaded.spec.memory is not None else None
+            )
+            built: Agent | MultiAgentBase = build(loaded, session_manager=manager, memory=memory)
         if isinstance(built, Agent):
             await built.initialize()
             if keeps_nothing(session_id, kind):

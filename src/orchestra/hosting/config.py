@@ -44,7 +44,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
+from orchestra.hosting.memory_settings import MemorySettings
 from orchestra.hosting.schedules import Schedule
+from orchestra.memory.binding import load_embedder
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage import check_storage_uri
@@ -179,6 +181,7 @@ class ServerConfig(_Model):
     runs: RunSettings = Field(default_factory=RunSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     schedules: list[Schedule] = Field(default_factory=list)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -226,6 +229,11 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
         check_storage_uri(config.storage)
     except ConfigurationError as exc:
         problems.append(located.error(("storage",), str(exc)))
+    if config.memory.embedder is not None:
+        try:
+            load_embedder(config.memory.embedder)
+        except (ConfigurationError, ImportError) as exc:
+            problems.append(located.error(("memory", "embedder"), str(exc)))
     seen: set[str] = set()
     for index, hosted in enumerate(config.agents):
         if hosted.id in seen:

@@ -158,7 +158,8 @@ class Executor:
                 if invocation.responses is not None:
                     check_approval_answers(target, invocation.responses)
                 task = self.builder.task(invocation, target)
-                turn = functools.partial(run_target, target, invocation, task, stop, log)
+                memory = self.workspaces.memory.binding(workspace, invocation.subject)
+                turn = functools.partial(run_target, target, invocation, task, stop, log, memory)
                 if self._records_beside(invocation, target):  # its record is written beside the turn
                     assert isinstance(target, Agent)
                     outcome = await record_beside_turn(record, runs, target, turn)
@@ -300,9 +301,15 @@ def _leaves_no_record(invocation: Invocation, target: Any, outcome: Any) -> bool
 
 
 async def run_target(
-    target: Agent | MultiAgentBase, invocation: Invocation, task: Any, stop: Stop, log: EventLog | None
+    target: Agent | MultiAgentBase,
+    invocation: Invocation,
+    task: Any,
+    stop: Stop,
+    log: EventLog | None,
+    memory: dict[str, Any] | None = None,
 ) -> Any:
-    """Run ``target`` within ``stop``'s cancel scope; its outcome, or ``Stopped``."""
+    """Run ``target`` within ``stop``'s cancel scope; its outcome, or ``Stopped``. ``memory`` is the
+    caller's memory binding, the run's invocation state (``WorkspaceMemory.binding``)."""
     prompt: Any = response_blocks(invocation.responses) if invocation.responses else task
     options: dict[str, Any] = {}
     if invocation.resume:  # POST .../sessions/{sid}/resume: finish what the session left open
@@ -312,6 +319,8 @@ async def run_target(
         stop.watch(target.messages)  # its turn so far is taken when a stop comes, before it unwinds
     elif not invocation.resume:
         options = {"resume_unfinished": True, "fresh": invocation.fresh and not invocation.responses}
+    if memory is not None:
+        options["invocation_state"] = dict(memory)
     with stop.scope():
         if log is None:
             return await target.invoke_async(prompt, **options)

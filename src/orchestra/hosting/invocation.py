@@ -58,6 +58,7 @@ class Invocation:
         # Set when this request runs again what an earlier one with its key left undone.
         self.prior: RunRecord | None = None
         self.background = False
+        self.subject: str | None = None  # the user auth names, if any: whose memory the run reads and writes
         self.webhook: str | None = None
         self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
         # Its session is held on this server only, without the busy document (slots.hold_plain).

@@ -2,7 +2,7 @@
 
 Every key of a workspace is under ``ws/<workspace>/`` of the server's storage (``root``): its agents'
 sessions under ``agents/<agent_id>/``, run records under ``runs/``, busy documents under ``busy/``,
-idempotency keys under ``idempotency/``, event logs under ``events/``, stop requests under ``signals/``.
+idempotency keys under ``idempotency/``, memory items under ``memory/``, event logs under ``events/``, stop requests under ``signals/``.
 ``unsynced`` is the same storage written without fsync on local files: what a killed process keeps, and
 what a power cut may lose at no cost (an index entry, a heartbeat, an event already sent, a busy
 document whose runs a sweep queues again).
@@ -13,6 +13,7 @@ from __future__ import annotations
 from orchestra.hosting.config import ServerConfig
 from orchestra.hosting.idempotency import IdempotencyKeys
 from orchestra.hosting.liveness import Liveness
+from orchestra.hosting.memory import WorkspaceMemory
 from orchestra.hosting.records import RunStore
 from orchestra.hosting.session_queue import SessionQueues
 from orchestra.storage import LocalFileStorage, PrefixedStorage, Storage, storage_from_uri
@@ -42,6 +43,8 @@ class Workspaces:
         self._runs: dict[str, RunStore] = {}
         self._queues: dict[str, SessionQueues] = {}
         self._keys: dict[str, IdempotencyKeys] = {}
+        self.memory = WorkspaceMemory(self.storage, config.memory)
+        """Each workspace's memory store, under ``memory/``, and the namespace each caller is bound to."""
 
     def storage(self, workspace: str) -> Storage:
         """The part of the storage that belongs to one workspace."""

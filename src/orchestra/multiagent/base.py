@@ -70,6 +70,7 @@ class MultiAgentBase:
         budget: Budget | None = None,
         version: str | None = None,
         migrations: Mapping[str, _migrations.Migration] | None = None,
+        memory: Any = None,
     ) -> None:
         self.id = validate_id(id, "orchestrator id")
         self.budget = budget
@@ -78,6 +79,10 @@ class MultiAgentBase:
         """The user's name for this version of the pipeline, recorded in every run it starts."""
         self.migrations: dict[str, _migrations.Migration] = dict(migrations or {})
         """``{saved version: fn}``: how runs saved on an older version are carried over (see migrations.py)."""
+        self.memory = memory
+        """The ``MemoryStore`` every node reaches as ``invocation_state["memory"]`` (agents' memory tools
+        and ``MemoryContext`` use it; a function node reads ``node_input.memory``), unless the caller's
+        invocation state holds one already."""
         self.scope_id = self.id  # where a session keeps this orchestrator (nested ones get a derived scope)
         self.nodes: dict[str, Node] = dict(nodes)
         self._initial_state = dict(state or {})
@@ -451,6 +456,8 @@ class MultiAgentBase:
     async def _invoke(
         self, task: Any, invocation_state: dict[str, Any], emit: Emit | None, options: RunOptions
     ) -> MultiAgentResult:
+        if self.memory is not None:
+            invocation_state.setdefault("memory", self.memory)
         await self.hooks.invoke(BeforeMultiAgentInvocation(self, invocation_state))
         self.run_options = options  # nested orchestrators run with the same options (force_resume)
         responses: dict[str, Any] = {}

@@ -86,6 +86,8 @@ class Graph(MultiAgentBase):
         budgets: ``{node_id: Budget}``: what one agent node may spend in a run.
         version: the name of this version of the graph, recorded in every run it starts.
         migrations: ``{saved version: fn}``: how to carry over runs saved on an older version.
+        memory: a ``MemoryStore`` every node reaches: ``invocation_state["memory"]`` for agents' memory tools
+            and ``MemoryContext``, ``node_input.memory`` for function nodes.
     """
 
     kind = "graph"
@@ -111,6 +113,7 @@ class Graph(MultiAgentBase):
         budgets: Mapping[str, Budget] | None = None,
         version: str | None = None,
         migrations: Mapping[str, Migration] | None = None,
+        memory: Any = None,
     ) -> None:
         joins = dict(joins or {})
         built = self._build_nodes(nodes, joins)
@@ -160,6 +163,7 @@ class Graph(MultiAgentBase):
             budget=budget,
             version=version,
             migrations=migrations,
+            memory=memory,
         )
 
     # -- construction ---------------------------------------------------------------------------------

@@ -92,6 +92,11 @@ class NodeInput:
     _responses: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def memory(self) -> Any:
+        """The run's ``MemoryStore`` (``Graph(memory=...)``, or the server's for the caller), if any."""
+        return self.invocation_state.get("memory")
+
+    @property
     def text(self) -> str:
         """The task and the predecessors' outputs as text (what an agent node would receive)."""
         return output_text(format_input(self.task, self.inputs))

@@ -70,7 +70,7 @@ class Swarm(MultiAgentBase):
         history: what agents remember across invocations: ``"run"``, ``"shared"`` or ``"private"``.
         retry: a ``RetryPolicy`` for every agent's turn, or ``{agent name: RetryPolicy}``.
         budget: what one run may spend; ``budgets``: ``{agent name: Budget}``.
-        version, migrations: see ``Graph``.
+        version, migrations, memory: see ``Graph``.
     """
 
     kind = "swarm"
@@ -96,6 +96,7 @@ class Swarm(MultiAgentBase):
         budgets: Mapping[str, Budget] | None = None,
         version: str | None = None,
         migrations: Mapping[str, Migration] | None = None,
+        memory: Any = None,
     ) -> None:
         if not nodes:
             raise GraphError("a swarm needs at least one agent")
@@ -150,6 +151,7 @@ class Swarm(MultiAgentBase):
             budget=budget,
             version=version,
             migrations=migrations,
+            memory=memory,
         )
 
     # -- the handoff tool -----------------------------------------------------------------------------

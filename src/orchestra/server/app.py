@@ -462,6 +462,9 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     mount_schedules(app, runtime)
     mount_search(app, runtime, hosted)
+    from orchestra.server.memory_routes import mount_memory
+
+    mount_memory(app, runtime)
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 

@@ -6,7 +6,8 @@ SameSite=Strict cookie holding a signed, expiring session token (never the key);
 a time; ``/sessions`` lists sessions the same way: ``dashboard_search.py``); ``/runs/<id>`` shows a
 run with a Conversation tab (every message, tool calls and results included) and, for pipelines, a
 Nodes tab with the node graph coloured by status, and its controls (answer its open interrupts, cancel,
-resume: ``controls.py``, which also serves a session's whole conversation).
+resume: ``controls.py``, which also serves a session's whole conversation); ``/memory`` browses and
+searches the workspace's memory (``memory_page.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from orchestra.hosting.records import RunRecord
 from orchestra.server.auth import KeyRing, SessionTokens
 from orchestra.server.controls import controls_html, mount_controls
 from orchestra.server.dashboard_search import next_link, query_of, search_form, session_rows
+from orchestra.server.memory_page import mount_memory_page
 from orchestra.server.pages import STATUS_COLOURS, badge, conversation, page
 
 __all__ = ["mount_dashboard"]
@@ -212,7 +214,10 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
             for h in hosted
         )
         body = (
-            "<h1>orchestra</h1><p>Workspace <b>" + html.escape(ws) + "</b> · " + logout_form(request) + "</p>"
+            "<h1>orchestra</h1><p>Workspace <b>"
+            + html.escape(ws)
+            + "</b> · <a id='memory-link' href='/memory'>"
+            "Memory</a> · " + logout_form(request) + "</p>"
             "<h2>Agents</h2><table><tr><th>agent</th><th>kind</th><th>description</th></tr>"
             + agent_rows
             + "</table>"
@@ -282,6 +287,7 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
         return tokens.form_token(request.cookies.get(SESSION_COOKIE, ""))
 
     mount_controls(app, runtime, workspace, form_token, same_origin)
+    mount_memory_page(app, runtime, workspace)  # /memory: browse and search the workspace's memory
 
 
 def _run_body(record: RunRecord, tab: str, controls: str) -> str:

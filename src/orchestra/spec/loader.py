@@ -35,6 +35,14 @@ from orchestra.models import Model, default_model, resolve_model, scripted_reply
 from orchestra.multiagent import Budget, Graph, Map, MultiAgentBase, RetryPolicy, Swarm
 from orchestra.multiagent.validation import back_edges
 from orchestra.retry import error_types
+from orchestra.spec._memory import (
+    MEMORY_TOOL,
+    building_with,
+    check_memory,
+    memory_hooks,
+    memory_store,
+    memory_tools_of,
+)
 from orchestra.spec._yaml import Located, load_located
 from orchestra.spec.conditions import SpecCondition
 from orchestra.spec.models import (
@@ -226,6 +234,7 @@ def _check(
         local[agent.name] = index
         agents[agent.name] = agent
         _check_agent(agent, ("agents", index), problem)
+    check_memory(spec, problem)
     if spec.session is not None:
         try:
             check_storage_uri(spec.session.storage)
@@ -374,6 +383,8 @@ def _check_agent(agent: AgentSpec, path: Path_, problem: Any) -> None:
     for index, tool_path in enumerate(agent.tools):
         if not isinstance(tool_path, str):
             continue  # an MCP server: connected when the agent is built
+        if tool_path == MEMORY_TOOL:
+            continue  # the memory: section's tools (spec/_memory.py checks there is one)
         if tool_path not in VENDED_TOOLS and ":" not in tool_path:
             problem(
                 (*path, "tools", index),
@@ -563,6 +574,7 @@ def _build_agent(spec: AgentSpec, override: Model | str | None, session_manager:
         description=spec.description,
         system_prompt=spec.system_prompt,
         tools=[_tool(t) for t in spec.tools],
+        hooks=memory_hooks(),
         state=spec.state,
         conversation_manager=conversation,
         max_cycles=spec.max_cycles,
@@ -573,6 +585,8 @@ def _build_agent(spec: AgentSpec, override: Model | str | None, session_manager:
 
 
 def _tool(item: str | McpToolsSpec) -> Any:
+    if item == MEMORY_TOOL:
+        return memory_tools_of()
     if isinstance(item, str):
         return import_object(VENDED_TOOLS.get(item, item))
     from orchestra.tools.mcp import MCPClient
@@ -764,6 +778,7 @@ def build(
     session_id: str | None = None,
     storage: str | None = None,
     session_manager: Any = None,
+    memory: Any = None,
 ) -> Graph | Swarm | Agent:
     """Build the object a parsed spec describes.
 
@@ -773,6 +788,8 @@ def build(
             spec's ``session:``, or local files).
         storage: a storage URI overriding the spec's ``session.storage``.
         session_manager: a ready session manager to attach instead.
+        memory: a ``MemoryStore`` to use instead of the one the spec's ``memory:`` names (the server
+            passes its workspace's).
     """
     from orchestra.session import SnapshotSessionManager
 
@@ -785,7 +802,11 @@ def build(
             multi_agent_save_latest_on=session.save_on if session else "node",
         )
     agent_session = session_manager if loaded.spec.kind == "agent" else None
-    built = _build(loaded, loaded.spec, (), {}, model, agent_session)
+    store = memory if memory is not None or loaded.spec.memory is None else memory_store(loaded.spec)
+    with building_with(store, loaded.spec):
+        built = _build(loaded, loaded.spec, (), {}, model, agent_session)
+    if store is not None and isinstance(built, MultiAgentBase):
+        built.memory = store
     if session_manager is not None and isinstance(built, MultiAgentBase):
         built.set_session_manager(session_manager)
     return built

@@ -15,6 +15,8 @@ __all__ = [
     "LimitsSpec",
     "MapJoinSpec",
     "MapSpec",
+    "MemoryContextSpec",
+    "MemorySpec",
     "ModelSpec",
     "NodeSpec",
     "PipelineSpec",
@@ -351,6 +353,35 @@ class SessionSpec(_Spec):
     save_on: Literal["node", "invocation"] = "node"
 
 
+class MemoryContextSpec(_Spec):
+    """Put the most relevant memories into every agent's model calls (``MemoryContext``)."""
+
+    limit: int = Field(default=5, ge=1, le=100, description="How many items to search for.")
+    max_tokens: int = Field(
+        default=400, ge=1, description="The bound on what is added (tokens estimated as characters / 4)."
+    )
+
+
+class MemorySpec(_Spec):
+    """A memory store the pipeline's nodes share: agents with the ``memory`` tools remember, recall and
+    forget in ``namespace``; served, under the caller's namespace in the workspace's store."""
+
+    storage: str | None = Field(
+        default=None,
+        description="Where items live (a storage URI); default: session.storage, else ./.orchestra.",
+    )
+    namespace: list[Annotated[str, Field(pattern=ID_PATTERN)]] = Field(
+        min_length=1, description="The namespace the memory tools and context use, e.g. [support, customers]."
+    )
+    embedder: str | None = Field(
+        default=None,
+        pattern=IMPORT_PATH,
+        description="package.module:name of an Embedder, or of a function that returns one (search by meaning).",
+    )
+    embed_fields: list[str] = Field(default_factory=lambda: ["text"], min_length=1)
+    context: MemoryContextSpec | None = None
+
+
 class RetrySpec(_Spec):
     """How Temporal retries a node after an infrastructure failure (a lost worker, a missed heartbeat, a
     storage or network error); a node's own error or timeout is never retried."""
@@ -400,6 +431,7 @@ class PipelineSpec(_Spec):
     )
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     session: SessionSpec | None = None
+    memory: MemorySpec | None = None
     temporal: TemporalSpec = Field(default_factory=TemporalSpec)
     retry: RetryPolicySpec | None = Field(
         default=None,

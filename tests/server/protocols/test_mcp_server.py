@@ -40,7 +40,12 @@ class Sdk:
 async def test_each_hosted_agent_of_the_workspace_is_a_tool(server):
     async with Sdk(server.url) as session:
         listed = await session.list_tools()
-    assert sorted(t.name for t in listed.tools) == ["approval", "chat", "helper"]  # not globex's "other"
+    assert sorted(t.name for t in listed.tools) == [
+        "approval",
+        "chat",
+        "helper",
+        "memory_recall",
+    ]  # not globex's "other"
     chat = next(t for t in listed.tools if t.name == "chat")
     assert chat.description == "An echoing chat agent"
     assert chat.input_schema["properties"]["input"]["type"] == "string"

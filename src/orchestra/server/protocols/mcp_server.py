@@ -5,7 +5,8 @@ A tool takes ``{"input": "...", "session_id": "...", "answers": {interrupt id: a
 ``session_id`` a new session is made (its id is in the result), so a run that stops to ask a human can
 be answered: an interrupted run's result is text saying what is asked and how to answer, and its
 structured content lists the interrupts. Each event of the run (text, tool calls, nodes) is a progress
-notification when the caller asked for progress.
+notification when the caller asked for progress. One more tool, ``memory_recall``, searches the
+caller's memory (``mcp_memory.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from orchestra.server.protocols._common import (
     output_text,
     trace_headers,
 )
+from orchestra.server.protocols.mcp_memory import RECALL_TOOL, recall
 from orchestra.session import uuid7
 
 __all__ = ["INPUT_SCHEMA", "mount_mcp"]
@@ -91,7 +93,8 @@ class _Door:
                 output_schema=OUTPUT_SCHEMA,
             )
             for hosted in hosted_in(self.config, workspace)
-        ]
+            if hosted.id != RECALL_TOOL.name
+        ] + [RECALL_TOOL]
 
     async def list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
@@ -101,6 +104,8 @@ class _Door:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         workspace, headers = _CALLER.get()
+        if params.name == RECALL_TOOL.name:
+            return await recall(self.runtime, workspace, dict(params.arguments or {}))
         hosted = next((h for h in hosted_in(self.config, workspace) if h.id == params.name), None)
         if hosted is None:
             return _error(f"no agent {params.name!r} in this workspace; tools/list names them")
