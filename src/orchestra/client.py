@@ -663,28 +663,25 @@ class Client:
         """Create a schedule (``fields``: timezone, input, session, session_id, missed, ...)."""
         return dict(
             self._send(
-                "POST", "/api/v1/schedules", {"id": schedule_id, "agent": agent_id, "cron": cron, **fields}
+                "POST",
+                "/api/v1/schedules",
+                None,
+                {"id": schedule_id, "agent": agent_id, "cron": cron, **fields},
             )
         )
 
     def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
-        return dict(self._send("POST", _schedule_url(schedule_id, "pause")))
+        return dict(self._send("POST", _schedule_url(schedule_id, "pause"), None, None))
 
     def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
-        return dict(self._send("POST", _schedule_url(schedule_id, "resume")))
+        return dict(self._send("POST", _schedule_url(schedule_id, "resume"), None, None))
 
     def run_schedule(self, schedule_id: str) -> RunInfo:
         """Start the schedule's run now (202): the run, to follow like any background run."""
-        return RunInfo.model_validate(self._send("POST", _schedule_url(schedule_id, "run")))
+        return RunInfo.model_validate(self._send("POST", _schedule_url(schedule_id, "run"), None, None))
 
     def delete_schedule(self, schedule_id: str) -> None:
-        self._send("DELETE", _schedule_url(schedule_id))
-
-    def _send(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-        with _answered(self.base_url):
-            response = self._http.request(method, url, json=body)
-        _raise_for(response)
-        return response.json() if response.content else None
+        self._send("DELETE", _schedule_url(schedule_id), None, None)
 
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self._get(_run_url(run_id)))
@@ -987,28 +984,25 @@ class AsyncClient:
         """Create a schedule (``fields``: timezone, input, session, session_id, missed, ...)."""
         return dict(
             await self._send(
-                "POST", "/api/v1/schedules", {"id": schedule_id, "agent": agent_id, "cron": cron, **fields}
+                "POST",
+                "/api/v1/schedules",
+                None,
+                {"id": schedule_id, "agent": agent_id, "cron": cron, **fields},
             )
         )
 
     async def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
-        return dict(await self._send("POST", _schedule_url(schedule_id, "pause")))
+        return dict(await self._send("POST", _schedule_url(schedule_id, "pause"), None, None))
 
     async def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
-        return dict(await self._send("POST", _schedule_url(schedule_id, "resume")))
+        return dict(await self._send("POST", _schedule_url(schedule_id, "resume"), None, None))
 
     async def run_schedule(self, schedule_id: str) -> RunInfo:
         """Start the schedule's run now (202): the run, to follow like any background run."""
-        return RunInfo.model_validate(await self._send("POST", _schedule_url(schedule_id, "run")))
+        return RunInfo.model_validate(await self._send("POST", _schedule_url(schedule_id, "run"), None, None))
 
     async def delete_schedule(self, schedule_id: str) -> None:
-        await self._send("DELETE", _schedule_url(schedule_id))
-
-    async def _send(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-        with _answered(self.base_url):
-            response = await self._http.request(method, url, json=body)
-        _raise_for(response)
-        return response.json() if response.content else None
+        await self._send("DELETE", _schedule_url(schedule_id), None, None)
 
     async def run(self, run_id: str) -> dict[str, Any]:
         return dict(await self._get(_run_url(run_id)))
