@@ -166,6 +166,8 @@ def run_wrk(url: str, session: bool, duration: int, connections: int, root: Path
             f"-c{connections}",
             f"-d{duration}s",
             "--latency",
+            "--timeout",
+            "30s",  # a loaded machine answers a session turn in seconds: wrk drops those at 2 s
             "-s",
             str(script),
             url + ROUTE,
