@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,8 @@ __all__ = ["FINAL", "RunRecord", "RunStore", "RunSummary"]
 Mode = Literal["session", "stateless", "none"]
 
 log = get_logger("orchestra.server")
+
+_INDEXED = 4096  # run ids remembered as indexed (a session turn's, between its record's two writes)
 
 
 class RunSummary(BaseModel):
@@ -138,7 +141,9 @@ class RunStore:
     Those records are written after the answer (``save_later``, then ``flush``), and group-committed: a
     flush writes every record queued by then in one batch (one worker thread for local files), and the
     flushes asked for meanwhile leave their records to it. Until written, ``get`` and ``list`` read them
-    from memory.
+    from memory. A record whose index entry ``save`` wrote (a session turn's "executing" record) is
+    flushed without it: the entry names the same key, and on local files a file written again without
+    fsync costs a push of its data to the disk.
     """
 
     def __init__(self, storage: Storage, unsynced: Storage | None = None) -> None:
@@ -147,6 +152,7 @@ class RunStore:
         self._pending: dict[str, RunRecord] = {}
         self._queued: list[RunRecord] = []
         self._flushing = False
+        self._indexed: OrderedDict[str, None] = OrderedDict()  # run ids whose index entry save wrote
 
     @staticmethod
     def _key(record: RunRecord) -> str:
@@ -157,6 +163,11 @@ class RunStore:
         data = dumps(record.model_dump(mode="python"), lenient=True).encode()
         return [(key, data), (f"run-index/{record.run_id}", key.encode())]
 
+    def _flushed(self, record: RunRecord) -> list[tuple[str, bytes]]:
+        """What a flush writes for a record: without its index entry when ``save`` wrote it."""
+        writes = self._writes(record)
+        return writes[:1] if record.run_id in self._indexed else writes
+
     async def save(self, record: RunRecord) -> None:
         """Write the record durably, now, and its index entry beside it without fsync: a killed process
         loses neither, and a power cut only the index entry (the listing still finds the record). Where
@@ -164,10 +175,13 @@ class RunStore:
         writes = self._writes(record)
         if self._unsynced is self.storage:
             await write_many(self.storage, writes)
-            return
-        (key, data), (index_key, index) = writes
-        targets = [(self.storage, key, data), (self._unsynced, index_key, index)]
-        await map_concurrently(lambda t: t[0].write(t[1], t[2]), targets)
+        else:
+            (key, data), (index_key, index) = writes
+            targets = [(self.storage, key, data), (self._unsynced, index_key, index)]
+            await map_concurrently(lambda t: t[0].write(t[1], t[2]), targets)
+        self._indexed[record.run_id] = None
+        while len(self._indexed) > _INDEXED:  # forgotten: its entry is written again, which is safe
+            self._indexed.popitem(last=False)
 
     def save_later(self, record: RunRecord) -> None:
         """Queue the record for the next ``flush`` (without fsync); readable at once."""
@@ -187,8 +201,9 @@ class RunStore:
         try:
             while self._queued:
                 batch, self._queued = self._queued, []
+                writes = [w for record in batch for w in self._flushed(record)]
                 try:
-                    await write_many(self._unsynced, [w for record in batch for w in self._writes(record)])
+                    await write_many(self._unsynced, writes)
                 except Exception as exc:
                     self._queued[:0] = batch  # not lost: still readable, and the next flush writes them
                     log.warning("run_records_not_written", records=len(batch), error=str(exc))
@@ -197,6 +212,7 @@ class RunStore:
                     self._queued[:0] = batch
                     raise
                 for record in batch:
+                    self._indexed.pop(record.run_id, None)
                     if self._pending.get(record.run_id) is record:
                         del self._pending[record.run_id]
         finally:
@@ -233,6 +249,7 @@ class RunStore:
 
     async def delete(self, record: RunRecord) -> None:
         self._pending.pop(record.run_id, None)
+        self._indexed.pop(record.run_id, None)
         await self.storage.delete(f"run-index/{record.run_id}")
         await self.storage.delete(self._key(record))
 

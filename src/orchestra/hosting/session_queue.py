@@ -19,7 +19,9 @@ this document: the session's conditional writes still let only one writer store 
 
 The document is written without fsync (a killed process loses nothing; a power cut may lose a queue,
 whose runs a sweep then queues again) and is kept when the session is idle (``active`` null): a later
-turn changes it with one compare-and-swap, which the version this server wrote last usually wins.
+turn changes it with one compare-and-swap, which the version this server wrote last usually wins. On
+local files a change is an append of one line on that condition, not a new file
+(``queue_document.py``).
 ``last`` names the server of the run that had the session before the active one (or last, when idle).
 
 An ``enqueue`` message (``enter``) takes its session in the document before its turn, or takes its place
@@ -30,7 +32,8 @@ they came (``in_line``). A waiter is handed the session by ``release``: at once 
 was on its server, else seen in the document within ``runs.poll_s``, which is also how it takes the
 session over from a run whose server is gone. When the run before it was on its own server (``last``),
 no other server has run the session since, and the session's agent kept there is used. A turn that
-found its session idle costs two writes (its claim and its release), without fsync on local files.
+found its session idle costs two writes (its claim and its release), without fsync on local files
+and appended there.
 
 A plain message with ``reject`` does not write the document: it takes its session on this server only
 (``hold_plain``), and across servers the session's conditional writes refuse the second writer, as they
@@ -42,7 +45,6 @@ message with another policy that finds such a run here writes it into the docume
 from __future__ import annotations
 
 import contextlib
-import json
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
@@ -57,53 +59,14 @@ from orchestra.errors import StorageConflictError, StorageError
 from orchestra.hosting.config import OnBusy
 from orchestra.hosting.liveness import Liveness
 from orchestra.hosting.outcomes import Refused
-from orchestra.storage import ABSENT, Storage
+from orchestra.hosting.queue_document import Holder, QueueState, Stored, parse, store
+from orchestra.storage import Storage
 
 __all__ = ["Busy", "Holder", "PlainRun", "QueueState", "SessionQueues", "Waiter"]
 
 log = get_logger("orchestra.server")
 
 _CACHED = 4096  # versions remembered (one per recently served session)
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A run that has a session or waits for it, and the server responsible for it."""
-
-    run_id: str
-    server: str
-    background: bool = False  # its record can be run by any server (every queued run's can)
-
-
-@dataclass
-class QueueState:
-    active: Holder | None = None
-    queue: list[Holder] = field(default_factory=list)
-    last: str | None = None  # the server of the run that had the session before the active one
-
-    def to_json(self) -> bytes:
-        def plain(holder: Holder) -> dict[str, Any]:
-            return {"run_id": holder.run_id, "server": holder.server, "background": holder.background}
-
-        return json.dumps(
-            {
-                "active": plain(self.active) if self.active else None,
-                "queue": [plain(h) for h in self.queue],
-                "last": self.last,
-            }
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> QueueState:
-        raw = json.loads(data)
-        active = raw.get("active")
-        queue = [Holder(**item) for item in raw.get("queue", [])]
-        return cls(Holder(**active) if active else None, queue, raw.get("last"))
-
-    def handed(self, holder: Holder | None, queue: list[Holder]) -> QueueState:
-        """The state once the active run has handed the session to ``holder`` (None: idle), ``queue``
-        waiting."""
-        return QueueState(holder, queue, self.active.server if self.active else self.last)
 
 
 def _busy(session_id: str, active: str) -> Busy:
@@ -173,7 +136,7 @@ class SessionQueues:
         self.waiters: dict[str, Waiter] = {}
         self.here: dict[tuple[str, str], str] = {}  # (agent, session) -> the run that has it here
         self.plain: dict[tuple[str, str], PlainRun] = {}
-        self._versions: OrderedDict[str, tuple[str, QueueState]] = OrderedDict()
+        self._versions: OrderedDict[str, tuple[Stored, QueueState]] = OrderedDict()
         # Weak values: a session's line lives while a message holds it or waits in it.
         self._lines: weakref.WeakValueDictionary[tuple[str, str], anyio.Lock] = weakref.WeakValueDictionary()
         self._waiting: Counter[tuple[str, str]] = Counter()
@@ -245,19 +208,27 @@ class SessionQueues:
         return f"busy/{agent_id}/{session_id}.json"
 
     async def read(self, agent_id: str, session_id: str) -> tuple[QueueState, str | None]:
+        """The session's state as stored, and the document's version (None: there is none)."""
+        state, stored = await self._read(agent_id, session_id)
+        return state, stored.version
+
+    async def _read(self, agent_id: str, session_id: str) -> tuple[QueueState, Stored]:
         found = await self.storage.read(self.key(agent_id, session_id))
         if found is None:
-            return QueueState(), None
-        return QueueState.from_json(found[0]), found[1]
+            return QueueState(), Stored()
+        return parse(*found)
 
     async def _change(self, agent_id: str, session_id: str, change: Any) -> Any:
         """Apply ``change(state) -> (new state or None to leave it, result)`` by compare-and-swap, starting
-        from the version this server saw last; returns the result of the change that was written. A
-        decision not to write (or a refusal) is only taken on a state just read."""
+        from the document as this server saw it last (``queue_document.py``); returns the result of the
+        change that was stored. A decision not to write (or a refusal) is only taken on a state just read."""
         key = self.key(agent_id, session_id)
         cached = self._versions.get(key)
         fresh = cached is None
-        state, version = (cached[1], cached[0]) if cached else await self.read(agent_id, session_id)
+        if cached is None:
+            state, stored = await self._read(agent_id, session_id)
+        else:
+            stored, state = cached
         while True:
             try:
                 new, result = await change(state)
@@ -266,17 +237,15 @@ class SessionQueues:
                     raise
                 new, result = None, None
             if new is None and not fresh:
-                state, version = await self.read(agent_id, session_id)
+                state, stored = await self._read(agent_id, session_id)
                 fresh = True
                 continue
             if new is None:
                 return result
             try:
-                written = await self.storage.write(
-                    key, new.to_json(), expect=ABSENT if version is None else version
-                )
+                written = await store(self.storage, key, stored, new)
             except StorageConflictError:
-                state, version = await self.read(agent_id, session_id)
+                state, stored = await self._read(agent_id, session_id)
                 fresh = True
                 continue
             self._versions[key] = (written, new)
