@@ -25,6 +25,9 @@ runs:
   max_attempts: 3                           # a background run is taken over at most this many times
 webhooks:
   secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
+auth: {jwt: ..., hook: ..., admin_roles: [admin]}   # JWTs and a hook (tenant_config.py, docs/tenants.md)
+quotas: {limits: [...], requests_per_s: 20}         # spend per workspace or user; a request rate
+audit: {retention_days: 90}                         # who did what, kept this long
 ```
 
 Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are
@@ -42,6 +45,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
+from orchestra.hosting.tenant_config import AuditSettings, AuthSettings, QuotaSettings
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
 from orchestra.storage import check_storage_uri
@@ -75,6 +79,10 @@ class HostedSpec(_Model):
     on_busy: OnBusy | None = Field(
         default=None, description="This agent's policy for a second message (default: runs.on_busy)."
     )
+    allow: list[str] | None = Field(
+        default=None,
+        description="Who may call it: users (subjects) and role:<name> entries (default: the workspace).",
+    )
 
 
 class ApiKey(_Model):
@@ -83,6 +91,14 @@ class ApiKey(_Model):
     workspace: str = Field(pattern=ID_PATTERN)
     sha256: str = Field(description="The hex SHA-256 of the key: what orchestra hash-key KEY prints.")
     name: str | None = None
+    user: str | None = Field(
+        default=None, description="The user it acts as (default: its name, else key:<start of its hash>)."
+    )
+    roles: list[str] | None = Field(
+        default=None,
+        description="Its roles. Unset: it sees the whole workspace, as keys always have; set, it is one "
+        "user's key unless a role is an admin role (auth.admin_roles).",
+    )
 
     @field_validator("sha256")
     @classmethod
@@ -175,6 +191,9 @@ class ServerConfig(_Model):
     limits: Limits = Field(default_factory=Limits)
     runs: RunSettings = Field(default_factory=RunSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    quotas: QuotaSettings = Field(default_factory=QuotaSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -213,9 +232,13 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
         except OrchestraSpecError as exc:
             where = located.error(("agents", index, "spec"), f"agent {hosted.id!r}: its spec is not valid:")
             problems.append("\n".join([where, *exc.errors]))
-    if not config.api_keys:
+    if not config.api_keys and config.auth.jwt is None and config.auth.hook is None:
         problems.append(
-            located.error(("api_keys",), "no api_keys: every API route needs a key (orchestra hash-key KEY)")
+            located.error(
+                ("api_keys",),
+                "no api_keys (and no auth.jwt or auth.hook): every API route needs a caller "
+                "(orchestra hash-key KEY)",
+            )
         )
     if problems:
         raise ConfigurationError("\n".join(problems))

@@ -85,6 +85,8 @@ class Executor:
             extra["webhook"] = invocation.webhook
         if invocation.resume:
             extra["resume"] = True
+        if invocation.owner is not None:
+            extra["owner"] = invocation.owner
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,

@@ -9,6 +9,7 @@ from typing import Any
 
 from orchestra import tracing
 from orchestra.hosting.config import HostedSpec, OnBusy
+from orchestra.hosting.identity import owner
 from orchestra.hosting.records import Mode, RunRecord
 from orchestra.session import uuid7
 
@@ -64,6 +65,8 @@ class Invocation:
         self.held_here = False
         # Its session's agent is kept between turns (a plain or enqueue message: Runtime._uses_cache).
         self.keeps_agent = False
+        self.owner = owner()  # the caller's user, recorded on its run (identity.py)
+        self.admitted = False  # the caller may run it (RunService.admit)
 
     @property
     def answers(self) -> dict[str, Any] | None:
@@ -97,6 +100,7 @@ class Invocation:
         invocation.background = record.background
         invocation.webhook = record.webhook
         invocation.resume = record.resume
+        invocation.owner = record.owner
         return invocation
 
     def traced(self) -> Any:

@@ -82,6 +82,7 @@ class RunSummary(BaseModel):
     )
     webhook: str | None = Field(default=None, description="The URL called once when it ends.")
     webhook_delivery: str | None = Field(default=None, description="pending, delivered or failed.")
+    owner: str | None = Field(default=None, description="The user who started it (its caller's subject).")
 
 
 FINAL = frozenset({"completed", "failed", "interrupted", "answered", "rolled_back"})

@@ -12,6 +12,10 @@
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
 | ``list_sessions``, ``describe_session``, ``delete_session`` | a hosted agent's sessions |
 
+**Ownership** (``identity.py``): what a caller creates records it as owner; a caller that does not see
+its whole workspace reads and acts only on its own sessions and runs, another's answered as unknown
+(404). The checks are here, so every door that calls the service has them.
+
 A request goes down once: the service hands it to the part that does it, which is given what it needs
 (storage views, this server's runs in progress, the executor) and never calls back up. ``running`` is
 the service's life (the app's lifespan): this server's heartbeat, background runs, stop requests from
@@ -30,12 +34,15 @@ from orchestra.hosting.building import Builder
 from orchestra.hosting.config import HostedSpec, ServerConfig
 from orchestra.hosting.events import EventLog
 from orchestra.hosting.execution import Executor, RunOutcome
+from orchestra.hosting.identity import caller, may_call, visible
 from orchestra.hosting.invocation import Invocation
+from orchestra.hosting.outcomes import Refused
+from orchestra.hosting.ownership import SessionOwners
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.hosting.running import Running
 from orchestra.hosting.session_queue import SessionQueues
-from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary
+from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary, UnknownSession
 from orchestra.hosting.stops import Stops
 from orchestra.hosting.streaming import StreamEvent, Streaming
 from orchestra.hosting.takeover import Sweeps
@@ -74,6 +81,11 @@ class RunService:
         )
         self.streaming = Streaming(config, self.workspaces, self.running_here, self.reader, self.admission)
         self.session_views = Sessions(self.workspaces, self.builder)
+        # Ownership costs storage operations only where a caller may be one user (a JWT, the hook, or a
+        # key with roles); with workspace-wide keys only, every caller sees its whole workspace anyway.
+        self.tenancy = bool(
+            config.auth.jwt or config.auth.hook or any(k.roles is not None for k in config.api_keys)
+        )
 
     # -- life --------------------------------------------------------------------------------------
 
@@ -98,22 +110,33 @@ class RunService:
     async def invoke(self, workspace: str, invocation: Invocation, log: EventLog | None = None) -> RunOutcome:
         """Run an invocation to its answer (see ``Admission.invoke``); the caller answers, then calls
         ``flush_records``."""
+        await self.admit(workspace, invocation)
         return await self.admission.invoke(workspace, invocation, log)
 
-    def events(self, workspace: str, invocation: Invocation) -> AsyncIterator[StreamEvent]:
+    async def events(self, workspace: str, invocation: Invocation) -> AsyncIterator[StreamEvent]:
         """Run an invocation here, its events as they are kept, then its last event (``Streaming.events``)."""
-        return self.streaming.events(workspace, invocation)
+        try:
+            await self.admit(workspace, invocation)
+        except Refused as exc:  # as the stream's other refusals: its last event
+            yield (None, "error", {"error": {"code": exc.code, "message": exc.message}, "run_id": None})
+            return
+        async for event in self.streaming.events(workspace, invocation):
+            yield event
 
-    def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
+    async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
         """Run an invocation here, its events as ``(name, data)`` (``Streaming.stream``)."""
-        return self.streaming.stream(workspace, invocation)
+        await self.admit(workspace, invocation)
+        async for event in self.streaming.stream(workspace, invocation):
+            yield event
 
     def follow(self, workspace: str, run_id: str, after: int) -> AsyncIterator[StreamEvent]:
-        """A run's events after id ``after``, then live, then its last event (``Streaming.follow``)."""
+        """A run's events after id ``after``, then live, then its last event (``Streaming.follow``); the
+        caller reads the run's record first (``run_record``: another user's run is not found)."""
         return self.streaming.follow(workspace, run_id, after)
 
     async def start(self, workspace: str, invocation: Invocation) -> tuple[RunRecord, bool]:
         """Start a background run, or answer a repeated key with the first run (``Admission.start``)."""
+        await self.admit(workspace, invocation)
         return await self.admission.start(workspace, invocation)
 
     async def answer(
@@ -123,7 +146,31 @@ class RunService:
         invocation = Invocation(
             hosted, None, session_id, None, responses=answers, on_busy=self.config.on_busy(hosted)
         )
+        await self.admit(workspace, invocation)
         return await self.background.start(workspace, invocation)
+
+    async def admit(self, workspace: str, invocation: Invocation) -> None:
+        """Refuse, as unknown (404), an agent the caller may not call or a session that is not its; a new
+        session becomes the caller's. Once per invocation (a door may admit it before it streams)."""
+        if invocation.admitted:
+            return
+        if not may_call(invocation.hosted):
+            raise Refused(404, "unknown_agent", f"no agent {invocation.hosted.id!r} in this workspace")
+        if invocation.session_id is not None and not await self.may_use_session(
+            workspace, invocation.hosted.id, invocation.session_id, create=True
+        ):
+            raise UnknownSession(invocation.hosted.id, invocation.session_id)
+        invocation.admitted = True
+
+    async def may_use_session(self, workspace: str, agent_id: str, session_id: str, *, create: bool) -> bool:
+        """Whether the caller may read or use a session (``create``: one nobody owns becomes its)."""
+        if not self.tenancy:
+            return True
+        return await self.owners(workspace).may_use(agent_id, session_id, create=create)
+
+    def owners(self, workspace: str) -> SessionOwners:
+        """Who owns the workspace's sessions (``ownership.py``)."""
+        return SessionOwners(self.workspaces.storage(workspace))
 
     async def cancel(self, workspace: str, record: RunRecord) -> None:
         """Stop a run (``BackgroundRuns.cancel``)."""
@@ -148,25 +195,39 @@ class RunService:
     # -- reading -----------------------------------------------------------------------------------
 
     async def run_record(self, workspace: str, run_id: str) -> RunRecord | None:
-        """A run's record, settled from its session if its server stopped before it was final."""
-        return await self.reader.run_record(workspace, run_id)
+        """A run's record, settled from its session if its server stopped before it was final (None: no
+        such run, or not the caller's)."""
+        record = await self.reader.run_record(workspace, run_id)
+        return record if record is not None and visible(record.owner) else None
 
     async def list_runs(
         self, workspace: str, agent_ids: list[str], session_id: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
-        """Run records, newest first, each settled like ``run_record``."""
-        return await self.reader.list_runs(workspace, agent_ids, session_id, limit)
+        """Run records, newest first, each settled like ``run_record`` (the caller's own)."""
+        records = await self.reader.list_runs(workspace, agent_ids, session_id, limit)
+        return [record for record in records if visible(record.owner)]
 
     # -- sessions ----------------------------------------------------------------------------------
 
     async def list_sessions(self, workspace: str, agent_id: str) -> list[SessionSummary]:
-        return await self.session_views.summaries(workspace, agent_id)
+        listed = await self.session_views.summaries(workspace, agent_id)
+        found = caller()
+        if not self.tenancy or found is None or found.sees_workspace:
+            return listed
+        own = await self.owners(workspace).owned(agent_id, found.user)
+        return [summary for summary in listed if summary.session_id in own]
 
     async def describe_session(self, workspace: str, agent_id: str, session_id: str) -> list[ScopeView]:
+        if not await self.may_use_session(workspace, agent_id, session_id, create=False):
+            raise UnknownSession(agent_id, session_id)
         return await self.session_views.describe(workspace, agent_id, session_id)
 
     async def delete_session(self, workspace: str, agent_id: str, session_id: str) -> None:
+        if not await self.may_use_session(workspace, agent_id, session_id, create=False):
+            raise UnknownSession(agent_id, session_id)
         await self.session_views.delete(workspace, agent_id, session_id)
+        if self.tenancy:
+            await self.owners(workspace).forget(agent_id, session_id)
 
     # -- what lies below, for tests and benchmarks -------------------------------------------------
 
