@@ -102,7 +102,8 @@ def write_tenant_config(root: Path, storage: str, jwks_url: str, extra: str = ""
     )
     text += (
         f"auth:\n  jwt:\n    jwks_url: {jwks_url}\n    issuer: '{ISSUER}'\n    audience: {AUDIENCE}\n"
-        "    leeway_s: 5\n    jwks_refetch_s: 0\n    claims: {workspace: org, user: sub, roles: roles}\n" + extra
+        "    leeway_s: 5\n    jwks_refetch_s: 0\n    claims: {workspace: org, user: sub, roles: roles}\n"
+        + extra
     )
     config.write_text(text)
     return config
