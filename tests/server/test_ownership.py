@@ -4,6 +4,7 @@ per-agent permissions say who may call what."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 
@@ -79,8 +80,12 @@ def test_bob_gets_404_for_alice_s_things_on_every_route(
         (
             "POST",
             "/api/v1/agents/approval/invoke",
-            '{"session_id": "a-appr", "responses": [{"interrupt_id": "%s", "response": "yes"}]}'
-            % alice_things["interrupt"],
+            json.dumps(
+                {
+                    "session_id": "a-appr",
+                    "responses": [{"interrupt_id": alice_things["interrupt"], "response": "yes"}],
+                }
+            ),
         ),
         ("GET", f"/api/v1/runs/{run}", None),
         ("GET", f"/api/v1/runs/{run}/stream", None),
@@ -160,13 +165,16 @@ def test_bob_gets_nothing_of_alice_s_through_the_doors(
 
 def _mcp_call(http: httpx.Client, tool: str, arguments: dict[str, str]) -> dict:
     """One MCP tools/call over streamable HTTP (stateless: no initialize needed), its JSON-RPC result."""
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
     headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
     answer = http.post("/mcp", json=body, headers=headers)
     assert answer.status_code == 200, answer.text
     data = re.findall(r"^data: (.*)$", answer.text, re.M)
-    import json
-
     result: dict = json.loads(data[-1] if data else answer.text)["result"]
     return result
 
@@ -197,6 +205,9 @@ def test_an_admin_role_sees_the_workspace(api: Server, issuer: Issuer, alice_thi
         assert alice_things["run"] in {r["run_id"] for r in http.get("/api/v1/runs").json()["runs"]}
         assert http.post("/api/v1/agents/only-admins/invoke", json={"input": "hi"}).status_code == 200
     carol = bearer(issuer.token("carol"))
-    assert httpx.post(
-        f"{api.url}/api/v1/agents/only-admins/invoke", json={"input": "hi"}, headers=carol, timeout=60
-    ).status_code == 200
+    assert (
+        httpx.post(
+            f"{api.url}/api/v1/agents/only-admins/invoke", json={"input": "hi"}, headers=carol, timeout=60
+        ).status_code
+        == 200
+    )
