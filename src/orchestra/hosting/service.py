@@ -38,6 +38,7 @@ from orchestra.hosting.identity import caller, may_call, visible
 from orchestra.hosting.invocation import Invocation
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.ownership import SessionOwners
+from orchestra.hosting.quotas import Quotas
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.hosting.running import Running
@@ -83,6 +84,9 @@ class RunService:
         self.session_views = Sessions(self.workspaces, self.builder)
         # Ownership costs storage operations only where a caller may be one user (a JWT, the hook, or a
         # key with roles); with workspace-wide keys only, every caller sees its whole workspace anyway.
+        self.quotas = Quotas(config.quotas, self.workspaces.storage)
+        if self.quotas.active:
+            self.executor.quotas = self.quotas
         self.tenancy = bool(
             config.auth.jwt or config.auth.hook or any(k.roles is not None for k in config.api_keys)
         )
@@ -160,7 +164,14 @@ class RunService:
             workspace, invocation.hosted.id, invocation.session_id, create=True
         ):
             raise UnknownSession(invocation.hosted.id, invocation.session_id)
+        if self.quotas.active:  # 429 if a quota is spent; else the run counts
+            await self.quotas.admit(workspace, invocation.owner, invocation.run_id)
         invocation.admitted = True
+
+    async def usage(self, workspace: str) -> list[dict[str, Any]]:
+        """What the caller's quotas have spent this period, and when each resets."""
+        found = caller()
+        return await self.quotas.usage(workspace, None if found is None else found.user)
 
     async def may_use_session(self, workspace: str, agent_id: str, session_id: str, *, create: bool) -> bool:
         """Whether the caller may read or use a session (``create``: one nobody owns becomes its)."""

@@ -13,6 +13,13 @@ auth:
     claims: {workspace: org, user: sub, roles: roles}             # dotted paths reach nested claims
     workspace: acme                        # every token's workspace, instead of a claim
   hook: my_company.auth:identify           # called with the request's headers: an Identity or None
+quotas:
+  limits:
+    - {workspace: acme, per: user, period: day, tokens: 200000, runs: 500}
+    - {workspace: acme, period: month, cost_usd: 300}
+  prices: {"openai:gpt-4o-mini": {input: 0.15, output: 0.60}}
+  requests_per_s: 20                       # per API key or user, on each server
+audit: {retention_days: 90}
 ```
 """
 
@@ -100,6 +107,13 @@ class Quota(_Model):
     runs: int | None = Field(default=None, ge=0)
 
 
+class ModelPrice(_Model):
+    """A model's price: US dollars per million input and output tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
 class QuotaSettings(_Model):
     """Quotas on spend, and a request rate per caller (per API key or user)."""
 
@@ -108,6 +122,11 @@ class QuotaSettings(_Model):
         default=None, gt=0, description="Requests a second per caller (per key or user), on each server."
     )
     burst: int = Field(default=10, ge=1, description="Requests a caller may send at once above the rate.")
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="USD per million input and output tokens by model name ({input:, output:}), as run "
+        "budgets' prices; a cost_usd quota refuses a model without one.",
+    )
 
 
 class AuditSettings(_Model):

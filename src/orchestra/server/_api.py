@@ -222,6 +222,8 @@ async def caller_of(request: Request) -> Identity:
         return await authenticator.identify(request.headers)
     except AuthRefused as exc:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        if exc.status == 429:
+            headers["Retry-After"] = "1"
         raise ApiError(exc.status, exc.code, exc.message, headers) from None
 
 

@@ -65,6 +65,7 @@ from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure
 from orchestra.server.auth import Authenticator
 from orchestra.server.routes import invocation_of, mount_runs
 from orchestra.server.streams import sse_stream
+from orchestra.server.tenant_routes import mount_tenant_routes
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
 
@@ -460,6 +461,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         return _plain(record.model_dump(mode="python"))
 
     mount_runs(app, runtime, hosted)
+    mount_tenant_routes(app, runtime)  # usage, audit
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 

@@ -108,6 +108,8 @@ class Authenticator:
         self.hook: Callable[[Mapping[str, str]], Any] | None = (
             import_object(config.auth.hook) if config.auth.hook else None
         )
+        quotas = config.quotas
+        self.rate = RateLimit(quotas.requests_per_s, quotas.burst) if quotas.requests_per_s else None
 
     async def identify(self, headers: Mapping[str, str], *, act: bool = True) -> Identity:
         """The caller, made the request's caller (``acting_as``) unless ``act`` is false.
@@ -134,9 +136,36 @@ class Authenticator:
                 else "missing Authorization: Bearer <key>"
             )
             raise AuthRefused(401, "unauthorized", message)
+        if self.rate is not None:
+            self.rate.take(found)
         if act:
             acting_as(found)
         return found
+
+
+class RateLimit:
+    """Requests a second per caller (an API key's user, a token's subject), on this server: a token
+    bucket each, ``burst`` deep. Past it: 429 ``rate_limited`` with the seconds to wait."""
+
+    def __init__(self, per_s: float, burst: int) -> None:
+        self.per_s = per_s
+        self.burst = burst
+        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def take(self, identity: Identity) -> None:
+        now = time.monotonic()
+        key = (identity.workspace, identity.user)
+        tokens, then = self._buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) * self.per_s)
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            wait = (1 - tokens) / self.per_s
+            raise AuthRefused(
+                429, "rate_limited", f"over {self.per_s:g} requests a second: retry in {wait:.2f} s"
+            )
+        if len(self._buckets) > 100_000:  # callers come and go: forget the full buckets
+            self._buckets = {k: v for k, v in self._buckets.items() if v[0] < self.burst}
+        self._buckets[key] = (tokens - 1, now)
 
 
 class SessionTokens:
