@@ -27,7 +27,7 @@ webhooks:
   secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
 auth: {jwt: ..., hook: ..., admin_roles: [admin]}   # JWTs and a hook (tenant_config.py, docs/tenants.md)
 quotas: {limits: [...], requests_per_s: 20}         # spend per workspace or user; a request rate
-audit: {retention_days: 90}                         # who did what, kept this long
+audit: {enabled: true, retention_days: 90}          # who did what, kept this long
 ```
 
 Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are

@@ -28,7 +28,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+
 from orchestra.hosting.admission import Admission
+from orchestra.hosting.audit import AuditLog
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.building import Builder
 from orchestra.hosting.config import HostedSpec, ServerConfig
@@ -103,6 +106,8 @@ class RunService:
             async with self.background.running() as group:
                 group.start_soon(self.stops.watch)
                 group.start_soon(self.sweeps.sweep_forever)
+                if self.config.audit.enabled:
+                    group.start_soon(self._prune_audit)
                 yield
         finally:
             for workspace in self.workspaces.all():
@@ -167,6 +172,35 @@ class RunService:
         if self.quotas.active:  # 429 if a quota is spent; else the run counts
             await self.quotas.admit(workspace, invocation.owner, invocation.run_id)
         invocation.admitted = True
+        action = (
+            "interrupt.answer"
+            if invocation.responses
+            else "run.resume"
+            if invocation.resume
+            else "run.create"
+        )
+        await self.audit(workspace, action, invocation.hosted.id, invocation.session_id, invocation.run_id)
+
+    async def audit(
+        self, workspace: str, action: str, agent_id: str, session_id: str | None, run_id: str | None
+    ) -> None:
+        """Append to the workspace's audit log (``audit.py``), when the config keeps one."""
+        if self.config.audit.enabled:
+            await AuditLog(self.workspaces.storage(workspace)).record(
+                action, agent_id=agent_id, session_id=session_id, run_id=run_id
+            )
+
+    async def audit_entries(self, workspace: str, **filters: Any) -> list[dict[str, Any]]:
+        """The workspace's audit log, filtered (``AuditLog.entries``)."""
+        return await AuditLog(self.workspaces.storage(workspace)).entries(**filters)
+
+    async def _prune_audit(self) -> None:
+        """Delete audit days older than ``audit.retention_days``, at start and every hour."""
+        while True:
+            for workspace in self.workspaces.all():
+                with contextlib.suppress(Exception):  # housekeeping: tried again in an hour
+                    await AuditLog(self.workspaces.storage(workspace)).prune(self.config.audit.retention_days)
+            await anyio.sleep(3600)
 
     async def usage(self, workspace: str) -> list[dict[str, Any]]:
         """What the caller's quotas have spent this period, and when each resets."""
@@ -186,10 +220,13 @@ class RunService:
     async def cancel(self, workspace: str, record: RunRecord) -> None:
         """Stop a run (``BackgroundRuns.cancel``)."""
         await self.background.cancel(workspace, record)
+        await self.audit(workspace, "run.cancel", record.agent_id, record.session_id, record.run_id)
 
     async def resume(self, workspace: str, record: RunRecord, hosted: HostedSpec) -> RunRecord:
         """Start a stopped or stranded run again (``BackgroundRuns.resume``)."""
-        return await self.background.resume(workspace, record, hosted)
+        resumed = await self.background.resume(workspace, record, hosted)
+        await self.audit(workspace, "run.resume", record.agent_id, record.session_id, resumed.run_id)
+        return resumed
 
     async def flush_records(self, workspace: str) -> None:
         """Write the run records queued by finished invocations (after their answers were sent)."""
@@ -239,6 +276,7 @@ class RunService:
         await self.session_views.delete(workspace, agent_id, session_id)
         if self.tenancy:
             await self.owners(workspace).forget(agent_id, session_id)
+        await self.audit(workspace, "session.delete", agent_id, session_id, None)
 
     # -- what lies below, for tests and benchmarks -------------------------------------------------
 

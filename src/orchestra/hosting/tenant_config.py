@@ -19,7 +19,7 @@ quotas:
     - {workspace: acme, period: month, cost_usd: 300}
   prices: {"openai:gpt-4o-mini": {input: 0.15, output: 0.60}}
   requests_per_s: 20                       # per API key or user, on each server
-audit: {retention_days: 90}
+audit: {enabled: true, retention_days: 90}  # who did what (a write per action), kept 90 days
 ```
 """
 
@@ -132,5 +132,5 @@ class QuotaSettings(_Model):
 class AuditSettings(_Model):
     """The audit log: who created, deleted, answered, cancelled or resumed what, and when."""
 
-    enabled: bool = True
+    enabled: bool = Field(default=False, description="Keep it (one storage write per logged action).")
     retention_days: float = Field(default=90, gt=0, description="Records older than this are deleted.")
