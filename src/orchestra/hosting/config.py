@@ -234,11 +234,7 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
             problems.append("\n".join([where, *exc.errors]))
     if not config.api_keys and config.auth.jwt is None and config.auth.hook is None:
         problems.append(
-            located.error(
-                ("api_keys",),
-                "no api_keys (and no auth.jwt or auth.hook): every API route needs a caller "
-                "(orchestra hash-key KEY)",
-            )
+            located.error(("api_keys",), "no api_keys: every API route needs a key (orchestra hash-key KEY)")
         )
     if problems:
         raise ConfigurationError("\n".join(problems))
