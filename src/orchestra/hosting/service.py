@@ -25,7 +25,7 @@ other servers, sweeps.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
@@ -129,14 +129,16 @@ class RunService:
         except Refused as exc:  # as the stream's other refusals: its last event
             yield (None, "error", {"error": {"code": exc.code, "message": exc.message}, "run_id": None})
             return
-        async for event in self.streaming.events(workspace, invocation):
-            yield event
+        async with contextlib.aclosing(_generator(self.streaming.events(workspace, invocation))) as events:
+            async for event in events:  # closed here when the caller stops reading: the run stops with it
+                yield event
 
     async def stream(self, workspace: str, invocation: Invocation) -> AsyncIterator[tuple[str, Any]]:
         """Run an invocation here, its events as ``(name, data)`` (``Streaming.stream``)."""
         await self.admit(workspace, invocation)
-        async for event in self.streaming.stream(workspace, invocation):
-            yield event
+        async with contextlib.aclosing(_generator(self.streaming.stream(workspace, invocation))) as events:
+            async for event in events:
+                yield event
 
     def follow(self, workspace: str, run_id: str, after: int) -> AsyncIterator[StreamEvent]:
         """A run's events after id ``after``, then live, then its last event (``Streaming.follow``); the
@@ -300,3 +302,9 @@ class RunService:
 
     def agent_storage(self, workspace: str, agent_id: str) -> Storage:
         return self.workspaces.agent_storage(workspace, agent_id)
+
+
+def _generator(events: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+    """An async generator's declared iterator, as the generator it is (so that it can be closed)."""
+    assert isinstance(events, AsyncGenerator)
+    return events
