@@ -85,11 +85,11 @@ class RunService:
         )
         self.streaming = Streaming(config, self.workspaces, self.running_here, self.reader, self.admission)
         self.session_views = Sessions(self.workspaces, self.builder)
-        # Ownership costs storage operations only where a caller may be one user (a JWT, the hook, or a
-        # key with roles); with workspace-wide keys only, every caller sees its whole workspace anyway.
         self.quotas = Quotas(config.quotas, self.workspaces.storage)
         if self.quotas.active:
             self.executor.quotas = self.quotas
+        # Ownership costs storage operations only where a caller may be one user (a JWT, the hook, or a
+        # key with roles); with workspace-wide keys only, every caller sees its whole workspace anyway.
         self.tenancy = bool(
             config.auth.jwt or config.auth.hook or any(k.roles is not None for k in config.api_keys)
         )

@@ -79,6 +79,7 @@ class JwtVerifier:
 
     def _key(self, kid: str | None) -> Any:
         jwt = _jwt()
+        shown = kid if kid is None or len(kid) <= 64 else kid[:64] + "..."  # the header's, never the token
         if self._client is not None:
             if kid is None:
                 raise AuthRefused(401, "unknown_key_id", "the token names no key id (kid); the issuer's do")
@@ -90,13 +91,13 @@ class JwtVerifier:
                 ) from None
             except jwt.PyJWKClientError:
                 raise AuthRefused(
-                    401, "unknown_key_id", f"the token's key id {kid!r} is not one of the issuer's keys"
+                    401, "unknown_key_id", f"the token's key id {shown!r} is not one of the issuer's keys"
                 ) from None
         if kid in self._static:
             return self._static[kid]
         if None in self._static and len(self._static) == 1:
             return self._static[None]
-        raise AuthRefused(401, "unknown_key_id", f"the token's key id {kid!r} is not one of auth.jwt.keys")
+        raise AuthRefused(401, "unknown_key_id", f"the token's key id {shown!r} is not one of auth.jwt.keys")
 
     def identify(self, token: str) -> Identity:
         """The identity a token stands for.
@@ -114,7 +115,10 @@ class JwtVerifier:
             raise AuthRefused(
                 401, "wrong_algorithm", f"the token's algorithm is not one of {self.settings.algorithms}"
             )
-        key = self._key(header.get("kid"))
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            raise AuthRefused(401, "invalid_token", "the token's key id (kid) is not a string")
+        key = self._key(kid)
         s = self.settings
         try:
             claims = jwt.decode(
