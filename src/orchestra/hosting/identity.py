@@ -17,11 +17,25 @@ reaches the run service's checks through the one call it already makes.
 from __future__ import annotations
 
 import contextvars
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from orchestra._imports import import_object
 from orchestra.hosting.config import HostedSpec
+from orchestra.spec.models import ID_PATTERN
 
-__all__ = ["Identity", "acting_as", "caller", "may_call", "owner", "visible"]
+__all__ = [
+    "Identity",
+    "acting_as",
+    "caller",
+    "identity_hook",
+    "may_call",
+    "owner",
+    "valid_workspace",
+    "visible",
+]
 
 
 @dataclass(frozen=True)
@@ -81,3 +95,18 @@ def may_call(hosted: HostedSpec, identity: Identity | None = None) -> bool:
     if hosted.allow is None:
         return True
     return found.user in hosted.allow or any(f"role:{role}" in hosted.allow for role in found.roles)
+
+
+def valid_workspace(value: object) -> bool:
+    """Whether ``value`` can name a workspace (the config's id rule)."""
+    return isinstance(value, str) and re.fullmatch(ID_PATTERN, value) is not None
+
+
+def identity_hook(path: str) -> Callable[[Mapping[str, str]], Any]:
+    """The ``auth.hook`` function named by ``module:function``.
+
+    Raises:
+        ConfigurationError: it cannot be imported.
+    """
+    hook: Callable[[Mapping[str, str]], Any] = import_object(path)
+    return hook

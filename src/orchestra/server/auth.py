@@ -15,9 +15,8 @@ from typing import Any
 
 import anyio
 
-from orchestra._imports import import_object
 from orchestra.hosting.config import ApiKey, ServerConfig
-from orchestra.hosting.identity import Identity, acting_as
+from orchestra.hosting.identity import Identity, acting_as, identity_hook
 from orchestra.server.jwt_auth import AuthRefused, JwtVerifier, looks_like_jwt
 
 __all__ = [
@@ -106,7 +105,7 @@ class Authenticator:
         self.admin_roles = frozenset(config.auth.admin_roles)
         self.jwt = JwtVerifier(config.auth.jwt, config.auth.admin_roles) if config.auth.jwt else None
         self.hook: Callable[[Mapping[str, str]], Any] | None = (
-            import_object(config.auth.hook) if config.auth.hook else None
+            identity_hook(config.auth.hook) if config.auth.hook else None
         )
         quotas = config.quotas
         self.rate = RateLimit(quotas.requests_per_s, quotas.burst) if quotas.requests_per_s else None

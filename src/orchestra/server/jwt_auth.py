@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orchestra.hosting.identity import Identity
+from orchestra.hosting.identity import Identity, valid_workspace
 from orchestra.hosting.tenant_config import JwtSettings
-from orchestra.spec.models import ID_PATTERN
 
 __all__ = ["AuthRefused", "JwtVerifier", "looks_like_jwt"]
 
@@ -151,7 +150,7 @@ class JwtVerifier:
     def _identity(self, claims: dict[str, Any]) -> Identity:
         mapping = self.settings.claims
         workspace = self.settings.workspace or _claim(claims, mapping.workspace)
-        if not isinstance(workspace, str) or not re.fullmatch(ID_PATTERN, workspace):
+        if not valid_workspace(workspace):
             raise AuthRefused(
                 403, "no_workspace", f"the token's {mapping.workspace!r} claim names no valid workspace"
             )
