@@ -130,7 +130,15 @@ async def search_case(kind: str, items: int, queries: int) -> dict[str, Any]:
     stored_bytes = sum(len(data) for data, _ in records)
     with Fresh(kind) as storage:
         for start in range(0, len(keys), 1000):
-            await write_many(storage, [(k, d) for k, (d, _) in zip(keys[start : start + 1000], records[start : start + 1000], strict=True)])
+            await write_many(
+                storage,
+                [
+                    (k, d)
+                    for k, (d, _) in zip(
+                        keys[start : start + 1000], records[start : start + 1000], strict=True
+                    )
+                ],
+            )
         store = MemoryStore(storage, embedder=embedder)
         query_texts = [text(items + q) for q in range(queries)]
         await store.search_async(("users",), query=query_texts[0])  # warm: connections, imports
@@ -147,7 +155,9 @@ async def search_case(kind: str, items: int, queries: int) -> dict[str, Any]:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     # The raw index: the same unit vectors in one matrix, in memory; the query embedded the same way.
-    matrix = np.stack([np.asarray(v, dtype=np.float32) for v in await embedder.embed([text(n) for n in range(items)])])
+    matrix = np.stack(
+        [np.asarray(v, dtype=np.float32) for v in await embedder.embed([text(n) for n in range(items)])]
+    )
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     raw = []
     for query in query_texts:
@@ -175,7 +185,9 @@ async def search_case(kind: str, items: int, queries: int) -> dict[str, Any]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", default="memory,local,sqlite,postgres")
     parser.add_argument("--puts", type=int, default=2000)
     parser.add_argument("--tasks", type=int, default=32)
@@ -185,9 +197,13 @@ async def main() -> None:
     args = parser.parse_args()
     results: dict[str, Any] = {"load_average": os.getloadavg()[0], "backends": {}}
     for kind in args.backends.split(","):
-        entry: dict[str, Any] = {"put": await put_case(kind, args.puts if kind != "local" else min(args.puts, 500), args.tasks)}
+        entry: dict[str, Any] = {
+            "put": await put_case(kind, args.puts if kind != "local" else min(args.puts, 500), args.tasks)
+        }
         sizes = [args.items] + ([100_000] if args.large else [])
-        entry["search"] = [await search_case(kind, size, args.queries if size <= 10_000 else 20) for size in sizes]
+        entry["search"] = [
+            await search_case(kind, size, args.queries if size <= 10_000 else 20) for size in sizes
+        ]
         results["backends"][kind] = entry
         print(json.dumps({kind: entry}), file=sys.stderr)
     print(json.dumps(results, indent=2))

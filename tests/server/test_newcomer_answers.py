@@ -52,7 +52,7 @@ def test_the_dashboard_has_no_run_for_an_id_the_storage_cannot_hold(server):
     with httpx.Client(base_url=server.url) as client:
         assert login(client, KEYS["acme"]).status_code == 303
         page = client.get("/runs/" + "r" * 300)
-    assert page.status_code == 200
+    assert page.status_code == 404  # as every page of a run or session that is not the caller's (issue 38)
     assert "No run" in page.text
 
 

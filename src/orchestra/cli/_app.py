@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import structlog
 import typer
 
-from orchestra.cli import _run, _serve, _spec, _worker
+from orchestra.cli import _audit, _run, _serve, _spec, _worker
 from orchestra.cli._memory import memory_app
 from orchestra.cli._output import (
     EXIT_FAILED,
@@ -48,6 +48,7 @@ app.add_typer(_run.app)  # run, resume, result
 app.add_typer(_spec.app)  # validate, graph, schema
 app.add_typer(_serve.app)  # serve, hash-key
 app.add_typer(_worker.app)  # worker
+app.add_typer(_audit.app)  # audit (a server's audit log)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(runs_app, name="runs")  # orchestra runs list/show/cancel/stream --url (cli/_runs.py)
 app.add_typer(schedules_app, name="schedules")  # list/pause/resume/run-now (cli/_schedules.py)

@@ -188,6 +188,7 @@ class BackgroundRuns:
         # An agent's turn that stopped with part of it stored (kept open after a side-effecting tool) is
         # finished from the session, not sent again (a pipeline's saved nodes are resumed by its task).
         invocation.resume = record.kind == "agent" and (record.stored is True or record.resume)
+        invocation.owner = record.owner or invocation.owner  # a run resumed (by an admin) stays its owner's
         # The old record names its resumption before it starts, by compare-and-swap: of two resumes at
         # once (a client's retry, two users) one starts a run, the other is refused; never two runs of one
         # turn.

@@ -27,6 +27,9 @@ webhooks:
   secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
 schedules:                                  # runs on a cron schedule (docs/schedules.md; croniter)
   - {id: daily, agent: support, cron: "0 7 * * *", timezone: Europe/Paris, input: "Report for {date}"}
+auth: {jwt: ..., hook: ..., admin_roles: [admin]}   # JWTs and a hook (tenant_config.py, docs/tenants.md)
+quotas: {limits: [...], requests_per_s: 20}         # spend per workspace or user; a request rate
+audit: {enabled: true, retention_days: 90}          # who did what, kept this long
 ```
 
 Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are
@@ -46,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.hosting.memory_settings import MemorySettings
 from orchestra.hosting.schedules import Schedule
+from orchestra.hosting.tenant_config import AuditSettings, AuthSettings, QuotaSettings
 from orchestra.memory.binding import load_embedder
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
@@ -80,6 +84,10 @@ class HostedSpec(_Model):
     on_busy: OnBusy | None = Field(
         default=None, description="This agent's policy for a second message (default: runs.on_busy)."
     )
+    allow: list[str] | None = Field(
+        default=None,
+        description="Who may call it: users (subjects) and role:<name> entries (default: the workspace).",
+    )
 
 
 class ApiKey(_Model):
@@ -88,6 +96,14 @@ class ApiKey(_Model):
     workspace: str = Field(pattern=ID_PATTERN)
     sha256: str = Field(description="The hex SHA-256 of the key: what orchestra hash-key KEY prints.")
     name: str | None = None
+    user: str | None = Field(
+        default=None, description="The user it acts as (default: its name, else key:<start of its hash>)."
+    )
+    roles: list[str] | None = Field(
+        default=None,
+        description="Its roles. Unset: it sees the whole workspace, as keys always have; set, it is one "
+        "user's key unless a role is an admin role (auth.admin_roles).",
+    )
 
     @field_validator("sha256")
     @classmethod
@@ -182,6 +198,9 @@ class ServerConfig(_Model):
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     schedules: list[Schedule] = Field(default_factory=list)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    quotas: QuotaSettings = Field(default_factory=QuotaSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -245,7 +264,7 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
             where = located.error(("agents", index, "spec"), f"agent {hosted.id!r}: its spec is not valid:")
             problems.append("\n".join([where, *exc.errors]))
     problems.extend(_check_schedules(config, located))
-    if not config.api_keys:
+    if not config.api_keys and config.auth.jwt is None and config.auth.hook is None:
         problems.append(
             located.error(("api_keys",), "no api_keys: every API route needs a key (orchestra hash-key KEY)")
         )

@@ -42,6 +42,7 @@ from orchestra.hosting.interrupts import (
 )
 from orchestra.hosting.invocation import Invocation
 from orchestra.hosting.outcomes import Failure, NothingToResume, recorded_failure, terminal_event
+from orchestra.hosting.quotas import Quotas
 from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.hosting.running import Running
 from orchestra.hosting.session_outcome import close_resumed, settle_from_session
@@ -73,6 +74,7 @@ class Executor:
         self.running = running
         self.stops = stops
         self.builder = builder
+        self.quotas: Quotas | None = None  # counts the runs' model calls when quotas are configured
 
     def record_of(self, invocation: Invocation) -> RunRecord:
         """A new run record for ``invocation`` (``executing`` on this server)."""
@@ -89,6 +91,8 @@ class Executor:
             extra["resume"] = True
         if invocation.metadata:
             extra["metadata"] = dict(invocation.metadata)
+        if invocation.owner is not None:
+            extra["owner"] = invocation.owner
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,
@@ -114,6 +118,7 @@ class Executor:
         record = record or self.record_of(invocation)
         stoppable = invocation.session_id is not None or invocation.background
         storage = self.workspaces.storage(workspace)
+        metered = self.quotas.metering(workspace, invocation.owner) if self.quotas is not None else None
         with self.running.run(record.run_id, log):
             stop = self.stops.register(record.run_id, storage, stoppable=stoppable)
             try:
@@ -128,6 +133,8 @@ class Executor:
             except BaseExceptionGroup as group_error:
                 raise unwrap_group(group_error) from None
             finally:
+                if metered is not None:
+                    metered.var.reset(metered)
                 self.stops.unregister(stop)
                 if stop.request is not None:  # answered: the request goes (a sweep clears late ones)
                     with anyio.CancelScope(shield=True):
@@ -144,6 +151,8 @@ class Executor:
         for attempt in range(_CONFLICT_RETRIES + 1):
             try:
                 target = await self._build_and_record(invocation, record, runs)
+                if self.quotas is not None:
+                    self.quotas.attach(target)
                 replay = await self.already_done(workspace, invocation, record)
                 if replay is not None:
                     return replay

@@ -9,6 +9,7 @@ from typing import Any
 
 from orchestra import tracing
 from orchestra.hosting.config import HostedSpec, OnBusy
+from orchestra.hosting.identity import owner
 from orchestra.hosting.records import Mode, RunRecord
 from orchestra.session import uuid7
 
@@ -66,6 +67,8 @@ class Invocation:
         # Its session's agent is kept between turns (a plain or enqueue message: Runtime._uses_cache).
         self.keeps_agent = False
         self.metadata: dict[str, str] = {}  # given at start, kept in the run record (searchable)
+        self.owner = owner()  # the caller's user, recorded on its run (identity.py)
+        self.admitted = False  # the caller may run it (RunService.admit)
 
     @property
     def answers(self) -> dict[str, Any] | None:
@@ -100,6 +103,7 @@ class Invocation:
         invocation.webhook = record.webhook
         invocation.resume = record.resume
         invocation.metadata = dict(record.metadata)
+        invocation.owner = record.owner
         return invocation
 
     def traced(self) -> Any:

@@ -88,6 +88,7 @@ class RunSummary(BaseModel):
     metadata: dict[str, str] = Field(
         default_factory=dict, description="Given when it was started (searchable: GET /api/v1/runs)."
     )
+    owner: str | None = Field(default=None, description="The user who started it (its caller's subject).")
 
 
 FINAL = frozenset({"completed", "failed", "interrupted", "answered", "rolled_back"})

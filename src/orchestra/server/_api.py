@@ -17,9 +17,10 @@ from starlette.background import BackgroundTask
 from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra._logging import get_logger
+from orchestra.hosting.identity import Identity
 from orchestra.hosting.outcomes import Failure
 from orchestra.hosting.records import RunRecord, RunSummary
-from orchestra.server.auth import KeyRing
+from orchestra.server.auth import Authenticator, AuthRefused
 
 if TYPE_CHECKING:
     from orchestra.hosting import RunService
@@ -237,47 +238,53 @@ _BEARER = HTTPBearer(
 )
 
 
-def _workspace_of(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    keys: KeyRing = request.app.state.keys
-    found = keys.workspace_of(key.strip()) if scheme.lower() == "bearer" else None
-    if found is None:
-        message = (
-            "a valid API key is required: Authorization: Bearer <key>"
-            if header
-            else "missing Authorization: Bearer <key>"
-        )
-        raise ApiError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
-    return found
+async def caller_of(request: Request) -> Identity:
+    """The request's caller (``Authenticator.identify``), made the caller of what it runs; a refusal is an
+    ``ApiError`` with its status and the code naming the rule."""
+    authenticator: Authenticator = request.app.state.auth
+    try:
+        return await authenticator.identify(request.headers)
+    except AuthRefused as exc:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        if exc.status == 429:
+            headers["Retry-After"] = "1"
+        raise ApiError(exc.status, exc.code, exc.message, headers) from None
 
 
 async def workspace(
     request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)] = None
 ) -> str:
-    """The caller's workspace, from ``Authorization: Bearer <key>`` (401 without a valid key)."""
-    return _workspace_of(request)
+    """The caller's workspace, from ``Authorization: Bearer <key or JWT>`` (401 without a valid one)."""
+    return (await caller_of(request)).workspace
 
 
-class _WorkspaceKey(HTTPBearer):
-    """The bearer scheme as the OpenAPI document declares it, and the key's check itself: one dependency
+class _CallerKey(HTTPBearer):
+    """The bearer scheme as the OpenAPI document declares it, and the caller's check itself: one dependency
     where ``workspace`` is two (HTTPBearer's own parse of the header, then the check), a level FastAPI
     solves on every request."""
 
+    async def __call__(self, request: Request) -> Identity:  # type: ignore[override]
+        return await caller_of(request)
+
+
+class _WorkspaceKey(HTTPBearer):
+    """As ``_CallerKey``, answering the caller's workspace."""
+
     async def __call__(self, request: Request) -> str:  # type: ignore[override]
-        return _workspace_of(request)
+        return (await caller_of(request)).workspace
 
 
-Workspace = Annotated[
-    str,
-    Security(
-        _WorkspaceKey(
-            auto_error=False,
-            scheme_name="HTTPBearer",
-            description="An API key of a workspace: `Authorization: Bearer <key>`.",
-        )
-    ),
-]
+_SCHEME = {
+    "auto_error": False,
+    "scheme_name": "HTTPBearer",
+    "description": "An API key of a workspace, or a JWT: `Authorization: Bearer <key or token>`.",
+}
+
+Workspace = Annotated[str, Security(_WorkspaceKey(**_SCHEME))]
+"""A route's caller's workspace (the caller is also set for what the route runs: ownership holds)."""
+
+Caller = Annotated[Identity, Security(_CallerKey(**_SCHEME))]
+"""A route's caller: workspace, user, roles (``orchestra.hosting.identity``)."""
 
 
 class ErrorDetail(BaseModel):
@@ -300,7 +307,8 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The documented error responses of a route (all share ``ErrorBody``)."""
     described = {
         400: "The body is not valid JSON.",
-        401: "No valid API key.",
+        401: "No valid API key or token (the code names the rule: token_expired, wrong_audience, ...).",
+        403: "A valid token that names no workspace or user.",
         404: "No such agent, session, run or interrupt in this workspace.",
         405: "Method not allowed (the Allow header lists the allowed ones).",
         409: "The session is busy or another writer won (`session_busy`, `session_conflict`: retry after "

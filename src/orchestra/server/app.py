@@ -39,6 +39,7 @@ from orchestra.hosting import (
     failure_of,
 )
 from orchestra.hosting.config import load_config
+from orchestra.hosting.identity import may_call
 from orchestra.server._api import (
     _REQUEST_ID,
     ID_PATH,
@@ -61,10 +62,11 @@ from orchestra.server._api import (
     workspace,
 )
 from orchestra.server.access_log import ACCESS_LOG_ENV_VAR, AccessLog, configure_access_log, note_run
-from orchestra.server.auth import KeyRing
+from orchestra.server.auth import Authenticator
 from orchestra.server.routes import invocation_of, mount_runs
 from orchestra.server.search_routes import SearchQuery, mount_search
 from orchestra.server.streams import sse_stream
+from orchestra.server.tenant_routes import mount_tenant_routes
 
 __all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
 
@@ -224,7 +226,8 @@ class _BodyLimit:
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI application serving ``config``."""
     runtime = RunService(config)
-    keys = KeyRing(config.api_keys)
+    authenticator = Authenticator(config)
+    keys = authenticator.keys
     hosted_by_id = {h.id: h for h in config.agents}
 
     @contextlib.asynccontextmanager
@@ -244,6 +247,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.state.runtime = runtime
     app.state.keys = keys
+    app.state.auth = authenticator
     app.state.hosted = hosted_by_id
     app.add_middleware(_Guard)
     app.add_middleware(_JsonBody)
@@ -292,7 +296,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def hosted(agent_id: str, ws: str) -> HostedSpec:
         found = hosted_by_id.get(agent_id)
-        if found is None or found.workspace != ws:
+        if found is None or found.workspace != ws or not may_call(found):
             raise ApiError(
                 404,
                 "unknown_agent",
@@ -327,6 +331,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         ``?stream=true`` events come as server-sent events, each with its id in the run's log."""
         invocation = invocation_of(body, hosted(agent_id, ws), config, request, idempotency_key)
         if stream:
+            await runtime.admit(ws, invocation)  # another user's session: 404 before the stream starts
             return StreamingResponse(
                 sse_stream(runtime.events(ws, invocation)), media_type="text/event-stream"
             )
@@ -358,7 +363,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         """The agents and pipelines this workspace may invoke."""
         listed = []
         for item in config.agents:
-            if item.workspace == ws:
+            if item.workspace == ws and may_call(item):
                 spec = config.spec_of(item.id).spec
                 listed.append(
                     {"id": item.id, "kind": spec.kind, "description": item.description or spec.description}
@@ -465,11 +470,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     from orchestra.server.memory_routes import mount_memory
 
     mount_memory(app, runtime)
+    mount_tenant_routes(app, runtime)  # usage, audit
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 
     mount_dashboard(app, runtime, keys, config)
-    mount_protocols(app, runtime, keys, config)  # MCP, A2A, AG-UI: those whose packages are installed
+    mount_protocols(
+        app, runtime, authenticator, config
+    )  # MCP, A2A, AG-UI: those whose packages are installed
     return app
 
 

@@ -25,6 +25,7 @@ from orchestra._ids import validate_id
 from orchestra._logging import get_logger
 from orchestra.hosting import Refused, RunService
 from orchestra.hosting.config import ServerConfig
+from orchestra.hosting.identity import acting_as, may_call
 from orchestra.hosting.records import RunRecord
 from orchestra.server.auth import KeyRing, SessionTokens
 from orchestra.server.controls import controls_html, mount_controls
@@ -113,7 +114,12 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
     tokens = SessionTokens(keys)
 
     def workspace(request: Request) -> str | None:
-        return tokens.workspace_of(request.cookies.get(SESSION_COOKIE))
+        """The logged-in key's workspace; its identity becomes the request's caller (ownership holds)."""
+        identity = tokens.identity_of(request.cookies.get(SESSION_COOKIE))
+        if identity is None:
+            return None
+        acting_as(identity)
+        return identity.workspace
 
     def login_form(error: str = "") -> HTMLResponse:
         # A CSRF token, double-submitted: the form carries it and so does a SameSite=Strict cookie, which
@@ -189,7 +195,7 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
                 validate_id(session_id, "session id")
             except ValueError as exc:
                 return page("Bad filter", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
-        hosted = [h for h in config.agents if h.workspace == ws]
+        hosted = [h for h in config.agents if h.workspace == ws and may_call(h)]
         ids = [h.id for h in hosted if agent_id in (None, "", h.id)]
         params = dict(request.query_params)
         try:  # status, time, metadata, order and the page (dashboard_search.py)
@@ -280,7 +286,9 @@ def mount_dashboard(app: FastAPI, runtime: RunService, keys: KeyRing, config: Se
         except ValueError:
             record = None
         if record is None:
-            return page("Not found", f"<h1>No run {html.escape(run_id)}</h1><p><a href='/'>All runs</a></p>")
+            return page(
+                "Not found", f"<h1>No run {html.escape(run_id)}</h1><p><a href='/'>All runs</a></p>", 404
+            )
         return page(f"Run {run_id}", _run_body(record, tab, controls_html(record, form_token(request))))
 
     def form_token(request: Request) -> str:

@@ -7,8 +7,8 @@ runtime events (``RunService.stream``), never a second runtime.
 | A2A | ``/a2a/{agent}/`` (JSON-RPC, ``message/send`` and ``message/stream`` too), its card at ``/a2a/{agent}/.well-known/agent-card.json`` | ``a2a-sdk`` (``[a2a]``) |
 | AG-UI | ``POST /ag-ui/{agent}``: a run's events as AG-UI events (server-sent) | ``ag-ui-protocol`` (``[agui]``) |
 
-Every door takes the API's keys (``Authorization: Bearer <key>``) and shows a workspace only its own
-agents. A door whose package is not installed is simply not mounted, and nothing of it is imported.
+Every door takes the API's callers (``Authorization: Bearer <key or JWT>``, ``door_caller``) and shows
+a caller only the agents it may call; the run service holds ownership (another user's session is unknown). A door whose package is not installed is simply not mounted, and nothing of it is imported.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if typing.TYPE_CHECKING:
 
     from orchestra.hosting import RunService
     from orchestra.hosting.config import ServerConfig
-    from orchestra.server.auth import KeyRing
+    from orchestra.server.auth import Authenticator
 
 __all__ = ["available", "mount_protocols"]
 
@@ -38,18 +38,18 @@ def _installed(package: str) -> bool:
         return False
 
 
-def mount_protocols(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
+def mount_protocols(app: FastAPI, runtime: RunService, auth: Authenticator, config: ServerConfig) -> None:
     """Mount every door whose package is installed (see the module docstring)."""
     doors = available()
     if doors["mcp"]:
         from orchestra.server.protocols.mcp_server import mount_mcp
 
-        mount_mcp(app, runtime, keys, config)
+        mount_mcp(app, runtime, auth, config)
     if doors["a2a"]:
         from orchestra.server.protocols.a2a import mount_a2a
 
-        mount_a2a(app, runtime, keys, config)
+        mount_a2a(app, runtime, auth, config)
     if doors["ag-ui"]:
         from orchestra.server.protocols.agui import mount_agui
 
-        mount_agui(app, runtime, keys, config)
+        mount_agui(app, runtime, auth, config)

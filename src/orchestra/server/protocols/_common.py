@@ -9,20 +9,24 @@ from typing import Any
 
 from orchestra.hosting.approvals import ANSWER_HINT, APPROVAL
 from orchestra.hosting.config import HostedSpec, ServerConfig
-from orchestra.server.auth import KeyRing
+from orchestra.hosting.identity import Identity, may_call
+from orchestra.server.auth import Authenticator, AuthRefused
 
-__all__ = ["bearer_workspace", "hosted_in", "interrupt_text", "output_text", "trace_headers"]
+__all__ = ["door_caller", "hosted_in", "interrupt_text", "output_text", "trace_headers"]
 
 
-def bearer_workspace(keys: KeyRing, headers: Mapping[str, str]) -> str | None:
-    """The workspace of ``Authorization: Bearer <key>`` (None: missing or unknown key)."""
-    scheme, _, key = (headers.get("authorization") or "").partition(" ")
-    return keys.workspace_of(key.strip()) if scheme.lower() == "bearer" else None
+async def door_caller(auth: Authenticator, headers: Mapping[str, str]) -> Identity | AuthRefused:
+    """The caller of ``Authorization: Bearer <key or JWT>``, made the request's caller, or the refusal
+    (its status and the code naming the rule)."""
+    try:
+        return await auth.identify(headers)
+    except AuthRefused as exc:
+        return exc
 
 
 def hosted_in(config: ServerConfig, workspace: str) -> list[HostedSpec]:
-    """The hosted agents and pipelines a workspace may invoke."""
-    return [hosted for hosted in config.agents if hosted.workspace == workspace]
+    """The hosted agents and pipelines a workspace (and the current caller) may invoke."""
+    return [hosted for hosted in config.agents if hosted.workspace == workspace and may_call(hosted)]
 
 
 def description_of(config: ServerConfig, hosted: HostedSpec) -> str:

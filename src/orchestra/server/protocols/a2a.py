@@ -16,6 +16,7 @@ A message's ``traceparent`` header continues the caller's trace.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from a2a.helpers import get_data_parts, new_data_part, new_text_part
@@ -50,12 +51,13 @@ from starlette.routing import Mount, Router
 from starlette.types import Receive, Scope, Send
 
 from orchestra._ids import validate_id
-from orchestra.hosting import Invocation, RunService
+from orchestra.hosting import Invocation, Refused, RunService
 from orchestra.hosting.config import HostedSpec, ServerConfig
-from orchestra.server.auth import KeyRing
+from orchestra.hosting.identity import Identity, caller, may_call, owner, visible
+from orchestra.server.auth import Authenticator
 from orchestra.server.protocols._common import (
-    bearer_workspace,
     description_of,
+    door_caller,
     interrupt_text,
     output_text,
     trace_headers,
@@ -129,7 +131,9 @@ class StorageTaskStore(TaskStore):
         state = task.status.state
         if state == TaskState.TASK_STATE_WORKING and self._written.get(task.id) == state:
             return
-        await where[0].write(where[1], json_format.MessageToJson(task).encode())
+        stored = json.loads(json_format.MessageToJson(task))
+        stored[_OWNER] = owner()  # who made it: another user's task is not found (hosting/identity.py)
+        await where[0].write(where[1], json.dumps(stored).encode())
         if state in _FINAL:
             self._written.pop(task.id, None)
         else:
@@ -138,18 +142,16 @@ class StorageTaskStore(TaskStore):
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         where = self._key(task_id, context)
         found = await where[0].read(where[1]) if where is not None else None
-        if found is None:
-            return None
-        return json_format.Parse(found[0], Task())
+        return None if found is None else _visible_task(found[0])
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         storage = self.runtime.storage(context.state["workspace"])
         tasks = []
         for key in await storage.list(f"a2a/{self.agent_id}/tasks/"):
             found = await storage.read(key)
-            if found is None:
+            task = None if found is None else _visible_task(found[0])
+            if task is None:
                 continue
-            task = json_format.Parse(found[0], Task())
             if params.context_id and task.context_id != params.context_id:
                 continue
             if params.status and task.status.state != params.status:
@@ -160,8 +162,19 @@ class StorageTaskStore(TaskStore):
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         where = self._key(task_id, context)
-        if where is not None:
+        if where is not None and await self.get(task_id, context) is not None:
             await where[0].delete(where[1])
+
+
+_OWNER = "orchestraOwner"  # beside the task's own fields in the stored JSON; never sent
+
+
+def _visible_task(data: bytes) -> Task | None:
+    """A stored task, if the caller may see it (a task stored before owners were recorded has none)."""
+    stored = json.loads(data)
+    if not visible(stored.pop(_OWNER, None)):
+        return None
+    return json_format.Parse(json.dumps(stored), Task(), ignore_unknown_fields=True)
 
 
 _FINAL = {
@@ -205,6 +218,11 @@ class RuntimeExecutor(AgentExecutor):
         )
         invocation.answers = answers
         invocation.trace_headers = trace_headers(context.call_context.state.get("headers") or {})
+        try:
+            await self.runtime.admit(workspace, invocation)
+        except Refused as exc:  # another user's context: as unknown, nothing of it shown
+            await updater.failed(updater.new_agent_message([new_text_part(exc.message)]))
+            return
         await updater.start_work()
         last: tuple[str, Any] = ("error", None)
         async for name, data in self.runtime.stream(workspace, invocation):
@@ -261,23 +279,21 @@ async def _conclude(updater: TaskUpdater, name: str, data: Any) -> None:
 
 
 class _ContextBuilder(DefaultServerCallContextBuilder):
-    def __init__(self, keys: KeyRing) -> None:
-        self.keys = keys
-
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
-        context.state["workspace"] = bearer_workspace(self.keys, request.headers)
+        found = caller()  # the door checked it (``_Door``) and made it the request's caller
+        context.state["workspace"] = None if found is None else found.workspace
         return context
 
 
 class _Door:
     """``/a2a``: a key check (401, or 404 for another workspace's agent), then the agent's own routes."""
 
-    def __init__(self, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
-        self.keys = keys
+    def __init__(self, runtime: RunService, auth: Authenticator, config: ServerConfig) -> None:
+        self.auth = auth
         self.config = config
         self.apps: dict[str, Router] = {}
-        builder = _ContextBuilder(keys)
+        builder = _ContextBuilder()
         for hosted in config.agents:
             card = agent_card(config, hosted, "http://localhost")
             handler = DefaultRequestHandler(
@@ -295,13 +311,14 @@ class _Door:
         root, path = scope.get("root_path", ""), scope["path"]
         below = path[len(root) :] if root and path.startswith(root) else path  # the path below /a2a
         agent_id, _, rest = below.lstrip("/").partition("/")
-        workspace = bearer_workspace(self.keys, request.headers)
+        found = await door_caller(self.auth, request.headers)
         hosted = next((h for h in self.config.agents if h.id == agent_id), None)
         response: Response | None = None
-        if workspace is None:
-            response = _refusal(401, "unauthorized", "A2A needs Authorization: Bearer <key>")
-            response.headers["WWW-Authenticate"] = "Bearer"
-        elif hosted is None or hosted.workspace != workspace:
+        if not isinstance(found, Identity):
+            response = _refusal(found.status, found.code, f"A2A: {found.message}")
+            if found.status == 401:
+                response.headers["WWW-Authenticate"] = "Bearer"
+        elif hosted is None or hosted.workspace != found.workspace or not may_call(hosted):
             response = _refusal(404, "unknown_agent", f"no agent {agent_id!r} in this workspace")
         elif "/" + rest == CARD_PATH:
             base = str(request.base_url).rstrip("/")
@@ -320,6 +337,6 @@ def _refusal(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def mount_a2a(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
+def mount_a2a(app: FastAPI, runtime: RunService, auth: Authenticator, config: ServerConfig) -> None:
     """Serve ``/a2a/{agent}/`` and its agent card (see the module docstring)."""
-    app.router.routes.append(Mount("/a2a", app=_Door(runtime, keys, config)))
+    app.router.routes.append(Mount("/a2a", app=_Door(runtime, auth, config)))

@@ -56,11 +56,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from orchestra._ids import validate_id
-from orchestra.hosting import Invocation, RunService
+from orchestra.hosting import Invocation, Refused, RunService
 from orchestra.hosting.approvals import APPROVAL, ApprovalAnswer
 from orchestra.hosting.config import HostedSpec, ServerConfig
-from orchestra.server.auth import KeyRing
-from orchestra.server.protocols._common import bearer_workspace, output_text, trace_headers
+from orchestra.hosting.identity import Identity, may_call
+from orchestra.server.auth import Authenticator
+from orchestra.server.protocols._common import door_caller, output_text, trace_headers
 
 __all__ = ["AgUiRun", "mount_agui", "state_delta"]
 
@@ -211,19 +212,19 @@ def _task(body: RunAgentInput) -> str | None:
     return None
 
 
-def mount_agui(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
+def mount_agui(app: FastAPI, runtime: RunService, auth: Authenticator, config: ServerConfig) -> None:
     """Serve ``POST /ag-ui/{agent_id}`` (see the module docstring)."""
     hosted_by_id = {h.id: h for h in config.agents}
 
     @app.post("/ag-ui/{agent_id}", include_in_schema=False)
     async def agui(agent_id: str, request: Request) -> Response:
-        workspace = bearer_workspace(keys, request.headers)
-        if workspace is None:
-            return _refusal(
-                401, "unauthorized", "AG-UI needs Authorization: Bearer <key>", {"WWW-Authenticate": "Bearer"}
-            )
+        found = await door_caller(auth, request.headers)
+        if not isinstance(found, Identity):
+            headers = {"WWW-Authenticate": "Bearer"} if found.status == 401 else None
+            return _refusal(found.status, found.code, f"AG-UI: {found.message}", headers)
+        workspace = found.workspace
         hosted = hosted_by_id.get(agent_id)
-        if hosted is None or hosted.workspace != workspace:
+        if hosted is None or hosted.workspace != workspace or not may_call(hosted):
             return _refusal(404, "unknown_agent", f"no agent {agent_id!r} in this workspace")
         try:
             body = RunAgentInput.model_validate_json(await request.body())
@@ -236,6 +237,10 @@ def mount_agui(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerC
         except ValueError as exc:
             return _refusal(422, "invalid_request", str(exc))
         invocation.trace_headers = trace_headers(request.headers)
+        try:
+            await runtime.admit(workspace, invocation)
+        except Refused as exc:  # another user's thread: as unknown (404)
+            return _refusal(exc.status, exc.code, exc.message)
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         return StreamingResponse(
             _events(runtime, workspace, invocation, AgUiRun(body.thread_id, body.run_id), encoder),

@@ -25,12 +25,13 @@ from starlette.types import Receive, Scope, Send
 
 from orchestra._ids import validate_id
 from orchestra._json import dumps
-from orchestra.hosting import Invocation, RunService
+from orchestra.hosting import Invocation, Refused, RunService
 from orchestra.hosting.config import HostedSpec, ServerConfig
-from orchestra.server.auth import KeyRing
+from orchestra.hosting.identity import Identity
+from orchestra.server.auth import Authenticator
 from orchestra.server.protocols._common import (
-    bearer_workspace,
     description_of,
+    door_caller,
     hosted_in,
     interrupt_text,
     output_text,
@@ -79,9 +80,9 @@ def _error(text: str) -> types.CallToolResult:
 
 
 class _Door:
-    def __init__(self, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
+    def __init__(self, runtime: RunService, auth: Authenticator, config: ServerConfig) -> None:
         self.runtime = runtime
-        self.keys = keys
+        self.auth = auth
         self.config = config
 
     def tools(self, workspace: str) -> list[types.Tool]:
@@ -114,6 +115,10 @@ class _Door:
         except ValueError as exc:
             return _error(str(exc))
         invocation.trace_headers = trace_headers(headers)
+        try:
+            await self.runtime.admit(workspace, invocation)
+        except Refused as exc:  # another user's session: as unknown
+            return _error(exc.message)
         done = 0
         last: tuple[str, Any] = ("error", None)
         # Read to the end: the stream holds the session's turn (and its span) until it is exhausted.
@@ -189,21 +194,19 @@ class _Authenticated:
     """Refuse a request without a valid key (401, before the MCP SDK sees it); otherwise run the MCP app
     with the caller's workspace in a context variable its handlers read."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager, keys: KeyRing) -> None:
+    def __init__(self, manager: StreamableHTTPSessionManager, auth: Authenticator) -> None:
         self.manager = manager
-        self.keys = keys
+        self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        workspace = bearer_workspace(self.keys, headers)
-        if workspace is None:
-            body = json.dumps(
-                {"error": {"code": "unauthorized", "message": "MCP needs Authorization: Bearer <key>"}}
-            ).encode()
+        found = await door_caller(self.auth, headers)
+        if not isinstance(found, Identity):
+            body = json.dumps({"error": {"code": found.code, "message": f"MCP: {found.message}"}}).encode()
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 401,
+                    "status": found.status,
                     "headers": [
                         (b"content-type", b"application/json"),
                         (b"www-authenticate", b"Bearer"),
@@ -213,19 +216,19 @@ class _Authenticated:
             )
             await send({"type": "http.response.body", "body": body})
             return
-        token = _CALLER.set((workspace, headers))
+        token = _CALLER.set((found.workspace, headers))
         try:
             await self.manager.handle_request(scope, receive, send)
         finally:
             _CALLER.reset(token)
 
 
-def mount_mcp(app: FastAPI, runtime: RunService, keys: KeyRing, config: ServerConfig) -> None:
+def mount_mcp(app: FastAPI, runtime: RunService, auth: Authenticator, config: ServerConfig) -> None:
     """Serve ``/mcp`` (see the module docstring); the SDK's session manager runs with the app."""
-    door = _Door(runtime, keys, config)
+    door = _Door(runtime, auth, config)
     server: Server[Any] = Server("orchestra", on_list_tools=door.list_tools, on_call_tool=door.call_tool)
     manager = StreamableHTTPSessionManager(app=server, stateless=True)
-    endpoint = _Authenticated(manager, keys)
+    endpoint = _Authenticated(manager, auth)
     app.add_route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)  # type: ignore[arg-type]
     previous = app.router.lifespan_context
 

@@ -1,0 +1,218 @@
+"""Ownership (issue 38 item 2): two users of one workspace. Every route, stream, door and dashboard page
+gives bob a 404 (never 403) for alice's session, run and interrupt; an admin role sees the workspace;
+per-agent permissions say who may call what."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import httpx
+import pytest
+
+from tests.server.conftest import Server
+from tests.server.tenants import USER_KEYS, Issuer, bearer, write_tenant_config
+
+pytestmark = pytest.mark.timeout(180)
+
+ALLOW = "  - {id: only-admins, spec: chat.yaml, workspace: acme, allow: ['role:admin', 'carol']}\n"
+
+
+@pytest.fixture(scope="module")
+def issuer():
+    with Issuer().serving() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def api(issuer: Issuer, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("ownership")
+    config = write_tenant_config(root, f"file:{root}/store", issuer.url)
+    config.write_text(config.read_text().replace("api_keys:\n", ALLOW + "api_keys:\n"))
+    with Server(config) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def alice_things(api: Server, issuer: Issuer) -> dict[str, str]:
+    """What alice made: a chat session and its run, a pipeline waiting on an interrupt, an A2A task."""
+    alice = bearer(issuer.token("alice"))
+    with httpx.Client(base_url=api.url, headers=alice, timeout=60) as http:
+        chat = http.post("/api/v1/agents/chat/invoke", json={"input": "secret", "session_id": "a-chat"})
+        assert chat.status_code == 200, chat.text
+        asked = http.post("/api/v1/agents/approval/invoke", json={"input": "ship", "session_id": "a-appr"})
+        assert asked.json()["status"] == "interrupted", asked.text
+        rpc = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "role": "user",
+                    "messageId": str(uuid.uuid4()),
+                    "contextId": "a-a2a",
+                    "parts": [{"kind": "text", "text": "secret too"}],
+                }
+            },
+        }
+        task = http.post("/a2a/chat/", json=rpc).json()["result"]
+    return {
+        "run": chat.json()["run_id"],
+        "interrupted_run": asked.json()["run_id"],
+        "interrupt": asked.json()["interrupts"][0]["id"],
+        "task": task["id"],
+    }
+
+
+def test_bob_gets_404_for_alice_s_things_on_every_route(
+    api: Server, issuer: Issuer, alice_things: dict[str, str]
+) -> None:
+    bob = bearer(issuer.token("bob"))
+    run, interrupted = alice_things["run"], alice_things["interrupted_run"]
+    refused = {
+        ("GET", "/api/v1/agents/chat/sessions/a-chat", None),
+        ("DELETE", "/api/v1/agents/chat/sessions/a-chat", None),
+        ("POST", "/api/v1/agents/chat/sessions/a-chat/resume", None),
+        ("POST", "/api/v1/agents/chat/invoke", '{"input": "peek", "session_id": "a-chat"}'),
+        ("POST", "/api/v1/agents/chat/invoke?stream=true", '{"input": "peek", "session_id": "a-chat"}'),
+        ("POST", "/api/v1/agents/chat/runs", '{"input": "peek", "session_id": "a-chat"}'),
+        (
+            "POST",
+            "/api/v1/agents/approval/invoke",
+            json.dumps(
+                {
+                    "session_id": "a-appr",
+                    "responses": [{"interrupt_id": alice_things["interrupt"], "response": "yes"}],
+                }
+            ),
+        ),
+        ("GET", f"/api/v1/runs/{run}", None),
+        ("GET", f"/api/v1/runs/{run}/stream", None),
+        ("POST", f"/api/v1/runs/{interrupted}/cancel", None),
+        ("POST", f"/api/v1/runs/{interrupted}/resume", None),
+        ("GET", f"/api/v1/runs/{interrupted}", None),
+        ("POST", "/api/v1/agents/only-admins/invoke", '{"input": "hi"}'),
+    }
+    with httpx.Client(base_url=api.url, headers=bob, timeout=60) as http:
+        for method, path, body in sorted(refused):
+            answer = http.request(method, path, content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 404, (method, path, answer.text)
+            assert "secret" not in answer.text
+        runs = http.get("/api/v1/runs").json()["runs"]
+        assert not {run, interrupted} & {r["run_id"] for r in runs}
+        sessions = http.get("/api/v1/agents/chat/sessions").json()["sessions"]
+        assert "a-chat" not in {s["session_id"] for s in sessions}
+        found = http.get("/api/v1/sessions").json()["sessions"]  # the search of sessions (issue 37 item 5)
+        assert "a-chat" not in {s["session_id"] for s in found}
+        assert not {run, interrupted} & {
+            r["run_id"] for r in http.get("/api/v1/runs?status=completed").json()["runs"]
+        }
+        assert "only-admins" not in {a["id"] for a in http.get("/api/v1/agents").json()["agents"]}
+        # bob's own session of the same agent is his: he reads it, lists it, and alice's is untouched
+        mine = http.post("/api/v1/agents/chat/invoke", json={"input": "mine", "session_id": "b-chat"})
+        assert mine.status_code == 200
+        assert http.get("/api/v1/agents/chat/sessions/b-chat").status_code == 200
+        assert {s["session_id"] for s in http.get("/api/v1/agents/chat/sessions").json()["sessions"]} == {
+            "b-chat"
+        }
+    alice = bearer(issuer.token("alice"))
+    with httpx.Client(base_url=api.url, headers=alice, timeout=60) as http:
+        kept = http.get("/api/v1/agents/chat/sessions/a-chat")
+        assert kept.status_code == 200
+        assert "secret" in kept.text
+        assert http.get(f"/api/v1/runs/{interrupted}").json()["status"] == "interrupted"
+        assert http.get("/api/v1/agents/chat/sessions/b-chat").status_code == 404
+
+
+def test_bob_gets_nothing_of_alice_s_through_the_doors(
+    api: Server, issuer: Issuer, alice_things: dict[str, str]
+) -> None:
+    bob = bearer(issuer.token("bob"))
+    with httpx.Client(base_url=api.url, headers=bob, timeout=60) as http:
+        agui = http.post(
+            "/ag-ui/chat",
+            json={
+                "threadId": "a-chat",
+                "runId": "r1",
+                "messages": [{"id": "m1", "role": "user", "content": "peek"}],
+                "tools": [],
+                "context": [],
+                "state": {},
+                "forwardedProps": {},
+            },
+        )
+        assert agui.status_code == 404, agui.text
+        get_task = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": alice_things["task"]}}
+        task = http.post("/a2a/chat/", json=get_task).json()
+        assert "result" not in task, task
+        assert "secret" not in str(task)
+        rpc = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "role": "user",
+                    "messageId": str(uuid.uuid4()),
+                    "contextId": "a-a2a",
+                    "parts": [{"kind": "text", "text": "peek"}],
+                }
+            },
+        }
+        joined = http.post("/a2a/chat/", json=rpc).json()
+        assert joined["result"]["status"]["state"] == "failed", joined
+        assert "secret" not in str(joined)
+        mcp = _mcp_call(http, "chat", {"input": "peek", "session_id": "a-chat"})
+        assert mcp["isError"] is True
+        assert "no session" in mcp["content"][0]["text"]
+
+
+def _mcp_call(http: httpx.Client, tool: str, arguments: dict[str, str]) -> dict:
+    """One MCP tools/call over streamable HTTP (stateless: no initialize needed), its JSON-RPC result."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    answer = http.post("/mcp", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    data = re.findall(r"^data: (.*)$", answer.text, re.M)
+    result: dict = json.loads(data[-1] if data else answer.text)["result"]
+    return result
+
+
+def test_bob_s_dashboard_shows_none_of_alice_s(api: Server, alice_things: dict[str, str]) -> None:
+    with httpx.Client(base_url=api.url, timeout=60, follow_redirects=False) as http:
+        page = http.get("/login")
+        csrf = re.search(r"name='csrf' value='([^']+)'", page.text).group(1)  # type: ignore[union-attr]
+        login = http.post(
+            "/login",
+            data={"csrf": csrf, "key": USER_KEYS["bob"]},
+            headers={"Origin": api.url},
+        )
+        assert login.status_code == 303, login.text
+        assert http.get(f"/runs/{alice_things['run']}").status_code == 404
+        assert http.get(f"/runs/{alice_things['interrupted_run']}").status_code == 404
+        assert http.get("/sessions/chat/a-chat").status_code == 404
+        home = http.get("/")
+        assert alice_things["run"][:13] not in home.text
+        assert "a-chat" not in home.text
+
+
+def test_an_admin_role_sees_the_workspace(api: Server, issuer: Issuer, alice_things: dict[str, str]) -> None:
+    admin = bearer(issuer.token("dana", roles=["admin"]))
+    with httpx.Client(base_url=api.url, headers=admin, timeout=60) as http:
+        assert http.get("/api/v1/agents/chat/sessions/a-chat").status_code == 200
+        assert http.get(f"/api/v1/runs/{alice_things['run']}").json()["owner"] == "alice"
+        assert alice_things["run"] in {r["run_id"] for r in http.get("/api/v1/runs").json()["runs"]}
+        assert http.post("/api/v1/agents/only-admins/invoke", json={"input": "hi"}).status_code == 200
+    carol = bearer(issuer.token("carol"))
+    assert (
+        httpx.post(
+            f"{api.url}/api/v1/agents/only-admins/invoke", json={"input": "hi"}, headers=carol, timeout=60
+        ).status_code
+        == 200
+    )
