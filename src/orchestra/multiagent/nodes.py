@@ -28,6 +28,7 @@ from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
 from orchestra.retry import RetryPolicy
+from orchestra.waits import waiting_scope
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "configure_nodes", "format_input"]
 
@@ -382,7 +383,8 @@ class Node:
         fn = self.executor
         args = (node_input,) if self._takes_input else ()
         if self._is_async:
-            value = await fn(*args)
+            with waiting_scope(node_input):  # orchestra.sleep / wait_for_event ask through the node
+                value = await fn(*args)
         else:
             # Sync functions run in a worker thread, one at a time per orchestrator, so their reads and
             # writes of the shared state never interleave. A timeout or cancellation stops waiting for
