@@ -196,6 +196,15 @@ class Wait:
             return cls(str(raw["id"]), "event", event=str(reason["event"]), deadline=_float(deadline))
         return None
 
+    def summary(self) -> dict[str, Any]:
+        """The wait as JSON (a run record's ``waiting``): its id, kind, and times as ISO 8601."""
+        found: dict[str, Any] = {"interrupt_id": self.interrupt_id, "kind": self.kind}
+        if self.kind == "timer":
+            found["until"] = _iso(self.until)
+        else:
+            found.update(event=self.event, deadline=None if self.deadline is None else _iso(self.deadline))
+        return found
+
     def describe(self) -> str:
         """One line for people: what it waits for, and until when."""
         if self.kind == "timer":

@@ -9,6 +9,7 @@
 | ``follow`` | a run's events after an id, then live, on whichever server it runs |
 | ``cancel``, ``resume`` | stop a run; start a stopped or stranded one again |
 | ``answer`` | answer a run's open interrupt (a background run on its session) |
+| ``send_event`` | send an event to a run's session; waits that take it are woken (``timers.py``) |
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
 | ``list_sessions``, ``describe_session``, ``delete_session`` | a hosted agent's sessions |
 
@@ -39,6 +40,7 @@ from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary
 from orchestra.hosting.stops import Stops
 from orchestra.hosting.streaming import StreamEvent, Streaming
 from orchestra.hosting.takeover import Sweeps
+from orchestra.hosting.timers import Waits
 from orchestra.hosting.webhooks import Webhooks
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.storage import Storage
@@ -74,6 +76,7 @@ class RunService:
         )
         self.streaming = Streaming(config, self.workspaces, self.running_here, self.reader, self.admission)
         self.session_views = Sessions(self.workspaces, self.builder)
+        self.waits = Waits(config, self.workspaces, self.reader, self.admission)
 
     # -- life --------------------------------------------------------------------------------------
 
@@ -87,6 +90,7 @@ class RunService:
             async with self.background.running() as group:
                 group.start_soon(self.stops.watch)
                 group.start_soon(self.sweeps.sweep_forever)
+                group.start_soon(self.waits.sweep_forever)
                 yield
         finally:
             for workspace in self.workspaces.all():
@@ -124,6 +128,10 @@ class RunService:
             hosted, None, session_id, None, responses=answers, on_busy=self.config.on_busy(hosted)
         )
         return await self.background.start(workspace, invocation)
+
+    async def send_event(self, workspace: str, record: RunRecord, name: str, payload: Any, key: str) -> bool:
+        """Send an event to a run's session, once per key (``Waits.send_event``)."""
+        return await self.waits.send_event(workspace, record, name, payload, key)
 
     async def cancel(self, workspace: str, record: RunRecord) -> None:
         """Stop a run (``BackgroundRuns.cancel``)."""

@@ -456,6 +456,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         return _plain(record.model_dump(mode="python"))
 
     mount_runs(app, runtime, hosted)
+    from orchestra.server.wait_routes import mount_wait_routes
+
+    mount_wait_routes(app, runtime)
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 
