@@ -53,7 +53,9 @@ async def test_a_sleeping_node_is_saved_waiting_and_a_new_process_wakes_it_once_
     asleep = await graph(storage, nodes(), [("first", "nap"), ("nap", "last")]).invoke_async("go")
     assert asleep.status == Status.INTERRUPTED
     [wait] = open_waits(asleep.interrupts)
-    assert wait.kind == "timer" and wait.until is not None and wait.until > now() + HOUR - 60
+    assert wait.kind == "timer"
+    assert wait.until is not None
+    assert wait.until > now() + HOUR - 60
 
     woken = graph(storage, nodes(), [("first", "nap"), ("nap", "last")])  # a new process
     assert answers_due([wait], wait.until - 1) == {}  # not yet
@@ -215,10 +217,13 @@ def problems(nodes: str) -> list[str]:
 
 def test_a_wait_node_with_a_bad_field_names_file_line_and_field():
     errors = problems("  - {id: a, wait: {for: 2x}}\n  - {id: b, wait: {until: '2026-12-01T09:00'}}\n")
-    assert errors[0].startswith("pipeline.yaml:5:") and "nodes[0].wait.for: not a duration: '2x'" in errors[0]
-    assert errors[1].startswith("pipeline.yaml:6:") and "nodes[1].wait.until" in errors[1], errors
+    assert errors[0].startswith("pipeline.yaml:5:")
+    assert "nodes[0].wait.for: not a duration: '2x'" in errors[0]
+    assert errors[1].startswith("pipeline.yaml:6:"), errors
+    assert "nodes[1].wait.until" in errors[1]
     assert "time zone" in errors[1]
     [both] = problems("  - {id: c, wait: {for: 1h, event: pay}}\n")
-    assert both.startswith("pipeline.yaml:5:") and "exactly one of for, until, event" in both
+    assert both.startswith("pipeline.yaml:5:")
+    assert "exactly one of for, until, event" in both
     [timer] = problems("  - {id: d, wait: {for: 1h, timeout: 2h}}\n")
     assert "nodes[0].wait.timeout: timeout is for an event wait" in timer
