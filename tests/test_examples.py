@@ -212,3 +212,13 @@ def test_the_strands_example_makes_a_session_the_cli_imports(tmp_path, monkeypat
     assert imported.stdout.strip() == "imported agent/bot into session chat"
     shown = CliRunner().invoke(app, ["sessions", "show", "chat", "--json"])
     assert json.loads(shown.stdout)[0]["id"] == "bot"
+
+
+def test_the_order_example_waits_for_its_payment_and_ships_once(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["order_payment.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "order_payment.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("  interrupted: waiting for the event 'payment' (deadline ")
+    assert lines[1] == (
+        "completed shipped order 7: two lamps (paid 42 EUR) ['reserve', 'payment', 'payment', 'ship']"
+    )
