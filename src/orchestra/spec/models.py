@@ -305,7 +305,7 @@ _DURATION = r"^\s*(\d+(\.\d+)?\s*[smhdw]\s*)+$"
 
 
 class WaitSpec(_Spec):
-    """A durable wait (docs/waiting.md): exactly one of ``for`` (a duration: seconds, or ``90s``, ``15m``,
+    """A durable wait ([waiting.md](waiting.md)): exactly one of ``for`` (a duration: seconds, or ``90s``, ``15m``,
     ``2h``, ``1d``, ``1w`` and sums like ``1h30m``), ``until`` (an ISO 8601 time with its zone) or
     ``event`` (a name; ``timeout`` is then a duration too)."""
 
