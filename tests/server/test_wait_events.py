@@ -1,0 +1,74 @@
+"""``POST /api/v1/runs/{id}/events`` on one server (in this process): an event sent while the run still
+sleeps is kept until its wait begins; a key reused for another event is refused; a run without a session
+cannot take events. (Across servers and kills: test_waits_across_servers.py.)"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.server.conftest import Server, auth
+from tests.server.test_waits_across_servers import order_config
+from tests.server.wait_steps import calls
+
+
+@pytest.fixture
+def order_server(tmp_path, monkeypatch):
+    clock = tmp_path / "clock"
+    clock.write_text("0")
+    monkeypatch.setenv("ORCHESTRA_TEST_CLOCK", str(clock))
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls"))
+    with Server(order_config(tmp_path, f"file:{tmp_path}/store")) as running:
+        yield running, clock, tmp_path / "calls"
+
+
+def newest(http: httpx.Client) -> dict:
+    return http.get("/api/v1/runs", params={"agent_id": "order", "session_id": "s1"}).json()["runs"][0]
+
+
+def until(predicate, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+def test_an_event_sent_while_the_run_sleeps_is_kept_for_its_wait(order_server):
+    server, clock, counted = order_server
+    with httpx.Client(base_url=server.url, headers=auth(), timeout=30) as http:
+        run_id = http.post("/api/v1/agents/order/runs", json={"input": "o1", "session_id": "s1"}).json()[
+            "run_id"
+        ]
+        until(lambda: newest(http)["status"] == "interrupted")
+        body = {"name": "payment", "payload": {"amount": 5}}
+        sent = http.post(f"/api/v1/runs/{run_id}/events", json=body, headers={"Idempotency-Key": "k1"})
+        assert sent.status_code == 202, sent.text
+        assert sent.json()["duplicate"] is False
+        reused = http.post(
+            f"/api/v1/runs/{run_id}/events",
+            json={**body, "payload": {"amount": 6}},
+            headers={"Idempotency-Key": "k1"},
+        )
+        assert reused.status_code == 422
+        assert reused.json()["error"]["code"] == "idempotency_key_reused"
+        assert calls(counted) == ["before"]  # still asleep: the event waits for its wait
+
+        clock.write_text("3601")
+        done = until(lambda: (r := newest(http))["status"] == "completed" and r)
+        assert done["output"] == "shipped"
+        assert (
+            calls(counted)[-1] == 'after {"event": "payment", "payload": {"amount": 5}, "timed_out": false}'
+        )
+
+
+def test_a_run_without_a_session_takes_no_events(order_server):
+    server, _, _ = order_server
+    with httpx.Client(base_url=server.url, headers=auth(), timeout=30) as http:
+        run_id = http.post("/api/v1/agents/chat/invoke", json={"input": "hi"}).json()["run_id"]
+        refused = http.post(f"/api/v1/runs/{run_id}/events", json={"name": "payment"})
+        assert refused.status_code == 409
+        assert refused.json()["error"]["code"] == "no_session"
+        assert http.post("/api/v1/runs/nope/events", json={"name": "payment"}).status_code == 404
