@@ -23,11 +23,58 @@ from orchestra.errors import ConfigurationError, StorageConflictError
 from orchestra.storage import ABSENT, Storage
 from orchestra.waits import Wait, answers_due, event_answer, now
 
-__all__ = ["EventInbox", "EventKeyReused", "answers_for", "session_inbox"]
+__all__ = ["EventInbox", "EventKeyReused", "answers_for", "decide", "empty", "keep", "session_inbox"]
 
 
 class EventKeyReused(ConfigurationError):
     """An event key sent again with another name or payload (a key names one event)."""
+
+
+def empty() -> dict[str, Any]:
+    """An inbox document with no event."""
+    return {"events": [], "taken": {}}
+
+
+def keep(document: dict[str, Any], name: str, payload: Any, key: str, at: float) -> bool:
+    """Add an event to an inbox document; False if its key is there already (nothing changed).
+
+    Raises:
+        EventKeyReused: the key names another event (another name or payload).
+    """
+    for event in document["events"]:
+        if event["key"] == key:
+            if event["name"] != name or event["payload"] != payload:
+                raise EventKeyReused(
+                    f"event key {key!r} was used for another event ({event['name']!r}); use a new key for "
+                    "each event"
+                )
+            return False
+    document["events"].append({"key": key, "name": name, "payload": payload, "at": at})
+    return True
+
+
+def decide(document: dict[str, Any], wait: Wait, at: float) -> tuple[dict[str, Any] | None, bool]:
+    """An event wait's answer from an inbox document (see the module docstring), and whether deciding it
+    changed the document (the choice is recorded in ``taken``). Pure: the caller stores the document."""
+    assert wait.kind == "event"
+    taken: dict[str, str | None] = document["taken"]
+    if wait.interrupt_id in taken:
+        return _answer(document, wait, taken[wait.interrupt_id]), False
+    used = {key for key in taken.values() if key is not None}
+    choice = next(
+        (e["key"] for e in document["events"] if e["name"] == wait.event and e["key"] not in used), None
+    )
+    if choice is None and (wait.deadline is None or wait.deadline > at):
+        return None, False
+    taken[wait.interrupt_id] = choice
+    return _answer(document, wait, choice), True
+
+
+def _answer(document: dict[str, Any], wait: Wait, key: str | None) -> dict[str, Any]:
+    if key is None:
+        return event_answer(wait, timed_out=True)
+    event = next(e for e in document["events"] if e["key"] == key)
+    return event_answer(wait, event["payload"])
 
 
 class EventInbox:
@@ -40,7 +87,7 @@ class EventInbox:
     async def _read(self) -> tuple[dict[str, Any], Any]:
         found = await self.storage.read(self.key)
         if found is None:
-            return {"events": [], "taken": {}}, ABSENT
+            return empty(), ABSENT
         return json.loads(found[0]), found[1]
 
     async def _write(self, document: dict[str, Any], version: Any) -> bool:
@@ -59,45 +106,20 @@ class EventInbox:
         json.dumps(payload)  # refuse what cannot be stored before anything is
         while True:
             document, version = await self._read()
-            for event in document["events"]:
-                if event["key"] == key:
-                    if event["name"] != name or event["payload"] != payload:
-                        raise EventKeyReused(
-                            f"event key {key!r} was used for another event ({event['name']!r}); use a new key "
-                            "for each event"
-                        )
-                    return False
-            document["events"].append({"key": key, "name": name, "payload": payload, "at": now()})
+            if not keep(document, name, payload, key, now()):
+                return False
             if await self._write(document, version):
                 return True
 
     async def answer(self, wait: Wait, at: float | None = None) -> dict[str, Any] | None:
         """The answer of an event wait, decided once: the event it took, a timeout once its deadline
         passed, or None while neither (nothing is written then)."""
-        assert wait.kind == "event"
         at = now() if at is None else at
         while True:
             document, version = await self._read()
-            taken: dict[str, str | None] = document["taken"]
-            if wait.interrupt_id in taken:
-                return self._answer(document, wait, taken[wait.interrupt_id])
-            used = {key for key in taken.values() if key is not None}
-            choice = next(
-                (e["key"] for e in document["events"] if e["name"] == wait.event and e["key"] not in used),
-                None,
-            )
-            if choice is None and (wait.deadline is None or wait.deadline > at):
-                return None
-            taken[wait.interrupt_id] = choice
-            if await self._write(document, version):
-                return self._answer(document, wait, choice)
-
-    @staticmethod
-    def _answer(document: dict[str, Any], wait: Wait, key: str | None) -> dict[str, Any]:
-        if key is None:
-            return event_answer(wait, timed_out=True)
-        event = next(e for e in document["events"] if e["key"] == key)
-        return event_answer(wait, event["payload"])
+            decided, changed = decide(document, wait, at)
+            if not changed or await self._write(document, version):
+                return decided
 
     async def pending(self) -> list[dict[str, Any]]:
         """The events no wait took yet, oldest first."""
