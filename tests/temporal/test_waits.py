@@ -65,3 +65,40 @@ async def test_a_sleep_is_a_timer_and_an_event_a_signal_taken_once(temporal_addr
     paid = json.dumps({"event": "payment", "payload": {"amount": 42}, "timed_out": False}, sort_keys=True)
     assert calls(counted) == ["before", "middle", f"after {paid}"]
     assert any(e.HasField("timer_started_event_attributes") for e in history.events)  # a workflow timer
+
+
+def test_the_cli_on_temporal_says_the_run_waits_and_exits_5(temporal_address, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from orchestra.cli import app
+    from tests.temporal.conftest import worker_process
+
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls"))  # the worker's nodes write there
+    spec = tmp_path / "order.yaml"
+    spec.write_text(PIPELINE.replace("{for: 1s}", "{for: 1h}"))
+    worker = worker_process(temporal_address, "q-cli-waits", spec)
+    try:
+        on = f"temporal://{temporal_address}/default?task_queue=q-cli-waits"
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                str(spec),
+                "--on",
+                on,
+                "--session-id",
+                "w1",
+                "--storage",
+                f"file:{tmp_path}/store",
+                "--input",
+                "o",
+            ],
+        )
+        assert result.exit_code == 5, result.output
+        assert "waiting" in result.stderr
+        assert "a timer until" in result.stderr
+        assert calls(tmp_path / "calls") == ["before"]
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        worker.stderr.close()

@@ -21,7 +21,7 @@ from orchestra.inbox import answers_for, session_inbox
 from orchestra.interrupts import Interrupt
 from orchestra.waits import Wait, now, open_waits
 
-__all__ = ["WAIT_HERE_ENV", "report_waiting", "wait_here", "waits_of"]
+__all__ = ["WAIT_HERE_ENV", "report_waiting", "wait_here", "waits_here", "waits_of"]
 
 WAIT_HERE_ENV = "ORCHESTRA_WAIT_HERE_S"
 _WAIT_HERE_S = 60.0
@@ -33,7 +33,13 @@ def _threshold() -> float:
     return float(raw) if raw else _WAIT_HERE_S
 
 
-def waits_of(interrupts: list[Interrupt]) -> list[Wait] | None:
+def waits_here(waits: list[Wait]) -> bool:
+    """Whether the first of ``waits`` ends by itself within the threshold (waited in this process)."""
+    dues = [w.due for w in waits if w.due is not None]
+    return bool(dues) and min(dues) - now() <= _threshold()
+
+
+def waits_of(interrupts: list[Interrupt] | list[dict[str, Any]]) -> list[Wait] | None:
     """The waits, when every open question is one (None: a human's question is open, or none is)."""
     waits = open_waits(interrupts)
     return waits if waits and len(waits) == len(interrupts) else None
