@@ -11,7 +11,7 @@ import pytest
 
 from tests.server.conftest import Server, auth
 from tests.server.test_waits_across_servers import order_config
-from tests.server.wait_steps import calls
+from tests.server.wait_steps import REMINDER, calls
 
 
 @pytest.fixture
@@ -20,7 +20,11 @@ def order_server(tmp_path, monkeypatch):
     clock.write_text("0")
     monkeypatch.setenv("ORCHESTRA_TEST_CLOCK", str(clock))
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls"))
-    with Server(order_config(tmp_path, f"file:{tmp_path}/store")) as running:
+    config = order_config(tmp_path, f"file:{tmp_path}/store")
+    (tmp_path / "reminder.yaml").write_text(REMINDER)
+    hosted = "  - {id: reminder, spec: reminder.yaml, workspace: acme}\n"
+    config.write_text(config.read_text().replace("  - {id: other,", hosted + "  - {id: other,"))
+    with Server(config) as running:
         yield running, clock, tmp_path / "calls"
 
 
@@ -72,3 +76,24 @@ def test_a_run_without_a_session_takes_no_events(order_server):
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "no_session"
         assert http.post("/api/v1/runs/nope/events", json={"name": "payment"}).status_code == 404
+
+
+def test_an_agents_tool_that_sleeps_frees_the_session_and_is_woken_once(order_server):
+    server, clock, counted = order_server
+    with httpx.Client(base_url=server.url, headers=auth(), timeout=30) as http:
+        asleep = http.post(
+            "/api/v1/agents/reminder/invoke", json={"input": "remind me", "session_id": "r1"}
+        ).json()
+        assert asleep["status"] == "interrupted"
+        assert asleep["interrupts"][0]["tool"] == "remind_later"
+
+        def newest_reminder() -> dict:
+            return http.get("/api/v1/runs", params={"agent_id": "reminder", "session_id": "r1"}).json()[
+                "runs"
+            ][0]
+
+        assert [w["kind"] for w in newest_reminder()["waiting"]] == ["timer"]
+        clock.write_text("3601")
+        done = until(lambda: (r := newest_reminder())["status"] == "completed" and r)
+        assert done["output"] == "Reminded."
+        assert calls(counted) == ["reminded call Bo"]

@@ -68,3 +68,30 @@ async def sleepy_twice(node_input: Any) -> str:
     await orchestra.sleep(60)
     _note("end")
     return "rested"
+
+
+REMINDER = """version: 1
+kind: agent
+id: reminder
+agents:
+  - name: reminder
+    tools: ['tests.server.wait_steps:remind_later']
+    model:
+      provider: scripted
+      follow_history: true
+      replies:
+        - {tool: remind_later, input: {text: call Bo}}
+        - Reminded.
+"""
+
+
+@orchestra.tool
+async def remind_later(text: str) -> str:
+    """Remind later, durably.
+
+    Args:
+        text: what to remind of
+    """
+    await orchestra.sleep(3600)
+    _note(f"reminded {text}")
+    return f"reminded: {text}"
