@@ -6,13 +6,15 @@ its session and its slot. Before its final record is written, ``note_waiting`` w
 ``waits/<agent>/<session>/<run_id>`` (durably), so that it is found without reading every run.
 
 Every server sweeps those entries every ``runs.sweep_s`` (``Waits.sweep_forever``, beside takeover's
-sweep). For a wait that can end (a timer whose time passed; an event wait whose event is in the
-session's inbox, ``inbox/<agent>/<session>.json``, or whose deadline passed) it starts a background run
-on the session that answers it, with the Idempotency-Key ``wake:<run_id>:<interrupt_id>``: of any
+sweep). An entry says when its first wait is due and whether it waits for an event, so a sweep reads
+only that (and the session's inbox) for a run that cannot wake yet. For a wait that can end (a timer
+whose time passed; an event wait whose event is in the session's inbox, ``inbox/<agent>/<session>.json``,
+or whose deadline passed) it starts a background run on the session that answers it, with the Idempotency-Key ``wake:<run_id>:<interrupt_id>``: of any
 number of servers that see it due at once, the key's create-only entry lets exactly one start it, and
 the others get that run. An event wait's answer is decided once in the inbox (``orchestra.inbox``), so
 every server answers it the same way. The answering run is a background run like any other: takeover
-finishes it if its server dies. An entry whose run no longer waits (answered, deleted) is deleted.
+finishes it if its server dies; once it is started the entry is deleted (waits left open get the
+answering run's own entry). An entry whose run no longer waits (answered, deleted) is deleted.
 
 Events come in through ``send_event`` (``POST /api/v1/runs/{id}/events``): kept in the session's inbox
 once per Idempotency-Key, then the session's waiting runs are looked at at once (not only at the next
@@ -36,9 +38,10 @@ from orchestra.hosting.invocation import Invocation
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.session_queue import Busy
-from orchestra.hosting.wait_index import inbox_of
+from orchestra.hosting.wait_index import due_or_events, inbox_of
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.inbox import answers_for
+from orchestra.storage import Storage
 from orchestra.waits import open_waits
 
 __all__ = ["Waits"]
@@ -71,25 +74,41 @@ class Waits:
                     )
 
     async def sweep(self, workspace: str, prefix: str = "waits/") -> None:
-        """Wake the waits under ``prefix`` that can end now; delete entries of runs that wait no more."""
+        """Wake the waits under ``prefix`` that can end now; delete entries of runs that wait no more. A
+        failure is logged per entry (the others are still looked at; the next sweep tries again)."""
         storage = self.workspaces.storage(workspace)
         for key in await storage.list(prefix):
-            _, agent_id, session_id, run_id = key.split("/", 3)
-            record = await self.reader.run_record(workspace, run_id)
-            if record is None or not waits_for_answers(record) or agent_id not in self.hosted:
-                if record is None or record.final:
-                    await storage.delete(key)
-                continue
-            waits = open_waits(record.interrupts)
-            if not waits:
-                await storage.delete(key)
-                continue
-            answers = await answers_for(waits, inbox_of(storage, agent_id, session_id))
-            for interrupt_id, answer in answers.items():
-                await self.wake(workspace, record, interrupt_id, answer)
+            try:
+                await self._look_at(workspace, storage, key)
+            except (OrchestraError, OSError) as exc:
+                log.warning("wait_sweep_failed", entry=key, error=f"{type(exc).__name__}: {exc}")
 
-    async def wake(self, workspace: str, record: RunRecord, interrupt_id: str, answer: Any) -> None:
-        """Start the run that answers one wait, once across servers (its Idempotency-Key decides)."""
+    async def _look_at(self, workspace: str, storage: Storage, key: str) -> None:
+        _, agent_id, session_id, run_id = key.split("/", 3)
+        inbox = inbox_of(storage, agent_id, session_id)
+        if not await due_or_events(storage, key, inbox):  # one small read: most entries stop here
+            return
+        record = await self.reader.run_record(workspace, run_id)
+        if record is None or not waits_for_answers(record) or agent_id not in self.hosted:
+            if record is None or record.final:
+                await storage.delete(key)
+            return
+        waits = open_waits(record.interrupts)
+        if not waits:
+            await storage.delete(key)
+            return
+        woken = [
+            await self.wake(workspace, record, interrupt_id, answer)
+            for interrupt_id, answer in (await answers_for(waits, inbox)).items()
+        ]
+        if woken and all(woken):
+            # The answering run is a background run (takeover finishes it), and if waits are left open it
+            # ends waiting on them with an entry of its own: this one is done.
+            await storage.delete(key)
+
+    async def wake(self, workspace: str, record: RunRecord, interrupt_id: str, answer: Any) -> bool:
+        """Start the run that answers one wait, once across servers (its Idempotency-Key decides); False
+        if it could not be started now (a later sweep tries again)."""
         hosted = self.hosted[record.agent_id]
         invocation = Invocation(
             hosted,
@@ -105,9 +124,10 @@ class Waits:
             started, replayed = await self.admission.start(workspace, invocation)
         except (KeyRefused, Busy) as exc:  # being started elsewhere, or the session is busy: a later sweep
             log.info("wake_later", run_id=record.run_id, interrupt_id=interrupt_id, why=exc.code)
-            return
+            return False
         if not replayed:
             log.info("wake", run_id=record.run_id, interrupt_id=interrupt_id, by=started.run_id)
+        return True
 
     async def send_event(self, workspace: str, record: RunRecord, name: str, payload: Any, key: str) -> bool:
         """Keep an event for ``record``'s session (once per ``key``) and wake its waits that take it now;

@@ -4,14 +4,16 @@ an entry ``waits/<agent>/<session>/<run_id>`` per run that ended waiting, and an
 
 from __future__ import annotations
 
+import json
+
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError
 from orchestra.hosting.records import RunRecord
 from orchestra.inbox import EventInbox
 from orchestra.storage import Storage
-from orchestra.waits import open_waits
+from orchestra.waits import now, open_waits
 
-__all__ = ["entry_key", "inbox_of", "note_waiting"]
+__all__ = ["due_or_events", "entry_key", "inbox_of", "note_waiting"]
 
 log = get_logger("orchestra.server")
 
@@ -29,8 +31,29 @@ async def note_waiting(storage: Storage, record: RunRecord) -> None:
     """Write the entry of a run that ends waiting (durably, before its final record)."""
     if record.session_id is None or record.status != "interrupted" or not open_waits(record.interrupts):
         return
-    record.waiting = [w.summary() for w in open_waits(record.interrupts)]
+    waits = open_waits(record.interrupts)
+    record.waiting = [w.summary() for w in waits]
+    # What a sweep reads first: when the first wait ends by itself, and whether an event may end one.
+    dues = [w.due for w in waits if w.due is not None]
+    entry = {"due": min(dues) if dues else None, "events": any(w.kind == "event" for w in waits)}
     try:
-        await storage.write(entry_key(record.agent_id, record.session_id, record.run_id), b"")
+        await storage.write(
+            entry_key(record.agent_id, record.session_id, record.run_id), json.dumps(entry).encode()
+        )
     except (OrchestraError, OSError) as exc:  # the turn is stored: say so, and answer as it ended
         log.error("wait_not_noted", run_id=record.run_id, error=f"{type(exc).__name__}: {exc}")
+
+
+async def due_or_events(storage: Storage, key: str, inbox: EventInbox) -> bool:
+    """Whether an entry's run may have a wait that can end now: its first wait is due, or it waits for an
+    event and its session's inbox holds one no wait took (an entry that cannot be read: look)."""
+    found = await storage.read(key)
+    if found is None:
+        return False
+    try:
+        entry = json.loads(found[0])
+    except ValueError:
+        return True
+    if entry.get("due") is not None and entry["due"] <= now():
+        return True
+    return bool(entry.get("events")) and bool(await inbox.pending())
