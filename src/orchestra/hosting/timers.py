@@ -40,7 +40,7 @@ from orchestra.hosting.records import RunRecord
 from orchestra.hosting.session_queue import Busy
 from orchestra.hosting.wait_index import due_or_events, inbox_of
 from orchestra.hosting.workspaces import Workspaces
-from orchestra.inbox import answers_for
+from orchestra.inbox import EventKeyReused, answers_for
 from orchestra.storage import Storage
 from orchestra.waits import open_waits
 
@@ -134,10 +134,13 @@ class Waits:
         False for a repeated key (nothing new was kept).
 
         Raises:
-            EventKeyReused: the key was used for another event.
+            KeyRefused: the key was used for another event (422 ``idempotency_key_reused``).
         """
         assert record.session_id is not None
         storage = self.workspaces.storage(workspace)
-        kept = await inbox_of(storage, record.agent_id, record.session_id).send(name, payload, key)
+        try:
+            kept = await inbox_of(storage, record.agent_id, record.session_id).send(name, payload, key)
+        except EventKeyReused as exc:
+            raise KeyRefused(422, "idempotency_key_reused", str(exc)) from None
         await self.sweep(workspace, f"waits/{record.agent_id}/{record.session_id}/")
         return kept

@@ -20,7 +20,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.hosting import RunService, validate_idempotency_key
-from orchestra.inbox import EventKeyReused
 from orchestra.server._api import ID_PATH, ApiError, Workspace, _check_storable, _errors, _run_or_404
 
 __all__ = ["EventAccepted", "EventRequest", "mount_wait_routes"]
@@ -77,10 +76,7 @@ def mount_wait_routes(app: FastAPI, runtime: RunService) -> None:
             )
         key = validate_idempotency_key(idempotency_key) if idempotency_key is not None else str(uuid.uuid4())
         _check_storable(json.dumps(body.payload, ensure_ascii=False), "payload")
-        try:
-            kept = await runtime.send_event(ws, record, body.name, body.payload, key)
-        except EventKeyReused as exc:
-            raise ApiError(422, "idempotency_key_reused", str(exc)) from None
+        kept = await runtime.send_event(ws, record, body.name, body.payload, key)  # Refused: 422 reused
         accepted = EventAccepted(
             run_id=run_id, session_id=record.session_id, name=body.name, key=key, duplicate=not kept
         )
