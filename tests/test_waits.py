@@ -65,6 +65,18 @@ async def test_a_sleeping_node_is_saved_waiting_and_a_new_process_wakes_it_once_
     assert calls(counted) == ["nap", "nap", "woke"]  # the node ran again from its start, once
 
 
+async def test_a_sleep_run_again_without_its_answer_keeps_its_time():
+    async def nap(node_input):
+        await orchestra.sleep(HOUR)
+        return "rested"
+
+    storage = InMemoryStorage()
+    first = await graph(storage, {"nap": nap}).invoke_async("go")
+    await anyio.sleep(0.01)
+    again = await graph(storage, {"nap": nap}).invoke_async("go")  # as a takeover does: the same task
+    assert [i.reason for i in again.interrupts] == [i.reason for i in first.interrupts]
+
+
 async def test_a_node_that_sleeps_twice_resumes_past_its_first_sleep(counted):
     from tests.server.wait_steps import sleepy_twice
 

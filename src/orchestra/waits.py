@@ -29,10 +29,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestra.errors import ConfigurationError
-from orchestra.interrupts import Interrupt
+from orchestra.interrupts import Interrupt, InterruptException
 
 __all__ = [
     "CLOCK_ENV",
@@ -73,6 +73,11 @@ class _Asker(Protocol):
     def interrupt(self, name: str, reason: Any = None) -> Any: ...
 
 
+@runtime_checkable
+class _Remembers(Protocol):
+    def asked_before(self, interrupt_id: str) -> Any: ...
+
+
 @dataclass
 class _Scope:
     """What waits in one node execution or tool call share: who asks, and how many waits it made."""
@@ -102,7 +107,16 @@ def _ask(reason: dict[str, Any]) -> Any:
             "function node or tool of a run (it saves the run as waiting); outside one, use anyio.sleep"
         )
     scope.count += 1
-    return scope.asker.interrupt(f"{WAIT_PREFIX}.{scope.count}", reason)
+    try:
+        return scope.asker.interrupt(f"{WAIT_PREFIX}.{scope.count}", reason)
+    except InterruptException as signal:
+        # The same wait asked again (its node ran again without an answer): it keeps its first time.
+        earlier = (
+            scope.asker.asked_before(signal.interrupt.id) if isinstance(scope.asker, _Remembers) else None
+        )
+        if isinstance(earlier, Mapping) and earlier.get("wait") == reason["wait"]:
+            signal.interrupt.reason = dict(earlier)
+        raise
 
 
 def _seconds(value: float | timedelta) -> float:

@@ -110,6 +110,17 @@ class NodeInput:
             return self._responses[interrupt_id]
         raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
 
+    def asked_before(self, interrupt_id: str) -> Any:
+        """The reason this node's last run stopped on ``interrupt_id`` with, if it did (a node run again
+        without an answer, as a takeover does, asks the same: a durable wait keeps its time)."""
+        orchestrator = current_orchestrator.get()
+        if orchestrator is None or self.index is not None:
+            return None
+        result = (orchestrator.document.node(self.node_id) or {}).get("result") or {}
+        return next(
+            (i.get("reason") for i in result.get("interrupts") or [] if i.get("id") == interrupt_id), None
+        )
+
 
 def _json_copy(value: Any) -> Any:
     """A deep copy of JSON data (dicts, lists and scalars), several times faster than a JSON round trip
