@@ -97,3 +97,25 @@ def test_an_agents_tool_that_sleeps_frees_the_session_and_is_woken_once(order_se
         done = until(lambda: (r := newest_reminder())["status"] == "completed" and r)
         assert done["output"] == "Reminded."
         assert calls(counted) == ["reminded call Bo"]
+
+
+def test_the_client_and_the_cli_send_events_once_per_key(order_server):
+    from typer.testing import CliRunner
+
+    from orchestra.cli import app
+    from orchestra.client import Client
+    from tests.server.conftest import KEYS
+
+    server, clock, counted = order_server
+    with Client(server.url, KEYS["acme"]) as client:
+        run_id = client.start_run("order", "o2", session_id="s1").run_id
+        until(lambda: client.run(run_id)["status"] == "interrupted")
+        sent = client.send_event(run_id, "payment", {"amount": 9}, idempotency_key="k9")
+        assert (sent["session_id"], sent["duplicate"]) == ("s1", False)
+        command = ["runs", "send-event", run_id, "payment", "--payload", '{"amount": 9}', "--key", "k9"]
+        again = CliRunner().invoke(app, [*command, "--url", server.url, "--api-key", KEYS["acme"]])
+        assert again.exit_code == 0, again.output
+        assert "already sent (nothing new kept)" in again.stdout
+        clock.write_text("3601")
+        until(lambda: client.runs("order", "s1")[0]["status"] == "completed")
+    assert calls(counted)[-1] == 'after {"event": "payment", "payload": {"amount": 9}, "timed_out": false}'
