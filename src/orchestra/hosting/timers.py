@@ -9,9 +9,9 @@ Every server sweeps those entries every ``runs.sweep_s`` (``Waits.sweep_forever`
 sweep). An entry says when its first wait is due and whether it waits for an event, so a sweep reads
 only that (and the session's inbox) for a run that cannot wake yet. For a wait that can end (a timer
 whose time passed; an event wait whose event is in the session's inbox, ``inbox/<agent>/<session>.json``,
-or whose deadline passed) it starts a background run on the session that answers it, with the Idempotency-Key ``wake:<run_id>:<interrupt_id>``: of any
-number of servers that see it due at once, the key's create-only entry lets exactly one start it, and
-the others get that run. An event wait's answer is decided once in the inbox (``orchestra.inbox``), so
+or whose deadline passed) it starts a background run on the session that answers it, with the
+Idempotency-Key ``wake:<run_id>:<interrupt_id>``: of any number of servers that see it due at once, the
+key's create-only entry lets exactly one start it, and the others get that run. An event wait's answer is decided once in the inbox (``orchestra.inbox``), so
 every server answers it the same way. The answering run is a background run like any other: takeover
 finishes it if its server dies; once it is started the entry is deleted (waits left open get the
 answering run's own entry). An entry whose run no longer waits (answered, deleted) is deleted.
@@ -19,7 +19,8 @@ answering run's own entry). An entry whose run no longer waits (answered, delete
 Events come in through ``send_event`` (``POST /api/v1/runs/{id}/events``): kept in the session's inbox
 once per Idempotency-Key, then the session's waiting runs are looked at at once (not only at the next
 sweep). A kill between a run's stored turn and its entry leaves a background run to takeover (it runs
-again and stops at the same wait); a plain invoke killed there is not woken (docs/waiting.md).
+again and stops at the same wait, with the same time); a plain invoke killed there is not woken
+(docs/waiting.md).
 """
 
 from __future__ import annotations
