@@ -39,7 +39,7 @@ from orchestra.hosting.invocation import Invocation
 from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.session_queue import Busy
-from orchestra.hosting.wait_index import due_or_events, inbox_of
+from orchestra.hosting.wait_index import due_or_events, inbox_of, note_again
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.inbox import EventKeyReused, answers_for
 from orchestra.storage import Storage
@@ -66,6 +66,7 @@ class Waits:
         """Sweep every workspace every ``runs.sweep_s`` (a failure is logged; the next sweep tries)."""
         while True:
             await anyio.sleep(self.config.runs.sweep_s)
+            await note_again()
             for workspace in self.workspaces.all():
                 try:
                     await self.sweep(workspace)

@@ -13,7 +13,7 @@ from orchestra.inbox import EventInbox
 from orchestra.storage import Storage
 from orchestra.waits import now, open_waits
 
-__all__ = ["due_or_events", "entry_key", "inbox_of", "note_waiting"]
+__all__ = ["due_or_events", "entry_key", "inbox_of", "note_again", "note_waiting"]
 
 log = get_logger("orchestra.server")
 
@@ -36,12 +36,29 @@ async def note_waiting(storage: Storage, record: RunRecord) -> None:
     # What a sweep reads first: when the first wait ends by itself, and whether an event may end one.
     dues = [w.due for w in waits if w.due is not None]
     entry = {"due": min(dues) if dues else None, "events": any(w.kind == "event" for w in waits)}
+    key, data = entry_key(record.agent_id, record.session_id, record.run_id), json.dumps(entry).encode()
     try:
-        await storage.write(
-            entry_key(record.agent_id, record.session_id, record.run_id), json.dumps(entry).encode()
-        )
-    except (OrchestraError, OSError) as exc:  # the turn is stored: say so, and answer as it ended
-        log.error("wait_not_noted", run_id=record.run_id, error=f"{type(exc).__name__}: {exc}")
+        await storage.write(key, data)
+    except (OrchestraError, OSError) as exc:  # the turn is stored: answer as it ended; a sweep writes it
+        log.warning("wait_not_noted_yet", run_id=record.run_id, error=f"{type(exc).__name__}: {exc}")
+        _unnoted.append((storage, key, data))
+
+
+# Entries whose write failed, written again by this server's next sweep (``note_again``). A server that
+# stops first leaves them unwritten: the run is then found as a plain invoke killed there is
+# (docs/waiting.md, "What a kill does").
+_unnoted: list[tuple[Storage, str, bytes]] = []
+
+
+async def note_again() -> None:
+    """Write the entries whose write failed (each stays queued until its write succeeds)."""
+    for item in list(_unnoted):
+        storage, key, data = item
+        try:
+            await storage.write(key, data)
+        except (OrchestraError, OSError):
+            continue
+        _unnoted.remove(item)
 
 
 async def due_or_events(storage: Storage, key: str, inbox: EventInbox) -> bool:
