@@ -22,6 +22,7 @@ ORDER = [
     "NodeSpec",
     "MapSpec",
     "MapJoinSpec",
+    "WaitSpec",
     "EdgeSpec",
     "ConditionSpec",
     "LimitsSpec",

@@ -249,3 +249,13 @@ def test_the_support_agent_remembers_a_customer_across_sessions(capsys, monkeypa
     assert "context given to the model: - preferences: I am on the gold plan and prefer email." in out
     assert "another customer: Your file is empty." in out
     assert out.endswith("completed: the agent remembered Ana across sessions, and Bob saw none of it\n")
+
+
+def test_the_order_example_waits_for_its_payment_and_ships_once(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["order_payment.py"])
+    runpy.run_path(str(EXAMPLES / "python" / "order_payment.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("  interrupted: waiting for the event 'payment' (deadline ")
+    assert lines[1] == (
+        "completed shipped order 7: two lamps (paid 42 EUR) ['reserve', 'payment', 'payment', 'ship']"
+    )

@@ -7,6 +7,7 @@ from orchestra.interrupts import Interrupt
 from orchestra.messages import Message
 from orchestra.models import FunctionModel, ScriptedModel, ToolCall
 from orchestra.tools import ToolContext, tool
+from orchestra.waits import EventResult, sleep, wait_for_event
 
 if typing.TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports it
     from orchestra.spec import load
@@ -14,6 +15,7 @@ if typing.TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports i
 __all__ = [
     "Agent",
     "AgentResult",
+    "EventResult",
     "FunctionModel",
     "Interrupt",
     "Message",
@@ -21,7 +23,9 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "load",
+    "sleep",
     "tool",
+    "wait_for_event",
 ]
 
 __version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)

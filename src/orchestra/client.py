@@ -581,6 +581,14 @@ class Client:
         """Start a cancelled, failed or stranded run again, as a new background run."""
         return RunInfo.model_validate(self._post_once(_run_url(run_id, "resume"), None, None))
 
+    def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Send an event to a run's session (docs/waiting.md): a wait for ``name`` takes it exactly once.
+        Give ``idempotency_key`` to make a repeat safe (``duplicate`` is then true in the answer)."""
+        body = {"name": name, "payload": payload}
+        return dict(self._post_once(_run_url(run_id, "events"), body, idempotency_key))
+
     def resume(self, agent_id: str, session_id: str) -> InvokeResult:
         """Finish what a session left open (a turn cut by a crash, an unfinished run); ``resumed`` is
         true in the answer. ``ConflictError`` (``nothing_to_resume``) if there is nothing."""
@@ -899,6 +907,13 @@ class AsyncClient:
     async def resume_run(self, run_id: str) -> RunInfo:
         """Start a cancelled, failed or stranded run again, as a new background run."""
         return RunInfo.model_validate(await self._post_once(_run_url(run_id, "resume"), None, None))
+
+    async def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Send an event to a run's session (``Client.send_event``)."""
+        body = {"name": name, "payload": payload}
+        return dict(await self._post_once(_run_url(run_id, "events"), body, idempotency_key))
 
     async def resume(self, agent_id: str, session_id: str) -> InvokeResult:
         url = f"{_agent_url(agent_id, 'sessions')}/{_segment(session_id, 'session_id')}/resume"

@@ -128,12 +128,12 @@ CASES = [
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nagents:\n  - name: writer\n    model: scripted\n  - name: reviewer\n    model: scripted\nnodes:\n  - agent: writer\n    function: 'os.path:join'\n",
-        "pipeline.yaml:10:5: nodes[0]: a node needs exactly one of agent, function, graph, swarm, file, map (found: agent, function)",
+        "pipeline.yaml:10:5: nodes[0]: a node needs exactly one of agent, function, graph, swarm, file, map, wait (found: agent, function)",
         id="node_two_kinds",
     ),
     pytest.param(
         "version: 1\nkind: graph\nid: g\nnodes:\n  - id: x\n",
-        "pipeline.yaml:5:5: nodes[0]: a node needs exactly one of agent, function, graph, swarm, file, map (found: none)",
+        "pipeline.yaml:5:5: nodes[0]: a node needs exactly one of agent, function, graph, swarm, file, map, wait (found: none)",
         id="node_no_kind",
     ),
     pytest.param(

@@ -29,7 +29,16 @@ OUT = Path(__file__).parent / "histories"
 
 
 async def record(
-    address: str, name: str, loaded, storage: str, task, answer=None, session=None, keep=True, **options
+    address: str,
+    name: str,
+    loaded,
+    storage: str,
+    task,
+    answer=None,
+    session=None,
+    keep=True,
+    event=None,
+    **options,
 ) -> None:
     target = temporal.TemporalTarget(address, "default", f"q-{name}")
     client = await temporal.connect(target)
@@ -50,6 +59,13 @@ async def record(
             while (progress := await handle.query(PipelineWorkflow.progress))["status"] != "interrupted":  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
             await handle.signal(PipelineWorkflow.respond, {i["id"]: answer for i in progress["interrupts"]})
+        if event is not None:  # a run that waits for an event: send it (twice, one key) once it waits
+            from orchestra.temporal.workflow import PipelineWorkflow
+
+            while not (await handle.query(PipelineWorkflow.progress))["interrupts"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+            await handle.signal(PipelineWorkflow.send_event, event)
+            await handle.signal(PipelineWorkflow.send_event, event)
         await handle.result()
         history = await handle.fetch_history()
     if keep:
@@ -138,6 +154,10 @@ async def main(address: str) -> None:
         if not only or "approval" in only:
             loaded = parse_file(EXAMPLES / "approval.yaml")
             await record(address, "approval", loaded, storage, loaded.spec.input, answer="yes")
+        if not only or "order_payment" in only:  # a wait for an event: the send_event signal
+            loaded = parse_file(EXAMPLES / "order_payment.yaml")
+            paid = {"name": "payment", "payload": {"amount": 42, "currency": "EUR"}, "key": "psp-charge-981"}
+            await record(address, "order_payment", loaded, storage, "order 7: two lamps", event=paid)
         # A sticky swarm's next run starts where the last ended: the decision behind workflow.patched
         # ("sticky-swarms", see workflow.py). No recorded run has a node stopped by a budget (Temporal
         # refuses pipelines with budgets, docs/temporal.md), so none takes the "budget-stops" patch.

@@ -22,6 +22,7 @@ from orchestra.cli._output import (
     out,
     resume_command,
 )
+from orchestra.cli._waits import report_waiting, waits_of
 from orchestra.errors import OrchestraError, SessionError
 from orchestra.interrupts import Interrupt
 from orchestra.multiagent import MultiAgentBase, Status
@@ -98,7 +99,8 @@ def report(result: Any, session_id: str, again: str, as_json: bool, larger: str 
         err.print(hint, highlight=False, markup=False)
         raise typer.Exit(EXIT_BUDGET)
     if status == Status.INTERRUPTED:
-        raise report_questions(result.interrupts, again)
+        waits = waits_of(result.interrupts)
+        raise report_questions(result.interrupts, again) if waits is None else report_waiting(waits, again)
 
 
 def report_questions(interrupts: list[Interrupt], again: str) -> typer.Exit:

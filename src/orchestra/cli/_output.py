@@ -24,6 +24,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_SIGNAL",
     "EXIT_USAGE",
+    "EXIT_WAITING",
     "err",
     "fail",
     "json_logs",
@@ -39,6 +40,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 3
 EXIT_BUDGET = 4  # the run spent its budget: resume it with a larger one
+EXIT_WAITING = 5  # the run waits for a time or an event (docs/waiting.md)
 EXIT_SIGNAL: dict[int, int] = {int(signal.SIGINT): 130, int(signal.SIGTERM): 143}
 
 

@@ -60,6 +60,7 @@ from orchestra.cli._output import (
     resume_command,
 )
 from orchestra.cli._render import NodeTable
+from orchestra.cli._waits import due_answers, report_waiting, wait_here, waits_of
 from orchestra.errors import (
     BudgetExceededError,
     OrchestraError,
@@ -185,13 +186,14 @@ def _execute(
                         return
 
             group.start_soon(watch_signals)
-            try:
+
+            async def once(task: Any) -> Any:
                 if isinstance(target, MultiAgentBase):
-                    outcome: Any = await _run_orchestrator(
-                        target, task, show_table=not as_json and live_display()
-                    )
-                else:
-                    outcome = await target.invoke_async(task)
+                    return await _run_orchestrator(target, task, show_table=not as_json and live_display())
+                return await target.invoke_async(task)
+
+            try:
+                outcome: Any = await wait_here(target, await once(task), session_id, once)
             except OrchestraError as exc:
                 outcome = exc  # reported below, outside the task group (which would wrap it in a group)
             group.cancel_scope.cancel()
@@ -419,6 +421,13 @@ def resume(
         )
         if problem is not None:
             raise fail(problem)
+        waits = waits_of(target.open_interrupts())
+        if task is None and waits is not None:  # a waiting turn: answer the waits that are due
+            answers = anyio.run(due_answers, target, waits, session_id)
+            task = [{"interruptResponse": {"interruptId": i, "response": a}} for i, a in answers.items()]
+            if not task:
+                again = resume_command(file, session_id, storage=storage, model=model)
+                raise report_waiting(waits, again)
         if task is None and target.open_interrupts():  # a resume without answers changes nothing
             again = resume_command(file, session_id, storage=storage, model=model, extra=budget.options())
             raise report_questions(target.open_interrupts(), again)

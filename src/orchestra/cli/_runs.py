@@ -247,3 +247,32 @@ def runs_stream(
                 out.print(f"{event.id} {event.event} {json.dumps(event.data)}", highlight=False, markup=False)
 
     _call(url, api_key, follow)
+
+
+@runs_app.command("send-event")
+def runs_send_event(
+    run_id: Annotated[str, typer.Argument(help="A run of the session that waits (or will wait).")],
+    name: Annotated[str, typer.Argument(help="The event's name (what wait_for_event waits for).")],
+    url: UrlOption,
+    api_key: KeyOption,
+    payload: Annotated[str, typer.Option("--payload", help="The event's payload: JSON, or text.")] = "null",
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Its Idempotency-Key: a repeat with this key is not delivered twice."),
+    ] = None,
+) -> None:
+    """Send an event to a run's session: a wait for NAME takes it exactly once (docs/waiting.md).
+
+    Example: [bold]orchestra runs send-event 01a2... payment --payload '{"amount": 42}' --key pay-7[/]
+    """
+    try:
+        value: Any = json.loads(payload)
+    except json.JSONDecodeError:
+        value = payload  # plain text
+    sent = _call(url, api_key, lambda c: c.send_event(run_id, name, value, idempotency_key=key))
+    what = "already sent (nothing new kept)" if sent["duplicate"] else "sent"
+    out.print(
+        f"event {name!r} {what}: session {sent['session_id']}, key {sent['key']}",
+        highlight=False,
+        markup=False,
+    )

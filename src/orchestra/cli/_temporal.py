@@ -19,12 +19,14 @@ from orchestra.cli._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_SIGNAL,
+    EXIT_WAITING,
     err,
     fail,
     live_display,
     resume_command,
 )
 from orchestra.cli._render import NodeTable
+from orchestra.cli._waits import waits_here, waits_of
 from orchestra.errors import OrchestraError
 from orchestra.multiagent import MultiAgentBase
 from orchestra.spec import LoadedSpec, build
@@ -217,9 +219,15 @@ def run_on_temporal(
                 table.set_progress(progress, outputs)
                 if done:
                     return "finished", outcome.result()
-                if (progress["status"] == "interrupted" and responses == {}) or stop.is_set():
+                if progress["status"] == "interrupted" and responses == {} and not stop.is_set():
+                    waits = waits_of(progress.get("interrupts", []))
+                    if waits is not None and waits_here(waits):
+                        continue  # the workflow's timer ends it soon: follow on
                     outcome.cancel()
-                    return ("signal" if stop.is_set() else "interrupted"), progress
+                    return ("waiting" if waits is not None else "interrupted"), progress
+                if stop.is_set():
+                    outcome.cancel()
+                    return "signal", progress
                 if progress["status"] == "interrupted" and responses:
                     responses.clear()  # the answers went in; the next interrupt is a new question
 
@@ -241,6 +249,13 @@ def run_on_temporal(
         err.print("Stopped following. The run goes on on Temporal; follow it again with:")
         err.print(f"  {again}", markup=False, highlight=False)
         raise typer.Exit(EXIT_SIGNAL.get(received[0] if received else signal.SIGINT, EXIT_FAILED))
+    if kind == "waiting":
+        waits = waits_of(data.get("interrupts", [])) or []
+        err.print("[cyan]waiting[/]: the run waits on Temporal (a workflow timer, or the send_event signal):")
+        for wait in waits:
+            err.print(f"  {wait.interrupt_id}  {wait.describe()}", markup=False, highlight=False)
+        err.print(f"It goes on by itself; follow it again with: {again}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_WAITING)
     if kind == "interrupted":
         err.print("[magenta]interrupted[/]: waiting for a response to:")
         for interrupt in data.get("interrupts", []):

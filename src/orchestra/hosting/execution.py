@@ -48,6 +48,7 @@ from orchestra.hosting.running import Running
 from orchestra.hosting.session_outcome import close_resumed, settle_from_session
 from orchestra.hosting.stopping import Stopped, settle_stop
 from orchestra.hosting.stops import Stop, Stops
+from orchestra.hosting.wait_index import note_waiting
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.multiagent import MultiAgentBase
 from orchestra.multiagent.events import MultiAgentResultEvent
@@ -195,6 +196,7 @@ class Executor:
                 outcome.stored = None
                 outcome.note = f"what the stop left in the session is not known: {exc}"
         failure = finish(record, target, outcome, started)
+        await note_waiting(self.workspaces.storage(workspace), record)  # before its final record
         if _leaves_no_record(invocation, target, outcome):
             await self.forget(runs, record)
         elif not invocation.background:

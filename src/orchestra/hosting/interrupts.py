@@ -172,6 +172,7 @@ def _answers(answering: RunRecord, asking: RunRecord) -> bool:
 
 def _close(asking: RunRecord, answering: RunRecord) -> RunRecord:
     asking.status, asking.resumed_by, asking.interrupts = "answered", answering.run_id, []
+    asking.waiting = []
     return asking
 
 

@@ -66,6 +66,11 @@ class RunSummary(BaseModel):
         default_factory=list,
         description="The open questions of an interrupted run: id, name, reason, node, tool, tool_use_id.",
     )
+    waiting: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The waits among its open questions (docs/waiting.md): interrupt_id, kind (timer or "
+        "event), until, or event and deadline.",
+    )
     stopped: dict[str, Any] | None = Field(
         default=None,
         description="Set when the run was stopped: by (cancel, interrupt, rollback), run_id (the run that "

@@ -9,6 +9,7 @@
 | ``follow`` | a run's events after an id, then live, on whichever server it runs |
 | ``cancel``, ``resume`` | stop a run; start a stopped or stranded one again |
 | ``answer`` | answer a run's open interrupt (a background run on its session) |
+| ``send_event`` | send an event to a run's session; waits that take it are woken (``timers.py``) |
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
 | ``search_runs``, ``search_sessions`` | filtered, time-ordered pages with a cursor (``search.py``) |
 | ``list_sessions``, ``describe_session``, ``delete_session`` | a hosted agent's sessions |
@@ -54,6 +55,7 @@ from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary, Unkn
 from orchestra.hosting.stops import Stops
 from orchestra.hosting.streaming import StreamEvent, Streaming
 from orchestra.hosting.takeover import Sweeps
+from orchestra.hosting.timers import Waits
 from orchestra.hosting.webhooks import Webhooks
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.storage import Storage
@@ -99,6 +101,7 @@ class RunService:
         self.tenancy = bool(
             config.auth.jwt or config.auth.hook or any(k.roles is not None for k in config.api_keys)
         )
+        self.waits = Waits(config, self.workspaces, self.reader, self.admission)
 
     # -- life --------------------------------------------------------------------------------------
 
@@ -115,6 +118,7 @@ class RunService:
                 group.start_soon(self.schedules.run_forever)
                 if self.config.audit.enabled:
                     group.start_soon(self._prune_audit)
+                group.start_soon(self.waits.sweep_forever)
                 yield
         finally:
             for workspace in self.workspaces.all():
@@ -225,6 +229,10 @@ class RunService:
     def owners(self, workspace: str) -> SessionOwners:
         """Who owns the workspace's sessions (``ownership.py``)."""
         return SessionOwners(self.workspaces.storage(workspace))
+
+    async def send_event(self, workspace: str, record: RunRecord, name: str, payload: Any, key: str) -> bool:
+        """Send an event to a run's session, once per key (``Waits.send_event``)."""
+        return await self.waits.send_event(workspace, record, name, payload, key)
 
     async def cancel(self, workspace: str, record: RunRecord) -> None:
         """Stop a run (``BackgroundRuns.cancel``)."""

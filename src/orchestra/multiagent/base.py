@@ -45,6 +45,7 @@ from orchestra.multiagent.events import (
 )
 from orchestra.multiagent.nodes import Emit, Node
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status
+from orchestra.waits import is_wait_answer
 
 __all__ = ["MultiAgentBase"]
 
@@ -491,8 +492,13 @@ class MultiAgentBase:
                 )
         if resumed:
             self.migrate(options.force_resume)
+            # A wait's answer is kept while the run goes on: a node that waits twice runs again from its
+            # start after the second wait, and its first wait must still find its answer.
+            if not responses:  # a run killed after a wait was answered: its answer still holds
+                responses = dict(self.run.get("answers") or {})
+            kept = {i: answer for i, answer in responses.items() if is_wait_answer(answer)}
             self.document.update_run(
-                status=Status.EXECUTING.value, reason=None, error=None, interrupts=[], answers={}
+                status=Status.EXECUTING.value, reason=None, error=None, interrupts=[], answers=kept
             )
         else:
             if task is None:

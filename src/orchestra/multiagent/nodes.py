@@ -28,6 +28,7 @@ from orchestra.multiagent.events import MultiAgentResultEvent, NodeStreamEvent
 from orchestra.multiagent.map import Map
 from orchestra.multiagent.results import MultiAgentResult, NodeResult, Status, output_text
 from orchestra.retry import RetryPolicy
+from orchestra.waits import waiting_scope
 
 __all__ = ["Emit", "Node", "NodeInput", "NodeKind", "configure_nodes", "format_input"]
 
@@ -113,6 +114,17 @@ class NodeInput:
         if interrupt_id in self._responses:
             return self._responses[interrupt_id]
         raise InterruptException(Interrupt(id=interrupt_id, name=name, reason=reason))
+
+    def asked_before(self, interrupt_id: str) -> Any:
+        """The reason this node's last run stopped on ``interrupt_id`` with, if it did (a node run again
+        without an answer, as a takeover does, asks the same: a durable wait keeps its time)."""
+        orchestrator = current_orchestrator.get()
+        if orchestrator is None or self.index is not None:
+            return None
+        result = (orchestrator.document.node(self.node_id) or {}).get("result") or {}
+        return next(
+            (i.get("reason") for i in result.get("interrupts") or [] if i.get("id") == interrupt_id), None
+        )
 
 
 def _json_copy(value: Any) -> Any:
@@ -387,7 +399,8 @@ class Node:
         fn = self.executor
         args = (node_input,) if self._takes_input else ()
         if self._is_async:
-            value = await fn(*args)
+            with waiting_scope(node_input):  # orchestra.sleep / wait_for_event ask through the node
+                value = await fn(*args)
         else:
             # Sync functions run in a worker thread, one at a time per orchestrator, so their reads and
             # writes of the shared state never interleave. A timeout or cancellation stops waiting for

@@ -471,6 +471,9 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     mount_memory(app, runtime)
     mount_tenant_routes(app, runtime)  # usage, audit
+    from orchestra.server.wait_routes import mount_wait_routes
+
+    mount_wait_routes(app, runtime)
     from orchestra.server.dashboard import mount_dashboard
     from orchestra.server.protocols import mount_protocols
 

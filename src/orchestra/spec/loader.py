@@ -57,8 +57,10 @@ from orchestra.spec.models import (
     NodeSpec,
     PipelineSpec,
     RetryPolicySpec,
+    WaitSpec,
 )
 from orchestra.storage import check_storage_uri, storage_from_uri
+from orchestra.waits import WaitNode, parse_duration, parse_time
 
 __all__ = ["LoadedSpec", "build", "load", "parse_file", "parse_text"]
 
@@ -461,6 +463,8 @@ def _check_node(
         _check_retry(node.retry, (*path, "retry"), problem)
     if node.map is not None:
         _check_map(loaded, node.map, (*path, "map"), prefix, base_dir, stack, agents, problem)
+    if node.wait is not None:
+        _check_wait(node.wait, (*path, "wait"), problem)
     for key in ("graph", "swarm"):
         nested: PipelineSpec | None = getattr(node, key)
         if nested is not None:
@@ -614,6 +618,31 @@ def _output_type(spec: AgentSpec) -> Any:
     return spec.output_type
 
 
+def _check_wait(spec: WaitSpec, path: Path_, problem: Any) -> None:
+    for key, value in (("for", spec.for_), ("timeout", spec.timeout)):
+        if value is not None:
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                problem((*path, key), str(exc))
+    if spec.until is not None:
+        try:
+            parse_time(spec.until)
+        except ValueError as exc:
+            problem((*path, "until"), str(exc))
+    if spec.timeout is not None and spec.event is None:
+        problem((*path, "timeout"), "timeout is for an event wait (event: NAME); a timer ends by itself")
+
+
+def _wait_node(spec: WaitSpec) -> WaitNode:
+    return WaitNode(
+        seconds=parse_duration(spec.for_) if spec.for_ is not None else None,
+        until=parse_time(spec.until) if spec.until is not None else None,
+        event=spec.event,
+        timeout=parse_duration(spec.timeout) if spec.timeout is not None else None,
+    )
+
+
 def _build_executor(
     loaded: LoadedSpec,
     node: NodeSpec,
@@ -631,6 +660,8 @@ def _build_executor(
         return _build(included, included.spec, (), {}, override)
     if node.map is not None:
         return _build_map(loaded, node.map, (*path, "map"), agents, override)
+    if node.wait is not None:
+        return _wait_node(node.wait)
     kind = "graph" if node.graph is not None else "swarm"
     return _build(loaded, getattr(node, kind), (*path, kind), agents, override)
 

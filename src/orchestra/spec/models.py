@@ -23,6 +23,7 @@ __all__ = [
     "PriceSpec",
     "RetryPolicySpec",
     "SessionSpec",
+    "WaitSpec",
 ]
 
 ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
@@ -302,8 +303,30 @@ class MapSpec(_Spec):
     max_concurrency: int | None = Field(default=None, gt=0, description="The most items running at once.")
 
 
+_DURATION = r"^\s*(\d+(\.\d+)?\s*[smhdw]\s*)+$"
+
+
+class WaitSpec(_Spec):
+    """A durable wait ([waiting.md](waiting.md)): exactly one of ``for`` (a duration: seconds, or ``90s``, ``15m``,
+    ``2h``, ``1d``, ``1w`` and sums like ``1h30m``), ``until`` (an ISO 8601 time with its zone) or
+    ``event`` (a name; ``timeout`` is then a duration too)."""
+
+    for_: float | str | None = Field(default=None, alias="for", description="How long: seconds, or 1h30m.")
+    until: str | None = Field(
+        default=None, description="An ISO 8601 time with its zone, e.g. 2026-12-01T09:00Z."
+    )
+    event: str | None = Field(default=None, pattern=ID_PATTERN, description="Wait for this event instead.")
+    timeout: float | str | None = Field(default=None, description="event: how long at most (seconds, or 2d).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, values: Any) -> Any:
+        return _exactly_one(values, ("for", "until", "event"), "a wait")
+
+
 class NodeSpec(_Spec):
-    """A graph node: exactly one of ``agent``, ``function``, ``graph``, ``swarm``, ``file`` or ``map``."""
+    """A graph node: exactly one of ``agent``, ``function``, ``graph``, ``swarm``, ``file``, ``map`` or
+    ``wait``."""
 
     id: str | None = Field(default=None, pattern=ID_PATTERN, description="Defaults to the agent's name.")
     agent: str | None = Field(default=None, description="The name of an agent in `agents:`.")
@@ -314,13 +337,14 @@ class NodeSpec(_Spec):
         default=None, description="A nested graph or swarm in another file (relative path)."
     )
     map: MapSpec | None = Field(default=None, description="A fan-out over a list known at run time.")
+    wait: WaitSpec | None = Field(default=None, description="A durable wait: a duration, a time or an event.")
     join: Literal["all", "any"] = "all"
     retry: RetryPolicySpec | None = Field(default=None, description="This node's retry policy.")
 
     @model_validator(mode="before")
     @classmethod
     def _one_kind(cls, values: Any) -> Any:
-        return _exactly_one(values, ("agent", "function", "graph", "swarm", "file", "map"), "a node")
+        return _exactly_one(values, ("agent", "function", "graph", "swarm", "file", "map", "wait"), "a node")
 
 
 class EdgeSpec(_Spec):

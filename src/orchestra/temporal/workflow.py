@@ -8,7 +8,8 @@ workflow stays deterministic; it reads and changes the run only through the skel
 with retries (a worker that dies costs a retry of that node only); after each node the workflow commits
 the run to the session journal through a local activity (it runs beside the workflow, one at a time, so
 the journal keeps a single writer), so ``orchestra sessions show`` and the dashboard see Temporal runs
-as they see local ones. An interrupt waits for a ``respond`` signal.
+as they see local ones. An interrupt waits for a ``respond`` signal; a wait for its time (a workflow
+timer) or its event (the ``send_event`` signal), see ``_waits.py``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ with workflow.unsafe.imports_passed_through():
         RunRequest,
         StateRequest,
     )
+    from orchestra.temporal._waits import WorkflowWaits, all_waits
     from orchestra.temporal.budgets import plus
+    from orchestra.waits import is_wait_answer
 
 __all__ = ["PipelineWorkflow"]
 
@@ -86,11 +89,17 @@ class PipelineWorkflow:
         self._metered = False  # the run or one of its nodes has a budget
         self._base_s = 0.0  # the run's time before this invocation (a budget's wall_seconds)
         self._started: Any = None
+        self._waits = WorkflowWaits()
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
         """Answer the run's open interrupts: ``{interrupt id: response}``."""
         self._responses = dict(responses)
+
+    @workflow.signal
+    def send_event(self, event: dict[str, Any]) -> None:
+        """An event for the run's waits: ``{"name", "payload", "key"}`` (docs/waiting.md)."""
+        self._waits.send(event)
 
     @workflow.query
     def progress(self) -> dict[str, Any]:
@@ -185,10 +194,16 @@ class PipelineWorkflow:
             await self._commit(skeleton, delete=done_with, ends_run=ended)
             if ended:
                 break
-            # Human in the loop: wait for the answers as a signal, then go on where the run stopped.
+            # Human in the loop: wait for the answers as a signal, then go on where the run stopped. Waits
+            # end by themselves (a timer, an event signal: _waits.py); their answers stay for the run.
             self._responses = None
-            await workflow.wait_condition(lambda: self._responses is not None)
-            responses = dict(self._responses or {})
+            kept = {i: answer for i, answer in responses.items() if is_wait_answer(answer)}
+            waits = all_waits(skeleton.run.get("interrupts", []))
+            if waits:
+                responses = {**kept, **await self._waits.answers(waits, lambda: self._responses)}
+            else:
+                await workflow.wait_condition(lambda: self._responses is not None)
+                responses = {**kept, **(self._responses or {})}
             document.update_run(status=Status.EXECUTING.value, reason=None, interrupts=[])
         run = skeleton.run
         return {

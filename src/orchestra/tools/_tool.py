@@ -22,6 +22,7 @@ from orchestra.interrupts import Interrupt, InterruptException
 from orchestra.messages import ToolResultDict
 from orchestra.models import ToolSpec
 from orchestra.tools.effects import OnUnknown
+from orchestra.waits import waiting_scope
 
 if TYPE_CHECKING:
     from orchestra.agent.protocol import AgentLike
@@ -339,7 +340,8 @@ class FunctionTool:
             kwargs[CONTEXT_PARAMETER] = context
         try:
             if self._is_async:
-                value = await self.fn(**kwargs)
+                with waiting_scope(context):  # orchestra.sleep / wait_for_event ask through the call
+                    value = await self.fn(**kwargs)
             else:
                 value = await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
             if inspect.isawaitable(value):
