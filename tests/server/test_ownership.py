@@ -11,6 +11,7 @@ import uuid
 import httpx
 import pytest
 
+from orchestra.client import Client, NotFoundError
 from tests.server.conftest import Server
 from tests.server.tenants import USER_KEYS, Issuer, bearer, write_tenant_config
 
@@ -216,3 +217,21 @@ def test_an_admin_role_sees_the_workspace(api: Server, issuer: Issuer, alice_thi
         ).status_code
         == 200
     )
+
+
+def test_each_user_has_a_memory_of_their_own(api: Server, issuer: Issuer) -> None:
+    """Issue 36 item 4 with identities: a JWT user's memory is bound to the user, so bob, in the same
+    workspace, gets a 404 for alice's item and finds nothing of hers; a workspace-wide key keeps the
+    workspace's memory apart from both."""
+    with Client(api.url, issuer.token("alice")) as alice, Client(api.url, issuer.token("bob")) as bob:
+        alice.memory.put(["notes"], "plan", {"text": "secret plan: buy globex"})
+        assert alice.memory.get(["notes"], "plan")["value"] == {"text": "secret plan: buy globex"}
+        with pytest.raises(NotFoundError):
+            bob.memory.get(["notes"], "plan")
+        with pytest.raises(NotFoundError):
+            bob.memory.delete(["notes"], "plan")
+        assert bob.memory.search([]) == []
+        assert bob.memory.namespaces() == []
+        assert alice.memory.namespaces() == [["notes"]]
+        bob.memory.put(["notes"], "plan", {"text": "bob's own plan"})
+        assert alice.memory.get(["notes"], "plan")["value"] == {"text": "secret plan: buy globex"}

@@ -32,6 +32,7 @@ __all__ = [
     "caller",
     "identity_hook",
     "may_call",
+    "memory_subject",
     "owner",
     "valid_workspace",
     "visible",
@@ -70,6 +71,15 @@ def owner() -> str | None:
     """The owner to record on what the current caller creates (None: no caller)."""
     found = _CALLER.get()
     return None if found is None else found.user
+
+
+def memory_subject() -> str | None:
+    """Whose memory the current caller reads and writes (issue 36): its user where auth names one (a JWT,
+    the hook, a key with roles); None, the workspace's memory, for a workspace-wide API key or no caller."""
+    found = _CALLER.get()
+    if found is None or (found.via == "api_key" and found.sees_workspace):
+        return None
+    return found.user
 
 
 def visible(recorded_owner: str | None) -> bool:

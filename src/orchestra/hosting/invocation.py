@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestra import tracing
 from orchestra.hosting.config import HostedSpec, OnBusy
-from orchestra.hosting.identity import owner
+from orchestra.hosting.identity import memory_subject, owner
 from orchestra.hosting.records import Mode, RunRecord
 from orchestra.session import uuid7
 
@@ -59,7 +59,7 @@ class Invocation:
         # Set when this request runs again what an earlier one with its key left undone.
         self.prior: RunRecord | None = None
         self.background = False
-        self.subject: str | None = None  # the user auth names, if any: whose memory the run reads and writes
+        self.subject = memory_subject()  # the user auth names, if any: whose memory the run reads and writes
         self.webhook: str | None = None
         self.resume = False  # POST .../sessions/{sid}/resume: finish what the session left open
         # Its session is held on this server only, without the busy document (slots.hold_plain).

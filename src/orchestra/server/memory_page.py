@@ -18,6 +18,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from orchestra.errors import ConfigurationError
 from orchestra.hosting import RunService
+from orchestra.hosting.identity import memory_subject
 from orchestra.server.pages import page
 
 __all__ = ["mount_memory_page"]
@@ -39,8 +40,8 @@ def mount_memory_page(app: FastAPI, runtime: RunService, workspace: Callable[[Re
             return RedirectResponse("/login", status_code=303)
         parts = tuple(part for part in namespace.split("/") if part)
         try:
-            namespaces = await memory.list_namespaces(ws, None, parts, 200)
-            items = await memory.search(ws, None, parts, q or None, None, 50)
+            namespaces = await memory.list_namespaces(ws, memory_subject(), parts, 200)
+            items = await memory.search(ws, memory_subject(), parts, q or None, None, 50)
         except (ConfigurationError, ValueError) as exc:
             return page("Bad namespace", f"<p class='error'>{html.escape(str(exc))}</p>", 422)
         listed = "".join(f"<li>{_link(found)}</li>" for found in namespaces) or "<li>None.</li>"

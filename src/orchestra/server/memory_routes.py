@@ -24,18 +24,19 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from orchestra.errors import ConfigurationError
 from orchestra.hosting import RunService
+from orchestra.hosting.identity import memory_subject
 from orchestra.hosting.memory import HostedItem
 from orchestra.server._api import ID_PATH, STORABLE_ID, ApiError, Workspace, _errors
 
 __all__ = ["Caller", "caller_of", "mount_memory"]
 
 Caller = tuple[str, str | None]
-"""A caller's workspace and user subject (None: an API key, which stands for the whole workspace)."""
+"""A caller's workspace and user subject (None: a workspace-wide API key, which stands for the workspace)."""
 
 
 def caller_of(ws: str) -> Caller:
-    """The caller as auth gives it (``Workspace``: the key's workspace; no user subject yet)."""
-    return ws, None
+    """The caller as auth gives it: the workspace, and the user whose memory it is (``memory_subject``)."""
+    return ws, memory_subject()
 
 
 def _namespace(text: str | None) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import mcp.types as types
 
 from orchestra.errors import ConfigurationError
 from orchestra.hosting import RunService
+from orchestra.hosting.identity import memory_subject
 
 __all__ = ["RECALL_TOOL", "recall"]
 
@@ -58,7 +59,9 @@ async def recall(runtime: RunService, workspace: str, arguments: dict[str, Any])
     if not isinstance(limit, int) or not 1 <= limit <= 50:
         return _error("limit is a whole number from 1 to 50")
     try:
-        found = await runtime.workspaces.memory.search(workspace, None, namespace, query, None, limit)
+        found = await runtime.workspaces.memory.search(
+            workspace, memory_subject(), namespace, query, None, limit
+        )
     except (ConfigurationError, ValueError) as exc:
         return _error(str(exc))
     items = [item.plain() for item in found]
