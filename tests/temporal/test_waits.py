@@ -102,3 +102,46 @@ def test_the_cli_on_temporal_says_the_run_waits_and_exits_5(temporal_address, tm
         worker.terminate()
         worker.wait(30)
         worker.stderr.close()
+
+
+async def test_an_event_sent_before_its_wait_survives_a_continue_as_new(
+    temporal_address, tmp_path, monkeypatch
+):
+    """Issue 39 item 1 with issue 37 item 2: an event signalled while the run still works through a long
+    chain (before its wait began) goes with the run when it continues as new, and the wait takes it."""
+    from orchestra import temporal as t
+
+    counted = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(counted))
+    chain = "".join(f"  - {{id: n{i}, function: 'tests.orchestration_steps:mark'}}\n" for i in range(40))
+    links = "".join(f"  - {{from: n{i}, to: n{i + 1}}}\n" for i in range(39))
+    text = (
+        "version: 1\nkind: graph\nid: late\nnodes:\n"
+        + chain
+        + "  - {id: pay, wait: {event: payment, timeout: 20s}}\n"
+        + "  - {id: after, function: 'tests.server.wait_steps:after'}\n"
+        + "edges:\n"
+        + links
+        + "  - {from: n39, to: pay}\n  - {from: pay, to: after}\n"
+    )
+    loaded = parse_text(text, "late.yaml")
+    target = t.TemporalTarget(temporal_address, "default", "q-waits-can")
+    client = await t.connect(target)
+    request = t.RunRequest(
+        spec_id="late",
+        session_id="s1",
+        storage=f"file:{tmp_path}/store",
+        task="order 8",
+        run_id=secrets.token_hex(4),
+        max_history_events=60,
+    )
+    async with t.create_worker(client, "q-waits-can", [loaded]):
+        handle = await t.start_run(client, target, request)
+        event = {"name": "payment", "payload": {"amount": 8}, "key": "pay-8"}
+        await handle.signal(t.PipelineWorkflow.send_event, event)
+        summary = await handle.result()
+        described = await client.get_workflow_handle(handle.id).describe()
+    assert summary["status"] == Status.COMPLETED.value
+    assert described.run_id != handle.first_execution_run_id  # it did continue as new after the signal
+    paid = json.dumps({"event": "payment", "payload": {"amount": 8}, "timed_out": False}, sort_keys=True)
+    assert calls(counted)[-1] == f"after {paid}"

@@ -41,6 +41,8 @@ class RunRequest:
     # the session, like a resume, but it is the same run: nothing about it changes for a user.
     continued: int = 0
     started_at: float = 0.0
+    # The run's event inbox (``send_event`` signals not taken by a wait yet), carried by a continue-as-new.
+    inbox: dict[str, Any] = field(default_factory=dict)
     # The run's budget (``Budget.to_json()``) in place of the spec's: ``orchestra run --on --budget-*``.
     budget: dict[str, Any] | None = None
 

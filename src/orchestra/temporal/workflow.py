@@ -128,6 +128,8 @@ class PipelineWorkflow:
     @workflow.run
     async def run(self, request: RunRequest) -> dict[str, Any]:
         self._request = request
+        if request.inbox:  # a continued run: the events its waits have not taken yet
+            self._waits.inbox = request.inbox
         structure: dict[str, Any] = await workflow.execute_local_activity(
             "orchestra.describe", request.spec_id, start_to_close_timeout=_LIGHT, retry_policy=_COMMIT_RETRIES
         )
@@ -302,6 +304,7 @@ class PipelineWorkflow:
                 resume=True,
                 responses=responses,
                 continued=request.continued + 1,
+                inbox=self._waits.inbox,  # events sent before their wait began go on with the run
                 started_at=started.timestamp(),
             )
         )
