@@ -65,8 +65,8 @@ def post_until_accepted(http: httpx.Client, run_id: str) -> dict:
 @given(plan=faults)
 @example(plan=[("write", "waits/", False, 1)])  # the answering run's entry refused: a sweep writes it later
 # The event wake's Idempotency-Key write refused after the inbox decided the wait took the event: the
-# event is no longer "pending", so sweeps must still look (found by ORCHESTRA_STRESS=1; the run never
-# completed before the entry named its event waits).
+# event is no longer "pending", yet sweeps must still look (the ORCHESTRA_STRESS=1 failure: the run never
+# completed, wait_sweep_failed logged, until the entry named its event waits).
 @example(plan=[("write", "idempotency/", False, 2)])
 def test_a_run_wakes_once_and_takes_its_event_once_under_storage_faults(plan):
     note(f"fault plan: {plan!r}")  # a failing search prints the plan it found
