@@ -121,6 +121,17 @@ class EventInbox:
             if not changed or await self._write(document, version):
                 return decided
 
+    async def may_answer(self, interrupt_ids: list[str]) -> bool:
+        """Whether an event wait among ``interrupt_ids`` may end now without its deadline: an event no
+        wait took is here, or the answer of one of them was decided already (and may not be delivered
+        yet: whoever delivered it asks again and gets the same answer). One read."""
+        document, _ = await self._read()
+        taken = document["taken"]
+        if any(interrupt_id in taken for interrupt_id in interrupt_ids):
+            return True
+        used = set(taken.values())
+        return any(e["key"] not in used for e in document["events"])
+
     async def pending(self) -> list[dict[str, Any]]:
         """The events no wait took yet, oldest first."""
         document, _ = await self._read()

@@ -6,10 +6,11 @@ its session and its slot. Before its final record is written, ``note_waiting`` w
 ``waits/<agent>/<session>/<run_id>`` (durably), so that it is found without reading every run.
 
 Every server sweeps those entries every ``runs.sweep_s`` (``Waits.sweep_forever``, beside takeover's
-sweep). An entry says when its first wait is due and whether it waits for an event, so a sweep reads
-only that (and the session's inbox) for a run that cannot wake yet. For a wait that can end (a timer
-whose time passed; an event wait whose event is in the session's inbox, ``inbox/<agent>/<session>.json``,
-or whose deadline passed) it starts a background run on the session that answers it, with the
+sweep). An entry says when its first wait is due and which of its waits wait for an event, so a sweep
+reads only that (and the session's inbox) for a run that cannot wake yet; a wait whose event the inbox
+already gave it is looked at until its run is started (a wake that failed after that is tried again).
+For a wait that can end (a timer whose time passed; an event wait whose event is in the session's
+inbox, ``inbox/<agent>/<session>.json``, or whose deadline passed) it starts a background run on the session that answers it, with the
 Idempotency-Key ``wake:<run_id>:<interrupt_id>``: of any number of servers that see it due at once, the
 key's create-only entry lets exactly one start it, and the others get that run. An event wait's answer is decided once in the inbox (``orchestra.inbox``), so
 every server answers it the same way. The answering run is a background run like any other: takeover

@@ -33,9 +33,10 @@ async def note_waiting(storage: Storage, record: RunRecord) -> None:
         return
     waits = open_waits(record.interrupts)
     record.waiting = [w.summary() for w in waits]
-    # What a sweep reads first: when the first wait ends by itself, and whether an event may end one.
+    # What a sweep reads first: when the first wait ends by itself, and which waits an event may end.
     dues = [w.due for w in waits if w.due is not None]
-    entry = {"due": min(dues) if dues else None, "events": any(w.kind == "event" for w in waits)}
+    events = [w.interrupt_id for w in waits if w.kind == "event"]
+    entry = {"due": min(dues) if dues else None, "events": events}
     key, data = entry_key(record.agent_id, record.session_id, record.run_id), json.dumps(entry).encode()
     try:
         await storage.write(key, data)
@@ -63,7 +64,9 @@ async def note_again() -> None:
 
 async def due_or_events(storage: Storage, key: str, inbox: EventInbox) -> bool:
     """Whether an entry's run may have a wait that can end now: its first wait is due, or it waits for an
-    event and its session's inbox holds one no wait took (an entry that cannot be read: look)."""
+    event and its session's inbox holds one no wait took, or already decided one of its waits (the inbox
+    took an event for it, but the wake that delivers it failed: look again). An entry that cannot be
+    read: look."""
     found = await storage.read(key)
     if found is None:
         return False
@@ -73,4 +76,9 @@ async def due_or_events(storage: Storage, key: str, inbox: EventInbox) -> bool:
         return True
     if entry.get("due") is not None and entry["due"] <= now():
         return True
-    return bool(entry.get("events")) and bool(await inbox.pending())
+    events = entry.get("events")
+    if not events:
+        return False
+    if events is True:  # an entry written before its waits were named: only an untaken event tells
+        return bool(await inbox.pending())
+    return await inbox.may_answer(events)
