@@ -22,6 +22,10 @@ compare-and-swap (``taken_over`` + 1) and its run queued, unless the run's recor
 already. A marker without a record (its server died before writing it) is left to the servers' loops,
 which make that record in turn, and deleted once this server's loop is past its tick. So a tick's run is
 queued once, and its record says what happened to it.
+
+Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
+config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
+schedules, another's answered as unknown (404). The runs a schedule starts are its owner's.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.identity import owner, visible
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.records import RunRecord
@@ -159,11 +164,14 @@ class Scheduler:
                     continue
 
     async def listed(self, workspace: str) -> list[Schedule]:
-        return sorted((s for s, _ in await self.store(workspace).all()), key=lambda s: s.id)
+        """The workspace's schedules the caller sees, by id."""
+        found = (s for s, _ in await self.store(workspace).all() if visible(s.owner))
+        return sorted(found, key=lambda s: s.id)
 
     async def get(self, workspace: str, schedule_id: str) -> Schedule:
+        """A schedule the caller sees (``UnknownSchedule``, 404, for another user's)."""
         found = await self.store(workspace).get(schedule_id)
-        if found is None:
+        if found is None or not visible(found[0].owner):
             raise UnknownSchedule(schedule_id)
         return found[0]
 
@@ -175,7 +183,12 @@ class Scheduler:
         """
         self.hosted(workspace, schedule.agent)
         schedule = schedule.model_copy(
-            update={"workspace": workspace, "after": datetime.now(UTC).isoformat(), "source": "api"}
+            update={
+                "workspace": workspace,
+                "after": datetime.now(UTC).isoformat(),
+                "source": "api",
+                "owner": owner(),
+            }
         )
         try:
             await self.store(workspace).write(schedule, ABSENT)
@@ -183,8 +196,9 @@ class Scheduler:
             raise Refused(409, "schedule_exists", f"schedule {schedule.id!r} exists already") from None
         return schedule
 
-    async def delete(self, workspace: str, schedule_id: str) -> None:
-        await self.get(workspace, schedule_id)
+    async def delete(self, workspace: str, schedule_id: str) -> Schedule:
+        """Delete a schedule made over the API (409 for the config's); the schedule deleted."""
+        schedule = await self.get(workspace, schedule_id)
         if any(s.id == schedule_id and s.workspace == workspace for s in self.config.schedules):
             raise Refused(
                 409,
@@ -193,13 +207,14 @@ class Scheduler:
             )
         await self.store(workspace).delete(schedule_id)
         self._cursors.pop((workspace, schedule_id), None)
+        return schedule
 
     async def set_paused(self, workspace: str, schedule_id: str, paused: bool) -> Schedule:
         """Pause or resume: a resumed schedule's ticks count from now (those of the pause are not missed)."""
         store = self.store(workspace)
         while True:
             found = await store.get(schedule_id)
-            if found is None:
+            if found is None or not visible(found[0].owner):
                 raise UnknownSchedule(schedule_id)
             schedule, version = found
             if schedule.paused == paused:
@@ -359,6 +374,9 @@ class Scheduler:
             hosted, input_text(schedule.run_input(tick)), schedule.run_session(tick), None, on_busy="enqueue"
         )
         invocation.run_id = run_id
+        invocation.owner = (
+            schedule.owner
+        )  # its owner's run (whoever starts it): its owner sees it, its quotas count it
         invocation.metadata = {**schedule.metadata, **metadata, "schedule_id": schedule.id}
         return await self.background.start(workspace, invocation)
 

@@ -195,12 +195,19 @@ class RunService:
         await self.audit(workspace, action, invocation.hosted.id, invocation.session_id, invocation.run_id)
 
     async def audit(
-        self, workspace: str, action: str, agent_id: str, session_id: str | None, run_id: str | None
+        self,
+        workspace: str,
+        action: str,
+        agent_id: str,
+        session_id: str | None,
+        run_id: str | None,
+        **target: str | None,
     ) -> None:
-        """Append to the workspace's audit log (``audit.py``), when the config keeps one."""
+        """Append to the workspace's audit log (``audit.py``), when the config keeps one (``target``: more
+        ids, e.g. ``schedule_id``)."""
         if self.config.audit.enabled:
             await AuditLog(self.workspaces.storage(workspace)).record(
-                action, agent_id=agent_id, session_id=session_id, run_id=run_id
+                action, agent_id=agent_id, session_id=session_id, run_id=run_id, **target
             )
 
     async def audit_entries(self, workspace: str, **filters: Any) -> list[dict[str, Any]]:
