@@ -374,9 +374,8 @@ class Scheduler:
             hosted, input_text(schedule.run_input(tick)), schedule.run_session(tick), None, on_busy="enqueue"
         )
         invocation.run_id = run_id
-        invocation.owner = (
-            schedule.owner
-        )  # its owner's run (whoever starts it): its owner sees it, its quotas count it
+        # The owner's run, whoever starts it: its owner sees it, its owner's quotas count it.
+        invocation.owner = schedule.owner
         invocation.metadata = {**schedule.metadata, **metadata, "schedule_id": schedule.id}
         return await self.background.start(workspace, invocation)
 
