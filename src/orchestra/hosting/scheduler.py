@@ -25,7 +25,8 @@ queued once, and its record says what happened to it.
 
 Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
 config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
-schedules, another's answered as unknown (404). The runs a schedule starts are its owner's.
+schedules, another's answered as unknown (404). The runs a schedule starts, and their sessions, are its
+owner's (a session another user owns refuses the run).
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.config import HostedSpec, ServerConfig
-from orchestra.hosting.identity import owner, visible
+from orchestra.hosting.identity import may_call, owner, visible
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Refused
+from orchestra.hosting.ownership import SessionOwners
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.schedules import Schedule, Tick, TickRecord, due, plan
+from orchestra.hosting.sessions import UnknownSession
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.session import uuid7
 from orchestra.storage import ABSENT, Storage, read_many
@@ -129,9 +132,15 @@ class Scheduler:
     """This server's part in running the schedules of every workspace (see the module docstring)."""
 
     def __init__(
-        self, config: ServerConfig, workspaces: Workspaces, background: BackgroundRuns | None = None
+        self,
+        config: ServerConfig,
+        workspaces: Workspaces,
+        background: BackgroundRuns | None = None,
+        *,
+        tenancy: bool = False,
     ) -> None:
         self.config = config
+        self.tenancy = tenancy  # sessions have owners (RunService.tenancy): a run's session is its owner's
         self.workspaces = workspaces
         self.background = background
         self.liveness = workspaces.liveness
@@ -237,9 +246,10 @@ class Scheduler:
         return await self._queue(workspace, schedule, now, str(uuid7()), {"schedule_trigger": "manual"})
 
     def hosted(self, workspace: str, agent_id: str) -> HostedSpec:
-        """The hosted agent a schedule of the workspace runs (``Refused`` 404 if there is none)."""
+        """The hosted agent a schedule of the workspace runs (``Refused`` 404 if there is none, or the caller
+        may not call it)."""
         hosted = next((h for h in self.config.agents if h.id == agent_id), None)
-        if hosted is None or hosted.workspace != workspace:
+        if hosted is None or hosted.workspace != workspace or not may_call(hosted):
             raise Refused(404, "unknown_agent", f"no agent {agent_id!r} is hosted in this workspace")
         return hosted
 
@@ -373,6 +383,11 @@ class Scheduler:
         invocation = Invocation(
             hosted, input_text(schedule.run_input(tick)), schedule.run_session(tick), None, on_busy="enqueue"
         )
+        session_id = invocation.session_id
+        if self.tenancy and schedule.owner is not None and session_id is not None:
+            owners = SessionOwners(self.workspaces.storage(workspace))
+            if await owners.claim(hosted.id, session_id, schedule.owner) != schedule.owner:
+                raise UnknownSession(hosted.id, session_id)  # another user's: the run is refused
         invocation.run_id = run_id
         # The owner's run, whoever starts it: its owner sees it, its owner's quotas count it.
         invocation.owner = schedule.owner

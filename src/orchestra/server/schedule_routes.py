@@ -88,9 +88,7 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
             schedule = Schedule.model_validate(body.model_dump())
         except ValueError as exc:
             raise ApiError(422, "invalid_schedule", str(exc).split("\n", 1)[-1].strip()) from None
-        made = await schedules.create(ws, schedule)
-        await runtime.audit(ws, "schedule.create", made.agent, None, None, schedule_id=made.id)
-        return made.model_dump(mode="json")
+        return (await runtime.create_schedule(ws, schedule)).model_dump(mode="json")
 
     @app.get("/api/v1/schedules", response_model=ScheduleList, responses=_errors(401, 500))
     async def list_schedules(ws: Workspace) -> dict[str, Any]:
@@ -117,8 +115,7 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     )
     async def delete_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> Response:
         """Delete a schedule made over the API, and its tick records (runs it started stay)."""
-        deleted = await schedules.delete(ws, schedule_id)
-        await runtime.audit(ws, "schedule.delete", deleted.agent, None, None, schedule_id=schedule_id)
+        await runtime.delete_schedule(ws, schedule_id)
         return Response(status_code=204)
 
     @app.post(
