@@ -26,7 +26,7 @@ queued once, and its record says what happened to it.
 Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
 config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
 schedules, another's answered as unknown (404). The runs a schedule starts, and their sessions, are its
-owner's (a session another user owns refuses the run).
+owner's: they count against the owner's quotas, and a session another user owns refuses the run.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from orchestra.hosting.identity import may_call, owner, visible
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.ownership import SessionOwners
+from orchestra.hosting.quotas import Quotas
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.schedules import Schedule, Tick, TickRecord, due, plan
 from orchestra.hosting.sessions import UnknownSession
@@ -138,8 +139,10 @@ class Scheduler:
         background: BackgroundRuns | None = None,
         *,
         tenancy: bool = False,
+        quotas: Quotas | None = None,
     ) -> None:
         self.config = config
+        self.quotas = quotas  # a run counts against its owner's quotas (429 refuses it)
         self.tenancy = tenancy  # sessions have owners (RunService.tenancy): a run's session is its owner's
         self.workspaces = workspaces
         self.background = background
@@ -388,6 +391,8 @@ class Scheduler:
             owners = SessionOwners(self.workspaces.storage(workspace))
             if await owners.claim(hosted.id, session_id, schedule.owner) != schedule.owner:
                 raise UnknownSession(hosted.id, session_id)  # another user's: the run is refused
+        if self.quotas is not None and self.quotas.active:
+            await self.quotas.admit(workspace, schedule.owner, run_id)
         invocation.run_id = run_id
         # The owner's run, whoever starts it: its owner sees it, its owner's quotas count it.
         invocation.owner = schedule.owner

@@ -103,7 +103,9 @@ class RunService:
             config.auth.jwt or config.auth.hook or any(k.roles is not None for k in config.api_keys)
         )
         self.waits = Waits(config, self.workspaces, self.reader, self.admission)
-        self.schedules = Scheduler(config, self.workspaces, self.background, tenancy=self.tenancy)
+        self.schedules = Scheduler(
+            config, self.workspaces, self.background, tenancy=self.tenancy, quotas=self.quotas
+        )
 
     # -- life --------------------------------------------------------------------------------------
 
