@@ -17,8 +17,9 @@
 | ``create_schedule``, ``delete_schedule`` | the same, with the session check and the audit entry |
 
 **Ownership** (``identity.py``): what a caller creates records it as owner; a caller that does not see
-its whole workspace reads and acts only on its own sessions, runs and schedules, another's answered as unknown
-(404). The checks are here, so every door that calls the service has them.
+its whole workspace reads and acts only on its own sessions, runs and schedules, another's answered as
+unknown (404). The checks are here (or in the parts it holds: ``schedules``), so every door that calls the
+service has them.
 
 A request goes down once: the service hands it to the part that does it, which is given what it needs
 (storage views, this server's runs in progress, the executor) and never calls back up. ``running`` is
