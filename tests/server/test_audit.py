@@ -43,6 +43,9 @@ def test_who_did_what_is_logged_and_read_back_filtered(tmp_path, issuer: Issuer)
         )
         assert answered.status_code == 200, answered.text
         assert http.delete("/api/v1/agents/chat/sessions/s1", headers=alice).status_code == 204
+        schedule = {"id": "daily", "agent": "chat", "cron": "0 7 * * *", "paused": True}
+        assert http.post("/api/v1/schedules", json=schedule, headers=alice).status_code == 201
+        assert http.delete("/api/v1/schedules/daily", headers=alice).status_code == 204
 
         refused = http.get("/api/v1/audit", headers=bearer(issuer.token("bob")))
         assert refused.status_code == 403
@@ -54,7 +57,10 @@ def test_who_did_what_is_logged_and_read_back_filtered(tmp_path, issuer: Issuer)
             ("run.create", "alice", "p1"),
             ("interrupt.answer", "alice", "p1"),
             ("session.delete", "alice", "s1"),
+            ("schedule.create", "alice", None),
+            ("schedule.delete", "alice", None),
         ]
+        assert [e.get("schedule_id") for e in entries[-2:]] == ["daily", "daily"]
         assert entries[0]["run_id"] == first["run_id"]
         assert entries[0]["via"] == "jwt"
         deleted = http.get("/api/v1/audit", params={"action": "session.delete"}, headers=auth()).json()

@@ -235,3 +235,50 @@ def test_each_user_has_a_memory_of_their_own(api: Server, issuer: Issuer) -> Non
         assert alice.memory.namespaces() == [["notes"]]
         bob.memory.put(["notes"], "plan", {"text": "bob's own plan"})
         assert alice.memory.get(["notes"], "plan")["value"] == {"text": "secret plan: buy globex"}
+
+
+def test_a_schedule_and_its_runs_are_its_maker_s(api: Server, issuer: Issuer) -> None:
+    """Schedules record who made them: bob gets a 404 for alice's schedule on every route and does not see
+    it listed; an admin role sees it; a run it starts (run now, even an admin's) and its session are alice's. Alice cannot
+    schedule an agent she may not call, nor runs on bob's session."""
+    alice, bob = bearer(issuer.token("alice")), bearer(issuer.token("bob"))
+    admin = bearer(issuer.token("dana", roles=["admin"]))
+    body = {"id": "a-daily", "agent": "chat", "cron": "0 7 * * *", "input": "report {date}", "paused": True}
+    bobs = httpx.post(
+        f"{api.url}/api/v1/agents/chat/invoke", json={"input": "mine", "session_id": "b-chat"}, headers=bob
+    )
+    assert bobs.status_code == 200, bobs.text
+    with httpx.Client(base_url=api.url, headers=alice, timeout=60) as http:
+        made = http.post("/api/v1/schedules", json=body)
+        assert made.status_code == 201, made.text
+        assert made.json()["owner"] == "alice"
+        assert [s["id"] for s in http.get("/api/v1/schedules").json()["schedules"]] == ["a-daily"]
+        started = http.post("/api/v1/schedules/a-daily/run")
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        assert http.get(f"/api/v1/runs/{run_id}").json()["owner"] == "alice"
+        with Client(api.url, issuer.token("alice")) as client:
+            session_id = client.wait(run_id, timeout=60)["session_id"]
+        assert http.get(f"/api/v1/agents/chat/sessions/{session_id}").status_code == 200
+    with httpx.Client(base_url=api.url, headers=bob, timeout=60) as http:
+        assert "a-daily" not in {s["id"] for s in http.get("/api/v1/schedules").json()["schedules"]}
+        assert http.get("/api/v1/schedules/a-daily").status_code == 404
+        for action in ("pause", "resume", "run"):
+            refused = http.post(f"/api/v1/schedules/a-daily/{action}")
+            assert refused.status_code == 404, (action, refused.text)
+        assert http.delete("/api/v1/schedules/a-daily").status_code == 404
+        assert http.get(f"/api/v1/runs/{run_id}").status_code == 404
+        assert http.get(f"/api/v1/agents/chat/sessions/{session_id}").status_code == 404
+        assert run_id not in {r["run_id"] for r in http.get("/api/v1/runs").json()["runs"]}
+    with httpx.Client(base_url=api.url, headers=admin, timeout=60) as http:
+        assert "a-daily" in {s["id"] for s in http.get("/api/v1/schedules").json()["schedules"]}
+        assert http.get("/api/v1/schedules/a-daily").json()["paused"] is True
+        by_admin = http.post("/api/v1/schedules/a-daily/run")
+        assert by_admin.status_code == 202, by_admin.text
+        assert by_admin.json()["owner"] == "alice"
+    with httpx.Client(base_url=api.url, headers=alice, timeout=60) as http:
+        assert http.get(f"/api/v1/runs/{by_admin.json()['run_id']}").status_code == 200
+        for taken in ({"agent": "only-admins"}, {"session": "continue", "session_id": "b-chat"}):
+            refused = http.post("/api/v1/schedules", json={**body, "id": "a-sneaky", **taken})
+            assert refused.status_code == 404, (taken, refused.text)
+        assert http.delete("/api/v1/schedules/a-daily").status_code == 204

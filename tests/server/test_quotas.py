@@ -47,6 +47,21 @@ def test_a_spent_quota_is_429_naming_it_and_usage_shows_it(tmp_path) -> None:
         assert other["quotas"] == []  # another workspace's quota is not globex's
 
 
+def test_a_schedule_s_runs_count_against_the_quota(tmp_path) -> None:
+    """A scheduled run is admitted as any run: counted, and refused (429) once the runs quota is spent."""
+    limits = "    - {workspace: acme, period: day, runs: 1}\n"
+    config = write_platform_config(tmp_path, f"file:{tmp_path}/store", FAST_RUNS + _quota(limits))
+    schedule = {"id": "daily", "agent": "chat", "cron": "0 7 * * *", "paused": True}
+    with Server(config) as server, httpx.Client(base_url=server.url, headers=auth(), timeout=60) as http:
+        assert http.post("/api/v1/schedules", json=schedule).status_code == 201
+        assert http.post("/api/v1/schedules/daily/run").status_code == 202
+        refused = http.post("/api/v1/schedules/daily/run")
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "quota_exceeded"
+        (quota,) = http.get("/api/v1/usage").json()["quotas"]
+        assert quota["spent"]["runs"] == 1
+
+
 def test_a_pipeline_meeting_a_quota_mid_way_is_saved_interrupted_with_the_reason(tmp_path) -> None:
     limits = "    - {workspace: acme, period: month, model_calls: 2}\n"
     config = write_platform_config(tmp_path, f"file:{tmp_path}/store", FAST_RUNS + _quota(limits))

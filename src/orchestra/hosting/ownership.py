@@ -56,6 +56,10 @@ class SessionOwners:
             return True
         return owner == found.user
 
+    async def claim(self, agent_id: str, session_id: str, user: str) -> str | None:
+        """Make a session nobody owns ``user``'s; its owner (``user``, or whoever had it first)."""
+        return await self.owner_of(agent_id, session_id) or await self._claim(agent_id, session_id, user)
+
     async def _claim(self, agent_id: str, session_id: str, user: str) -> str | None:
         body = json.dumps({"user": user, "created_at": time.time()}).encode()
         try:

@@ -22,6 +22,11 @@ compare-and-swap (``taken_over`` + 1) and its run queued, unless the run's recor
 already. A marker without a record (its server died before writing it) is left to the servers' loops,
 which make that record in turn, and deleted once this server's loop is past its tick. So a tick's run is
 queued once, and its record says what happened to it.
+
+Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
+config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
+schedules, another's answered as unknown (404). The runs a schedule starts, and their sessions, are its
+owner's: they count against the owner's quotas, and a session another user owns refuses the run.
 """
 
 from __future__ import annotations
@@ -36,10 +41,14 @@ from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.identity import may_call, owner, visible
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Refused
+from orchestra.hosting.ownership import SessionOwners
+from orchestra.hosting.quotas import Quotas
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.schedules import Schedule, Tick, TickRecord, due, plan
+from orchestra.hosting.sessions import UnknownSession
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.session import uuid7
 from orchestra.storage import ABSENT, Storage, read_many
@@ -124,9 +133,17 @@ class Scheduler:
     """This server's part in running the schedules of every workspace (see the module docstring)."""
 
     def __init__(
-        self, config: ServerConfig, workspaces: Workspaces, background: BackgroundRuns | None = None
+        self,
+        config: ServerConfig,
+        workspaces: Workspaces,
+        background: BackgroundRuns | None = None,
+        *,
+        tenancy: bool = False,
+        quotas: Quotas | None = None,
     ) -> None:
         self.config = config
+        self.quotas = quotas  # a run counts against its owner's quotas (429 refuses it)
+        self.tenancy = tenancy  # sessions have owners (RunService.tenancy): a run's session is its owner's
         self.workspaces = workspaces
         self.background = background
         self.liveness = workspaces.liveness
@@ -159,11 +176,14 @@ class Scheduler:
                     continue
 
     async def listed(self, workspace: str) -> list[Schedule]:
-        return sorted((s for s, _ in await self.store(workspace).all()), key=lambda s: s.id)
+        """The workspace's schedules the caller sees, by id."""
+        found = (s for s, _ in await self.store(workspace).all() if visible(s.owner))
+        return sorted(found, key=lambda s: s.id)
 
     async def get(self, workspace: str, schedule_id: str) -> Schedule:
+        """A schedule the caller sees (``UnknownSchedule``, 404, for another user's)."""
         found = await self.store(workspace).get(schedule_id)
-        if found is None:
+        if found is None or not visible(found[0].owner):
             raise UnknownSchedule(schedule_id)
         return found[0]
 
@@ -175,7 +195,12 @@ class Scheduler:
         """
         self.hosted(workspace, schedule.agent)
         schedule = schedule.model_copy(
-            update={"workspace": workspace, "after": datetime.now(UTC).isoformat(), "source": "api"}
+            update={
+                "workspace": workspace,
+                "after": datetime.now(UTC).isoformat(),
+                "source": "api",
+                "owner": owner(),
+            }
         )
         try:
             await self.store(workspace).write(schedule, ABSENT)
@@ -183,8 +208,9 @@ class Scheduler:
             raise Refused(409, "schedule_exists", f"schedule {schedule.id!r} exists already") from None
         return schedule
 
-    async def delete(self, workspace: str, schedule_id: str) -> None:
-        await self.get(workspace, schedule_id)
+    async def delete(self, workspace: str, schedule_id: str) -> Schedule:
+        """Delete a schedule made over the API (409 for the config's); the schedule deleted."""
+        schedule = await self.get(workspace, schedule_id)
         if any(s.id == schedule_id and s.workspace == workspace for s in self.config.schedules):
             raise Refused(
                 409,
@@ -193,13 +219,14 @@ class Scheduler:
             )
         await self.store(workspace).delete(schedule_id)
         self._cursors.pop((workspace, schedule_id), None)
+        return schedule
 
     async def set_paused(self, workspace: str, schedule_id: str, paused: bool) -> Schedule:
         """Pause or resume: a resumed schedule's ticks count from now (those of the pause are not missed)."""
         store = self.store(workspace)
         while True:
             found = await store.get(schedule_id)
-            if found is None:
+            if found is None or not visible(found[0].owner):
                 raise UnknownSchedule(schedule_id)
             schedule, version = found
             if schedule.paused == paused:
@@ -222,9 +249,10 @@ class Scheduler:
         return await self._queue(workspace, schedule, now, str(uuid7()), {"schedule_trigger": "manual"})
 
     def hosted(self, workspace: str, agent_id: str) -> HostedSpec:
-        """The hosted agent a schedule of the workspace runs (``Refused`` 404 if there is none)."""
+        """The hosted agent a schedule of the workspace runs (``Refused`` 404 if there is none, or the caller
+        may not call it)."""
         hosted = next((h for h in self.config.agents if h.id == agent_id), None)
-        if hosted is None or hosted.workspace != workspace:
+        if hosted is None or hosted.workspace != workspace or not may_call(hosted):
             raise Refused(404, "unknown_agent", f"no agent {agent_id!r} is hosted in this workspace")
         return hosted
 
@@ -358,7 +386,16 @@ class Scheduler:
         invocation = Invocation(
             hosted, input_text(schedule.run_input(tick)), schedule.run_session(tick), None, on_busy="enqueue"
         )
+        session_id = invocation.session_id
+        if self.tenancy and schedule.owner is not None and session_id is not None:
+            owners = SessionOwners(self.workspaces.storage(workspace))
+            if await owners.claim(hosted.id, session_id, schedule.owner) != schedule.owner:
+                raise UnknownSession(hosted.id, session_id)  # another user's: the run is refused
+        if self.quotas is not None and self.quotas.active:
+            await self.quotas.admit(workspace, schedule.owner, run_id)
         invocation.run_id = run_id
+        # The owner's run, whoever starts it: its owner sees it, its owner's quotas count it.
+        invocation.owner = schedule.owner
         invocation.metadata = {**schedule.metadata, **metadata, "schedule_id": schedule.id}
         return await self.background.start(workspace, invocation)
 

@@ -87,6 +87,9 @@ class Schedule(BaseModel):
         default=None,
         description="Set by the server: ticks count from this time on (its creation or its last resume).",
     )
+    owner: str | None = Field(
+        default=None, description="Set by the server: the user who made it (none for the config's)."
+    )
     source: Literal["config", "api"] = "api"
 
     @field_validator("timezone")
@@ -112,7 +115,7 @@ class Schedule(BaseModel):
 
     def definition(self) -> dict[str, Any]:
         """What the schedule says (without its state: paused, since when)."""
-        return self.model_dump(mode="json", exclude={"paused", "after", "workspace"})
+        return self.model_dump(mode="json", exclude={"paused", "after", "workspace", "owner"})
 
     def run_session(self, tick: datetime) -> str | None:
         """The session the tick's run goes on."""

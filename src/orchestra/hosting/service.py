@@ -14,10 +14,12 @@
 | ``search_runs``, ``search_sessions`` | filtered, time-ordered pages with a cursor (``search.py``) |
 | ``list_sessions``, ``describe_session``, ``delete_session`` | a hosted agent's sessions |
 | ``schedules`` | scheduled runs (``scheduler.py``): created, listed, paused, run now; their ticks run here |
+| ``create_schedule``, ``delete_schedule`` | the same, with the session check and the audit entry |
 
 **Ownership** (``identity.py``): what a caller creates records it as owner; a caller that does not see
-its whole workspace reads and acts only on its own sessions and runs, another's answered as unknown
-(404). The checks are here, so every door that calls the service has them.
+its whole workspace reads and acts only on its own sessions, runs and schedules, another's answered as
+unknown (404). The checks are here (or in the parts it holds: ``schedules``), so every door that calls the
+service has them.
 
 A request goes down once: the service hands it to the part that does it, which is given what it needs
 (storage views, this server's runs in progress, the executor) and never calls back up. ``running`` is
@@ -49,6 +51,7 @@ from orchestra.hosting.reader import RunReader
 from orchestra.hosting.records import RunRecord, RunStore
 from orchestra.hosting.running import Running
 from orchestra.hosting.scheduler import Scheduler
+from orchestra.hosting.schedules import Schedule
 from orchestra.hosting.search import Finder, Query, SessionHit
 from orchestra.hosting.session_queue import SessionQueues
 from orchestra.hosting.sessions import ScopeView, Sessions, SessionSummary, UnknownSession
@@ -91,7 +94,6 @@ class RunService:
         )
         self.streaming = Streaming(config, self.workspaces, self.running_here, self.reader, self.admission)
         self.session_views = Sessions(self.workspaces, self.builder)
-        self.schedules = Scheduler(config, self.workspaces, self.background)
         self.finder = Finder(self.workspaces, self.reader, self.session_views)
         self.quotas = Quotas(config.quotas, self.workspaces.storage)
         if self.quotas.active:
@@ -102,6 +104,9 @@ class RunService:
             config.auth.jwt or config.auth.hook or any(k.roles is not None for k in config.api_keys)
         )
         self.waits = Waits(config, self.workspaces, self.reader, self.admission)
+        self.schedules = Scheduler(
+            config, self.workspaces, self.background, tenancy=self.tenancy, quotas=self.quotas
+        )
 
     # -- life --------------------------------------------------------------------------------------
 
@@ -195,12 +200,19 @@ class RunService:
         await self.audit(workspace, action, invocation.hosted.id, invocation.session_id, invocation.run_id)
 
     async def audit(
-        self, workspace: str, action: str, agent_id: str, session_id: str | None, run_id: str | None
+        self,
+        workspace: str,
+        action: str,
+        agent_id: str,
+        session_id: str | None,
+        run_id: str | None,
+        **target: str | None,
     ) -> None:
-        """Append to the workspace's audit log (``audit.py``), when the config keeps one."""
+        """Append to the workspace's audit log (``audit.py``), when the config keeps one (``target``: more
+        ids, e.g. ``schedule_id``)."""
         if self.config.audit.enabled:
             await AuditLog(self.workspaces.storage(workspace)).record(
-                action, agent_id=agent_id, session_id=session_id, run_id=run_id
+                action, agent_id=agent_id, session_id=session_id, run_id=run_id, **target
             )
 
     async def audit_entries(self, workspace: str, **filters: Any) -> list[dict[str, Any]]:
@@ -233,6 +245,24 @@ class RunService:
     async def send_event(self, workspace: str, record: RunRecord, name: str, payload: Any, key: str) -> bool:
         """Send an event to a run's session, once per key (``Waits.send_event``)."""
         return await self.waits.send_event(workspace, record, name, payload, key)
+
+    # -- schedules (the rest: ``self.schedules``) -----------------------------------------------------
+
+    async def create_schedule(self, workspace: str, schedule: Schedule) -> Schedule:
+        """Create a schedule (``Scheduler.create``) for the caller; one whose runs continue a session needs
+        the session to be the caller's (or new: it becomes the caller's), else it is unknown (404)."""
+        if schedule.session == "continue":
+            session_id = schedule.session_id or schedule.id
+            if not await self.may_use_session(workspace, schedule.agent, session_id, create=True):
+                raise UnknownSession(schedule.agent, session_id)
+        made = await self.schedules.create(workspace, schedule)
+        await self.audit(workspace, "schedule.create", made.agent, None, None, schedule_id=made.id)
+        return made
+
+    async def delete_schedule(self, workspace: str, schedule_id: str) -> None:
+        """Delete a schedule the caller sees (``Scheduler.delete``)."""
+        deleted = await self.schedules.delete(workspace, schedule_id)
+        await self.audit(workspace, "schedule.delete", deleted.agent, None, None, schedule_id=schedule_id)
 
     async def cancel(self, workspace: str, record: RunRecord) -> None:
         """Stop a run (``BackgroundRuns.cancel``)."""

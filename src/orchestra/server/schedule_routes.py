@@ -3,11 +3,13 @@
 | route | what |
 | --- | --- |
 | ``POST /api/v1/schedules`` | create a schedule (201); its ticks count from now |
-| ``GET /api/v1/schedules`` | the workspace's schedules (those of the server config among them) |
+| ``GET /api/v1/schedules`` | the workspace's schedules the caller sees (its own; all, for an admin or a key) |
 | ``GET /api/v1/schedules/{id}`` | one schedule, with its latest tick records |
 | ``DELETE /api/v1/schedules/{id}`` | delete one (204); one the server config names: 409 (remove it there) |
 | ``POST /api/v1/schedules/{id}/pause``, ``/resume`` | stop and restart its ticks |
 | ``POST /api/v1/schedules/{id}/run`` | start its run now, outside its ticks (202) |
+
+A schedule records its maker as ``owner``; another user's schedule answers 404 (``scheduler.py``).
 """
 
 from __future__ import annotations
@@ -86,11 +88,11 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
             schedule = Schedule.model_validate(body.model_dump())
         except ValueError as exc:
             raise ApiError(422, "invalid_schedule", str(exc).split("\n", 1)[-1].strip()) from None
-        return (await schedules.create(ws, schedule)).model_dump(mode="json")
+        return (await runtime.create_schedule(ws, schedule)).model_dump(mode="json")
 
     @app.get("/api/v1/schedules", response_model=ScheduleList, responses=_errors(401, 500))
     async def list_schedules(ws: Workspace) -> dict[str, Any]:
-        """The workspace's schedules, by id."""
+        """The workspace's schedules the caller sees (its own, or all for an admin or a key), by id."""
         return {"schedules": [s.model_dump(mode="json") for s in await schedules.listed(ws)]}
 
     @app.get(
@@ -113,7 +115,7 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     )
     async def delete_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> Response:
         """Delete a schedule made over the API, and its tick records (runs it started stay)."""
-        await schedules.delete(ws, schedule_id)
+        await runtime.delete_schedule(ws, schedule_id)
         return Response(status_code=204)
 
     @app.post(
