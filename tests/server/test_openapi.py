@@ -86,3 +86,19 @@ def test_a_method_a_path_does_not_have_is_405_with_every_allowed_method(api: Ser
         allowed = {m.strip() for m in response.headers["allow"].split(",")}
         assert allowed == {m.upper() for m in operations}, path
         assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_streamed_answer_matches_its_documented_events(api: Server) -> None:
+    """A ``?stream=true`` invoke answers server-sent events; schemathesis checks each event against the
+    documented text/event-stream schema (a random search draws this case only now and then)."""
+    schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
+    invoke = schema["/api/v1/agents/{agent_id}/invoke"]["POST"]
+    agent = httpx.get(f"{api.url}/api/v1/agents", headers={"Authorization": f"Bearer {KEYS['acme']}"})
+    case = invoke.Case(
+        path_parameters={"agent_id": agent.json()["agents"][0]["id"]},
+        query={"stream": True},
+        body={"input": "hi"},
+        media_type="application/json",
+    )
+    response = case.call_and_validate(headers={"Authorization": f"Bearer {KEYS['acme']}"})
+    assert response.headers["content-type"][0].startswith("text/event-stream")  # schemathesis: lists

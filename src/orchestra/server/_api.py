@@ -60,6 +60,18 @@ class ApiError(Exception):
 
 
 STORABLE_ID = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+
+# A server-sent event, as the OpenAPI document describes a text/event-stream answer: each event (what
+# schemathesis validates one by one), with its JSON payload in ``data``.
+SSE_EVENTS = {
+    "text/event-stream": {
+        "schema": {
+            "type": "object",
+            "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}},
+            "required": ["data"],
+        }
+    }
+}
 """The storage's id rule as a JSON Schema pattern (the same as ``validate_id``), so the API document
 and the server agree on which ids are valid."""
 

@@ -43,6 +43,7 @@ from orchestra.hosting.identity import may_call
 from orchestra.server._api import (
     _REQUEST_ID,
     ID_PATH,
+    SSE_EVENTS,
     STORABLE_ID,
     AgentList,
     ApiError,
@@ -309,7 +310,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         response_model=InvokeResponse,
         responses={
             **_errors(400, 401, 404, 409, 413, 422, 429, 500, 502, 503, 507),
-            200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            200: {"content": SSE_EVENTS},
         },
     )
     async def invoke(

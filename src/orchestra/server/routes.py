@@ -34,6 +34,7 @@ from orchestra.hosting import (
 )
 from orchestra.server._api import (
     ID_PATH,
+    SSE_EVENTS,
     ApiError,
     InvokeRequest,
     RunAccepted,
@@ -164,7 +165,7 @@ def mount_runs(app: FastAPI, runtime: RunService, hosted: Callable[[str, str], H
         responses={
             **_errors(401, 404, 422, 500),
             200: {
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "content": SSE_EVENTS,
                 "description": "The events.",
             },
         },
