@@ -70,25 +70,28 @@ def echo_reply(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]])
 
 
 def _die_after_answering() -> None:
-    """The server process running this turn is SIGKILLed right after it answers it 200: when it goes to
-    write the turn's final run record (which it does after the answer), before it is written."""
+    """The server process running this turn is SIGKILLed right after it answers it 200: when a flush meets
+    the turn's final run record (which is written after the answer), before it is written."""
     import signal
+    import threading
 
     from orchestra.hosting.records import RunStore
 
     text = os.environ["ORCHESTRA_TEST_DIE_AFTER_ANSWERING"]
-    write = getattr(RunStore.flush, "__wrapped__", RunStore.flush)
+    writes = getattr(RunStore._flushed, "__wrapped__", RunStore._flushed)
 
-    async def flush(self: RunStore) -> None:
-        if any(r.input == text and r.status == "completed" for r in self._queued):
-            # Another request's flush can meet the record before the turn's own answer has left: let the
-            # answer go out first (the process dies before it writes the record all the same).
-            await anyio.sleep(1)
-            os.kill(os.getpid(), signal.SIGKILL)
-        await write(self)
+    def flushed(self: RunStore, record: Any) -> list[tuple[str, bytes]]:
+        # Checked per record as the flush writes it, so a record a running flush picked up is met too
+        # (checking the queue when a flush starts missed it). The record is left out, as if the process
+        # had died before writing it; the kill waits a second so that the turn's answer goes out first,
+        # whichever request's flush met the record.
+        if record.input == text and record.status == "completed":
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            return []
+        return writes(self, record)
 
-    flush.__wrapped__ = write  # type: ignore[attr-defined]
-    RunStore.flush = flush  # type: ignore[method-assign]
+    flushed.__wrapped__ = writes  # type: ignore[attr-defined]
+    RunStore._flushed = flushed  # type: ignore[method-assign]
 
 
 def _save_a_rival_turn() -> None:
