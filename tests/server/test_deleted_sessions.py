@@ -139,3 +139,52 @@ def test_a_session_deleted_from_the_cli_never_reaches_a_model_again(backend, pai
     assert reply.status_code == 200, reply.text
     assert reply.json()["output"] == "echo: three (turn 1)"
     assert users(a, "s1") == ["three"]
+
+
+def stored_values(uri: str) -> list[tuple[str, bytes]]:
+    """Every key of the storage at ``uri`` and its value (read through orchestra's storage API, so the
+    same check holds on every backend)."""
+    import anyio
+
+    from orchestra.storage import read_many, storage_from_uri
+
+    async def read_all() -> list[tuple[str, bytes]]:
+        storage = storage_from_uri(uri.strip("'"))
+        keys = await storage.list("")
+        found = await read_many(storage, keys)
+        return [(key, item[0]) for key, item in zip(keys, found, strict=True) if item is not None]
+
+    return anyio.run(read_all)
+
+
+@pytest.mark.parametrize("backend", ["files", "sqlite", "postgres"])
+def test_a_deleted_sessions_runs_leave_nothing_behind(backend, pair, tmp_path, request):
+    """A session's run records (its inputs and outputs), event logs, waits and inbox go with it: the
+    conversation is not kept on in what the server wrote about its runs."""
+    a, b = pair
+    secret, kept = "card-4111-deleted", "card-5500-kept"
+    first = say(a, secret, "s1")
+    assert first.status_code == 200, first.text
+    started = httpx.post(
+        f"{a}/api/v1/agents/chat/runs", json={"input": f"{secret} again", "session_id": "s1"}, headers=auth()
+    )
+    assert started.status_code == 202, started.text
+    background = started.json()["run_id"]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{a}/api/v1/runs/{background}", headers=auth()).json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the background run did not end"
+        time.sleep(0.1)
+    assert say(a, kept, "s2").status_code == 200
+    uri = storage_uri(backend, tmp_path, request)
+    assert any(secret.encode() in value for _, value in stored_values(uri))  # the check can see it
+
+    delete(b, "s1")
+
+    for url in (a, b):
+        for run_id in (first.json()["run_id"], background):
+            assert httpx.get(f"{url}/api/v1/runs/{run_id}", headers=auth()).status_code == 404
+        listed = httpx.get(f"{url}/api/v1/runs", params={"session_id": "s1"}, headers=auth()).json()["runs"]
+        assert listed == []
+    left = [key for key, value in stored_values(uri) if secret.encode() in value]
+    assert left == [], f"the deleted session's words are still stored under {left}"
+    assert any(kept.encode() in value for _, value in stored_values(uri))  # another session's are not touched

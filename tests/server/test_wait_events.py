@@ -119,3 +119,27 @@ def test_the_client_and_the_cli_send_events_once_per_key(order_server):
         clock.write_text("3601")
         until(lambda: client.runs("order", "s1")[0]["status"] == "completed")
     assert calls(counted)[-1] == 'after {"event": "payment", "payload": {"amount": 9}, "timed_out": false}'
+
+
+def test_a_deleted_sessions_waiting_run_is_never_woken_and_its_events_go(order_server, tmp_path):
+    """Deleting a session whose run waits (for a timer, then an event) deletes the wait's entry and the
+    session's inbox: the sweep never wakes the run, and the event's payload is not kept."""
+    from tests.server.test_deleted_sessions import stored_values
+
+    server, clock, counted = order_server
+    with httpx.Client(base_url=server.url, headers=auth(), timeout=30) as http:
+        run_id = http.post("/api/v1/agents/order/runs", json={"input": "o1", "session_id": "s1"}).json()[
+            "run_id"
+        ]
+        until(lambda: newest(http)["status"] == "interrupted")
+        body = {"name": "payment", "payload": {"card": "4111-deleted"}}
+        assert http.post(f"/api/v1/runs/{run_id}/events", json=body).status_code == 202
+        assert any(b"4111-deleted" in value for _, value in stored_values(f"file:{tmp_path}/store"))
+
+        assert http.delete("/api/v1/agents/order/sessions/s1").status_code == 204
+        clock.write_text("3601")  # the wait is due: a sweep would wake the run now
+        time.sleep(1.5)  # several sweeps (runs.sweep_s 0.3): a wake now would be a bug
+        assert calls(counted) == ["before"]
+        assert http.get(f"/api/v1/runs/{run_id}").status_code == 404
+    left = [key for key, value in stored_values(f"file:{tmp_path}/store") if b"4111-deleted" in value]
+    assert left == []

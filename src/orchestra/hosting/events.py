@@ -35,7 +35,7 @@ from orchestra.errors import StorageConflictError, StorageError
 from orchestra.multiagent.events import HandoffEvent, NodeStartEvent, NodeStopEvent, NodeStreamEvent
 from orchestra.storage import ABSENT, Storage, read_many
 
-__all__ = ["TERMINAL", "Event", "EventLog", "last_event", "stored_events", "stream_event"]
+__all__ = ["TERMINAL", "Event", "EventLog", "delete_events", "last_event", "stored_events", "stream_event"]
 
 log = get_logger("orchestra.server")
 
@@ -223,6 +223,12 @@ async def last_event(storage: Storage, run_id: str) -> Event | None:
     first, items = _parse(found[0])
     name, data = items[-1]
     return first + len(items) - 1, name, data
+
+
+async def delete_events(storage: Storage, run_ids: list[str]) -> None:
+    """Delete the event logs of runs that ended (a deleted session's)."""
+    for run_id in run_ids:
+        await storage.delete_prefix(_prefix(run_id))
 
 
 def stream_event(event: Any) -> tuple[str, Any] | None:

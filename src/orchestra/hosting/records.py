@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestra._concurrency import map_concurrently
 from orchestra._json import dumps
 from orchestra._logging import get_logger
-from orchestra.storage import Storage, read_many, write_many
+from orchestra.storage import Storage, delete_many, read_many, write_many
 
 __all__ = ["FINAL", "RunRecord", "RunStore", "RunSummary"]
 
@@ -258,6 +258,21 @@ class RunStore:
         self._indexed.pop(record.run_id, None)
         await self.storage.delete(f"run-index/{record.run_id}")
         await self.storage.delete(self._key(record))
+
+    async def forget_session(self, agent_id: str, session_id: str) -> list[str]:
+        """Delete the records of a session's runs that ended, and their index entries; returns their run
+        ids. A run still executing keeps its record: it writes it again when it ends (its turn then meets
+        the deleted session and stores nothing, which its record says)."""
+        keys = await self.keys([agent_id], session_id)
+        records = await self.read_keys(keys)
+        ended = [record for record in records if record is not None and record.final]
+        for record in ended:
+            self._pending.pop(record.run_id, None)
+            self._indexed.pop(record.run_id, None)
+        gone = {record.run_id for record in ended}
+        self._queued = [record for record in self._queued if record.run_id not in gone]
+        await delete_many(self.storage, [key for record in ended for key, _ in self._writes(record)])
+        return sorted(gone)
 
     async def get(self, run_id: str) -> RunRecord | None:
         pending = self._pending.get(run_id)

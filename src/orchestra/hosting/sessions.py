@@ -8,7 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from orchestra.errors import OrchestraError, SnapshotError
+from orchestra.hosting import wait_index
 from orchestra.hosting.building import Builder
+from orchestra.hosting.events import delete_events
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.session import admin
@@ -91,7 +93,8 @@ class Sessions:
 
     async def delete(self, workspace: str, agent_id: str, session_id: str) -> None:
         """Delete a session: every server's kept agent of it meets the delete before it writes
-        (``admin.delete_session``), and its busy document goes.
+        (``admin.delete_session``); its busy document goes, and so do the records, event logs, waits
+        and inbox of its runs that ended.
 
         Raises:
             UnknownSession: there is no such session.
@@ -101,3 +104,9 @@ class Sessions:
         if not removed:
             raise UnknownSession(agent_id, session_id)
         await self.workspaces.queues(workspace).forget(agent_id, session_id)
+        # What the server kept of the session's runs goes with it: their records (inputs, outputs,
+        # conversations), event logs, waits and inbox.
+        storage = self.workspaces.storage(workspace)
+        ended = await self.workspaces.runs(workspace).forget_session(agent_id, session_id)
+        await delete_events(storage, ended)
+        await wait_index.forget_session(storage, agent_id, session_id)

@@ -13,7 +13,7 @@ from orchestra.inbox import EventInbox
 from orchestra.storage import Storage
 from orchestra.waits import now, open_waits
 
-__all__ = ["due_or_events", "entry_key", "inbox_of", "note_again", "note_waiting"]
+__all__ = ["due_or_events", "entry_key", "forget_session", "inbox_of", "note_again", "note_waiting"]
 
 log = get_logger("orchestra.server")
 
@@ -25,6 +25,12 @@ def entry_key(agent_id: str, session_id: str, run_id: str) -> str:
 def inbox_of(storage: Storage, agent_id: str, session_id: str) -> EventInbox:
     """A hosted session's event inbox."""
     return EventInbox(storage, f"inbox/{agent_id}/{session_id}.json")
+
+
+async def forget_session(storage: Storage, agent_id: str, session_id: str) -> None:
+    """Delete a deleted session's wait entries and its event inbox: no sweep wakes a run of it."""
+    await storage.delete_prefix(f"waits/{agent_id}/{session_id}/")
+    await storage.delete(f"inbox/{agent_id}/{session_id}.json")
 
 
 async def note_waiting(storage: Storage, record: RunRecord) -> None:
