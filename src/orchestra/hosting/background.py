@@ -189,6 +189,8 @@ class BackgroundRuns:
         # finished from the session, not sent again (a pipeline's saved nodes are resumed by its task).
         invocation.resume = record.kind == "agent" and (record.stored is True or record.resume)
         invocation.owner = record.owner or invocation.owner  # a run resumed (by an admin) stays its owner's
+        if record.owner is not None:  # with its owner's memory
+            invocation.subject = record.memory_subject
         # The old record names its resumption before it starts, by compare-and-swap: of two resumes at
         # once (a client's retry, two users) one starts a run, the other is refused; never two runs of one
         # turn.

@@ -94,6 +94,8 @@ class Executor:
             extra["metadata"] = dict(invocation.metadata)
         if invocation.owner is not None:
             extra["owner"] = invocation.owner
+        if invocation.subject is not None:
+            extra["memory_subject"] = invocation.subject
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,

@@ -104,6 +104,7 @@ class Invocation:
         invocation.resume = record.resume
         invocation.metadata = dict(record.metadata)
         invocation.owner = record.owner
+        invocation.subject = record.memory_subject  # its user's memory, whichever server goes on with it
         return invocation
 
     def traced(self) -> Any:

@@ -94,6 +94,11 @@ class RunSummary(BaseModel):
         default_factory=dict, description="Given when it was started (searchable: GET /api/v1/runs)."
     )
     owner: str | None = Field(default=None, description="The user who started it (its caller's subject).")
+    memory_subject: str | None = Field(
+        default=None,
+        description='Whose memory it reads and writes (docs/memory.md, "Hosted"): its caller\'s user, or '
+        "none for the workspace's memory. A run taken over, woken or resumed keeps it.",
+    )
 
 
 FINAL = frozenset({"completed", "failed", "interrupted", "answered", "rolled_back"})

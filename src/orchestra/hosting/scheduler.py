@@ -41,7 +41,7 @@ from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.config import HostedSpec, ServerConfig
-from orchestra.hosting.identity import may_call, owner, visible
+from orchestra.hosting.identity import may_call, memory_subject, owner, visible
 from orchestra.hosting.invocation import Invocation, input_text
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.ownership import SessionOwners
@@ -200,6 +200,7 @@ class Scheduler:
                 "after": datetime.now(UTC).isoformat(),
                 "source": "api",
                 "owner": owner(),
+                "memory_subject": memory_subject(),
             }
         )
         try:
@@ -396,6 +397,7 @@ class Scheduler:
         invocation.run_id = run_id
         # The owner's run, whoever starts it: its owner sees it, its owner's quotas count it.
         invocation.owner = schedule.owner
+        invocation.subject = schedule.memory_subject
         invocation.metadata = {**schedule.metadata, **metadata, "schedule_id": schedule.id}
         return await self.background.start(workspace, invocation)
 

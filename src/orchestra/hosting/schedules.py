@@ -90,6 +90,10 @@ class Schedule(BaseModel):
     owner: str | None = Field(
         default=None, description="Set by the server: the user who made it (none for the config's)."
     )
+    memory_subject: str | None = Field(
+        default=None,
+        description="Set by the server: whose memory its runs use (its maker's user; none: the workspace's).",
+    )
     source: Literal["config", "api"] = "api"
 
     @field_validator("timezone")
@@ -115,7 +119,9 @@ class Schedule(BaseModel):
 
     def definition(self) -> dict[str, Any]:
         """What the schedule says (without its state: paused, since when)."""
-        return self.model_dump(mode="json", exclude={"paused", "after", "workspace", "owner"})
+        return self.model_dump(
+            mode="json", exclude={"paused", "after", "workspace", "owner", "memory_subject"}
+        )
 
     def run_session(self, tick: datetime) -> str | None:
         """The session the tick's run goes on."""
