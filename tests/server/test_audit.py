@@ -45,6 +45,10 @@ def test_who_did_what_is_logged_and_read_back_filtered(tmp_path, issuer: Issuer)
         assert http.delete("/api/v1/agents/chat/sessions/s1", headers=alice).status_code == 204
         schedule = {"id": "daily", "agent": "chat", "cron": "0 7 * * *", "paused": True}
         assert http.post("/api/v1/schedules", json=schedule, headers=alice).status_code == 201
+        for action in ("resume", "pause"):
+            assert http.post(f"/api/v1/schedules/daily/{action}", headers=alice).status_code == 200
+        ran = http.post("/api/v1/schedules/daily/run", headers=alice)
+        assert ran.status_code == 202, ran.text
         assert http.delete("/api/v1/schedules/daily", headers=alice).status_code == 204
 
         refused = http.get("/api/v1/audit", headers=bearer(issuer.token("bob")))
@@ -58,9 +62,13 @@ def test_who_did_what_is_logged_and_read_back_filtered(tmp_path, issuer: Issuer)
             ("interrupt.answer", "alice", "p1"),
             ("session.delete", "alice", "s1"),
             ("schedule.create", "alice", None),
+            ("schedule.resume", "alice", None),
+            ("schedule.pause", "alice", None),
+            ("schedule.run", "alice", ran.json()["session_id"]),
             ("schedule.delete", "alice", None),
         ]
-        assert [e.get("schedule_id") for e in entries[-2:]] == ["daily", "daily"]
+        assert [e.get("schedule_id") for e in entries[-5:]] == ["daily"] * 5
+        assert entries[-2]["run_id"] == ran.json()["run_id"]
         assert entries[0]["run_id"] == first["run_id"]
         assert entries[0]["via"] == "jwt"
         deleted = http.get("/api/v1/audit", params={"action": "session.delete"}, headers=auth()).json()

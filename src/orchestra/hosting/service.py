@@ -264,6 +264,26 @@ class RunService:
         deleted = await self.schedules.delete(workspace, schedule_id)
         await self.audit(workspace, "schedule.delete", deleted.agent, None, None, schedule_id=schedule_id)
 
+    async def pause_schedule(self, workspace: str, schedule_id: str, paused: bool) -> Schedule:
+        """Pause or resume a schedule the caller sees (``Scheduler.set_paused``)."""
+        changed = await self.schedules.set_paused(workspace, schedule_id, paused)
+        action = "schedule.pause" if paused else "schedule.resume"
+        await self.audit(workspace, action, changed.agent, None, None, schedule_id=schedule_id)
+        return changed
+
+    async def run_schedule(self, workspace: str, schedule_id: str) -> RunRecord:
+        """Start a schedule's run now (``Scheduler.run_now``)."""
+        record = await self.schedules.run_now(workspace, schedule_id)
+        await self.audit(
+            workspace,
+            "schedule.run",
+            record.agent_id,
+            record.session_id,
+            record.run_id,
+            schedule_id=schedule_id,
+        )
+        return record
+
     async def cancel(self, workspace: str, record: RunRecord) -> None:
         """Stop a run (``BackgroundRuns.cancel``)."""
         await self.background.cancel(workspace, record)

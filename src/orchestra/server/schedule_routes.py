@@ -125,7 +125,7 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     )
     async def pause_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """Pause a schedule: no tick runs until it is resumed (those in between are not missed ticks)."""
-        return (await schedules.set_paused(ws, schedule_id, True)).model_dump(mode="json")
+        return (await runtime.pause_schedule(ws, schedule_id, True)).model_dump(mode="json")
 
     @app.post(
         "/api/v1/schedules/{schedule_id}/resume",
@@ -134,7 +134,7 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     )
     async def resume_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> dict[str, Any]:
         """Resume a paused schedule: its ticks run again from now."""
-        return (await schedules.set_paused(ws, schedule_id, False)).model_dump(mode="json")
+        return (await runtime.pause_schedule(ws, schedule_id, False)).model_dump(mode="json")
 
     @app.post(
         "/api/v1/schedules/{schedule_id}/run",
@@ -144,5 +144,5 @@ def mount_schedules(app: FastAPI, runtime: RunService) -> None:
     )
     async def run_schedule(schedule_id: Annotated[str, ID_PATH], ws: Workspace) -> JSONResponse:
         """Start the schedule's run now, outside its ticks (paused or not): 202 with the run."""
-        record = await schedules.run_now(ws, schedule_id)
+        record = await runtime.run_schedule(ws, schedule_id)
         return JSONResponse(_plain(record.summary()), status_code=202)
