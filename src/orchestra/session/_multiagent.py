@@ -79,7 +79,8 @@ class OrchestratorPersistence:
         if doc is not None:
             # A run taken over from a stopped Temporal workflow: a worker's open turns are the latest.
             left = await open_turns(journal.storage, journal.layout, doc)
-            doc = with_open_turns(doc, left.turns)
+            if left.turns:
+                doc = with_open_turns(doc, left.turns)
             orchestrator.document.load(doc.fields, doc.logs)
         self._journals[orchestrator] = journal
         self._locks[orchestrator] = anyio.Lock()
@@ -94,7 +95,9 @@ class OrchestratorPersistence:
                 )
         if left.keys:
             for node_id in left.turns:
-                orchestrator.document.mark_agent(node_id)
+                node = orchestrator.nodes.get(node_id)
+                if node is not None and node.kind == "agent":  # (another graph's node is no agent here)
+                    orchestrator.document.mark_agent(node_id)
             await self.save(orchestrator)  # the journal holds the open turns now: their blobs can go
             await delete_many(journal.storage, left.keys)
 
