@@ -152,7 +152,22 @@ edges:
 """
 
 
-def test_a_killed_local_runs_open_turn_resumes_on_temporal(temporal_address, tmp_path, monkeypatch):
+# The same agent as a swarm's only agent (a swarm's turns are agent nodes too).
+TURN_SWARM = """version: 1
+kind: swarm
+id: moving-turn
+entry_point: sender
+agents:
+  - {name: sender, model: 'function:tests.support:effect_planner', tools: ['tests.support:send_effect']}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "nodes"), [(TURN_SPEC, {"first": 1, "last": 1}), (TURN_SWARM, {})], ids=["graph", "swarm"]
+)
+def test_a_killed_local_runs_open_turn_resumes_on_temporal(
+    temporal_address, tmp_path, monkeypatch, text, nodes
+):
     """A local run SIGKILLed while its agent node's side-effecting tools ran (its turn checkpointed open in
     the session) is resumed with ``orchestra resume --on``: the worker resumes the open turn, so each
     effect happened once, and the node before it ran once."""
@@ -161,7 +176,7 @@ def test_a_killed_local_runs_open_turn_resumes_on_temporal(temporal_address, tmp
 
     calls = tmp_path / "calls"
     spec = tmp_path / "turn.yaml"
-    spec.write_text(TURN_SPEC)
+    spec.write_text(text)
     storage = f"file:{tmp_path}/store"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))  # the processes inherit them
     monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.4")
@@ -190,10 +205,13 @@ def test_a_killed_local_runs_open_turn_resumes_on_temporal(temporal_address, tmp
         assert resumed.returncode == 0, resumed.stderr.decode()
         assert json.loads(resumed.stdout)["status"] == "completed"
         assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}
-    assert ran(calls) == Counter({"first": 1, "last": 1})
+    assert ran(calls) == Counter(nodes)
 
 
-def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("text", "nodes"), [(TURN_SPEC, {"first": 1, "last": 1}), (TURN_SWARM, {})], ids=["graph", "swarm"]
+)
+def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path, monkeypatch, text, nodes):
     """A Temporal run whose worker is SIGKILLed while its agent node's side-effecting tools ran (the turn
     checkpointed open in the run's turn blob), then terminated, is resumed with ``orchestra resume``: the
     local run resumes the open turn (each effect once), completes, and the blob is cleaned up."""
@@ -203,7 +221,7 @@ def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path,
 
     calls = tmp_path / "calls"
     spec = tmp_path / "turn.yaml"
-    spec.write_text(TURN_SPEC)
+    spec.write_text(text)
     root = tmp_path / "store"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))  # the processes inherit them
     monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.4")
@@ -228,5 +246,5 @@ def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path,
         assert resumed.returncode == 0, resumed.stderr.decode()
         assert json.loads(resumed.stdout)["status"] == "completed"
         assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}
-    assert ran(calls) == Counter({"first": 1, "last": 1})
+    assert ran(calls) == Counter(nodes)
     assert not list(root.rglob("*-turn.json"))
