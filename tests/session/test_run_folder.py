@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from orchestra.errors import SnapshotError
 from orchestra.session.run_folder import COMMIT_FIELD, open_turns, run_folder, turn_key, with_open_turns
 from orchestra.session.scopes import Document, ScopeLayout
 from orchestra.storage import InMemoryStorage
@@ -55,3 +58,12 @@ async def test_a_run_that_never_went_through_temporal_reads_no_folder():
 
     assert found.turns == {}
     assert found.keys == []
+
+
+async def test_a_damaged_turn_blob_is_refused_naming_it():
+    storage = InMemoryStorage()
+    key = turn_key("s1", "g", "r1", "a", 1)
+    await storage.write(key, b'{"agent": {}')  # cut short
+
+    with pytest.raises(SnapshotError, match=f"{key}: node 'a'"):
+        await open_turns(storage, LAYOUT, run(a={"executions": 1}))

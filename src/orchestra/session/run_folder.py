@@ -22,11 +22,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra._ids import validate_id
+from orchestra.errors import SnapshotError
 from orchestra.session._document import Document, decode_messages
 from orchestra.session._layout import ScopeLayout
 from orchestra.storage import Storage, read_many
 
-__all__ = ["COMMIT_FIELD", "OpenTurns", "open_turns", "run_folder", "turn_key", "with_open_turns"]
+__all__ = [
+    "COMMIT_FIELD",
+    "OpenTurns",
+    "open_turns",
+    "run_folder",
+    "turn_key",
+    "turns_to_resume",
+    "with_open_turns",
+]
 
 COMMIT_FIELD = "temporal/commit"
 """The run document's field naming the last commit a workflow saved: a run that has it went through Temporal."""
@@ -61,31 +70,50 @@ def _uncommitted(doc: Document, node_id: str, execution: int) -> bool:
     if not isinstance(record, dict):
         return True
     result = record.get("result") or {}
-    return execution > int(result.get("execution_count") or 0) and execution >= int(
-        record.get("executions") or 0
-    )
+    committed = int(result.get("execution_count") or 0)
+    return execution > committed and execution >= int(record.get("executions") or 0)
+
+
+def turns_to_resume(doc: Document, folder: str, keys: list[str]) -> dict[str, str]:
+    """Of a run folder's turn blobs, the one to resume of each node (by node id): its newest execution's,
+    if that execution never committed. No I/O."""
+    latest: dict[str, tuple[int, str]] = {}
+    for key in keys:
+        node_id, _, number = key[len(folder) : -len(_TURN)].rpartition("-")
+        execution = int(number) if number.isdigit() else 0
+        if node_id and execution > latest.get(node_id, (0, ""))[0]:
+            latest[node_id] = (execution, key)
+    return {
+        node_id: key for node_id, (execution, key) in latest.items() if _uncommitted(doc, node_id, execution)
+    }
 
 
 async def open_turns(storage: Storage, layout: ScopeLayout, doc: Document) -> OpenTurns:
-    """The open turns a stopped Temporal run left in its folder (nothing for a run that never ran there)."""
+    """The open turns a stopped Temporal run left in its folder (nothing for a run that never ran there).
+
+    Raises:
+        SnapshotError: a turn blob to resume is not one (its key is named).
+    """
     run_id = (doc.fields.get("run") or {}).get("run_id")
     if COMMIT_FIELD not in doc.fields or not run_id:
         return OpenTurns()
     folder = run_folder(layout.session_id, layout.scope_id, str(run_id))
     keys = [key for key in await storage.list(folder) if key.endswith(_TURN)]
-    latest: dict[str, tuple[int, str]] = {}  # node -> its newest uncommitted execution, and its blob
-    for key in keys:
-        node_id, _, number = key[len(folder) : -len(_TURN)].rpartition("-")
-        execution = int(number) if number.isdigit() else 0
-        newest = execution > latest.get(node_id, (0, ""))[0]
-        if node_id and newest and _uncommitted(doc, node_id, execution):
-            latest[node_id] = (execution, key)
-    found = await read_many(storage, [key for _, key in latest.values()])
-    turns = {
-        node_id: {"agent": blob["agent"], "messages": decode_messages(blob["messages"], key)}
-        for (node_id, (_, key)), data in zip(latest.items(), found, strict=True)
-        if data is not None and (blob := json.loads(data[0]))
-    }
+    wanted = turns_to_resume(doc, folder, keys)
+    turns: dict[str, dict[str, Any]] = {}
+    for (node_id, key), found in zip(
+        wanted.items(), await read_many(storage, list(wanted.values())), strict=True
+    ):
+        if found is None:  # deleted since it was listed (by another resume): nothing to resume
+            continue
+        try:
+            blob = json.loads(found[0])
+            turns[node_id] = {"agent": blob["agent"], "messages": decode_messages(blob["messages"], key)}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotError(
+                f"{key}: node {node_id!r}'s open turn, checkpointed by a Temporal worker, is damaged "
+                f"({type(exc).__name__}: {exc}); delete it to start the node's turn again"
+            ) from None
     return OpenTurns(turns, keys)
 
 
