@@ -133,3 +133,118 @@ def test_the_cli_resumes_a_killed_local_run_on_temporal(temporal_address, tmp_pa
     after = ran(calls)
     assert set(after) == set(NODES)
     assert all(after[n] == 1 for n in before if n != max(before)), after
+
+
+# An agent node between two function nodes; its three sends go through the effect service, which counts
+# them by Idempotency-Key: a turn that started again would send ``a`` and ``b`` again under new keys.
+TURN_SPEC = """version: 1
+kind: graph
+id: moving-turn
+agents:
+  - {name: sender, model: 'function:tests.support:effect_planner', tools: ['tests.support:send_effect']}
+nodes:
+  - {id: first, function: 'tests.temporal.long_steps:slow_mark'}
+  - {id: sender, agent: sender}
+  - {id: last, function: 'tests.temporal.long_steps:slow_mark'}
+edges:
+  - {from: first, to: sender}
+  - {from: sender, to: last}
+"""
+
+
+# The same agent as a swarm's only agent (a swarm's turns are agent nodes too).
+TURN_SWARM = """version: 1
+kind: swarm
+id: moving-turn
+entry_point: sender
+agents:
+  - {name: sender, model: 'function:tests.support:effect_planner', tools: ['tests.support:send_effect']}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "nodes"), [(TURN_SPEC, {"first": 1, "last": 1}), (TURN_SWARM, {})], ids=["graph", "swarm"]
+)
+def test_a_killed_local_runs_open_turn_resumes_on_temporal(
+    temporal_address, tmp_path, monkeypatch, text, nodes
+):
+    """A local run SIGKILLed while its agent node's side-effecting tools ran (its turn checkpointed open in
+    the session) is resumed with ``orchestra resume --on``: the worker resumes the open turn, so each
+    effect happened once, and the node before it ran once."""
+    from tests.effects_service import EffectService
+    from tests.temporal.conftest import worker_process
+
+    calls = tmp_path / "calls"
+    spec = tmp_path / "turn.yaml"
+    spec.write_text(text)
+    storage = f"file:{tmp_path}/store"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))  # the processes inherit them
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.4")
+    cli = [sys.executable, "-c", "from orchestra.cli import main; main()"]
+    where = ["--session-id", "s1", "--storage", storage, "--json"]
+    with EffectService() as service:
+        monkeypatch.setenv("ORCHESTRA_TEST_EFFECTS_URL", service.url)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+        local = subprocess.Popen(
+            [*cli, "run", str(spec), "--input", "send them", *where], env=env, stdout=subprocess.DEVNULL
+        )
+        while sum(service.effects.values()) < 1 and local.poll() is None:
+            time.sleep(0.02)
+        local.send_signal(signal.SIGKILL)  # in the middle of the first sends (each takes 0.4 s)
+        local.wait()
+        assert sum(service.effects.values()) in (1, 2)
+        worker = worker_process(temporal_address, "q-move-turn", spec)
+        try:
+            on = f"temporal://{temporal_address}/default?task_queue=q-move-turn"
+            resumed = subprocess.run(
+                [*cli, "resume", str(spec), *where, "--on", on], env=env, capture_output=True, timeout=240
+            )
+        finally:
+            worker.terminate()
+            worker.communicate(timeout=30)
+        assert resumed.returncode == 0, resumed.stderr.decode()
+        assert json.loads(resumed.stdout)["status"] == "completed"
+        assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}
+    assert ran(calls) == Counter(nodes)
+
+
+@pytest.mark.parametrize(
+    ("text", "nodes"), [(TURN_SPEC, {"first": 1, "last": 1}), (TURN_SWARM, {})], ids=["graph", "swarm"]
+)
+def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path, monkeypatch, text, nodes):
+    """A Temporal run whose worker is SIGKILLed while its agent node's side-effecting tools ran (the turn
+    checkpointed open in the run's turn blob), then terminated, is resumed with ``orchestra resume``: the
+    local run resumes the open turn (each effect once), completes, and the blob is cleaned up."""
+    from tests.effects_service import EffectService
+    from tests.temporal.conftest import worker_process
+    from tests.temporal.test_kill import start_run
+
+    calls = tmp_path / "calls"
+    spec = tmp_path / "turn.yaml"
+    spec.write_text(text)
+    root = tmp_path / "store"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))  # the processes inherit them
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.4")
+    cli = [sys.executable, "-c", "from orchestra.cli import main; main()"]
+    with EffectService() as service:
+        monkeypatch.setenv("ORCHESTRA_TEST_EFFECTS_URL", service.url)
+        worker = worker_process(temporal_address, "q-move-turn-back", spec)
+        handle = start_run(temporal_address, "q-move-turn-back", "moving-turn", "s1", root, "send them")
+        while sum(service.effects.values()) < 1 and worker.poll() is None:
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGKILL)  # in the middle of the first sends (each takes 0.4 s)
+        worker.wait()
+        worker.stderr.close()
+        anyio.run(handle.terminate, "moved to a local run")
+        assert sum(service.effects.values()) in (1, 2)
+        assert list(root.rglob("*-turn.json")), "the worker checkpointed no open turn"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+        where = ["--session-id", "s1", "--storage", f"file:{root}", "--json"]
+        resumed = subprocess.run(
+            [*cli, "resume", str(spec), *where], env=env, capture_output=True, timeout=240
+        )
+        assert resumed.returncode == 0, resumed.stderr.decode()
+        assert json.loads(resumed.stdout)["status"] == "completed"
+        assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}
+    assert ran(calls) == Counter(nodes)
+    assert not list(root.rglob("*-turn.json"))

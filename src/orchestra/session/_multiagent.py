@@ -23,6 +23,8 @@ from orchestra.session._document import Document
 from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeKind
 from orchestra.session._uuid7 import uuid7
+from orchestra.session.run_folder import OpenTurns, open_turns, with_open_turns
+from orchestra.storage import delete_many
 
 __all__ = ["MultiAgentSaveLatestOn", "MultiAgentSnapshots", "OrchestratorPersistence", "SessionSettings"]
 
@@ -73,7 +75,12 @@ class OrchestratorPersistence:
             return
         journal = self.manager.journal("multiAgent", orchestrator.scope_id)
         doc = await journal.load()
+        left = OpenTurns()
         if doc is not None:
+            # A run taken over from a stopped Temporal workflow: a worker's open turns are the latest.
+            left = await open_turns(journal.storage, journal.layout, doc)
+            if left.turns:
+                doc = with_open_turns(doc, left.turns)
             orchestrator.document.load(doc.fields, doc.logs)
         self._journals[orchestrator] = journal
         self._locks[orchestrator] = anyio.Lock()
@@ -86,6 +93,13 @@ class OrchestratorPersistence:
                 node.agent.hooks.add_callback(
                     TurnCheckpoint, functools.partial(self._node_turn, orchestrator, node_id)
                 )
+        if left.keys:
+            for node_id in left.turns:
+                node = orchestrator.nodes.get(node_id)
+                if node is not None and node.kind == "agent":  # (another graph's node is no agent here)
+                    orchestrator.document.mark_agent(node_id)
+            await self.save(orchestrator)  # the journal holds the open turns now: their blobs can go
+            await delete_many(journal.storage, left.keys)
 
     async def _node_turn(self, orchestrator: Orchestrator, node_id: str, event: TurnCheckpoint) -> None:
         orchestrator.document.mark_agent(node_id)

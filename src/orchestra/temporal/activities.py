@@ -21,7 +21,6 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from orchestra._ids import validate_id
 from orchestra._json import dumps
 from orchestra.agent import Agent
 from orchestra.agent.agent import AgentData
@@ -49,6 +48,7 @@ from orchestra.multiagent import (
 from orchestra.multiagent.map import resolve_items
 from orchestra.retry import attempt_note, describe_failure
 from orchestra.session import Compaction, SnapshotSessionManager
+from orchestra.session.run_folder import COMMIT_FIELD, run_folder, turn_key
 from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_messages
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_from_uri
@@ -68,15 +68,9 @@ def spec_hash(loaded: LoadedSpec) -> str:
     return hashlib.sha256(dumped.encode()).hexdigest()[:16]
 
 
-def _run_folder(session_id: str, scope_id: str, run_id: str) -> str:
-    """Where a run's inputs and its nodes' blobs wait for the commits that fold them into the journal."""
-    prefix = ScopeLayout(session_id, "multiAgent", scope_id).prefix
-    return f"{prefix}temporal/{validate_id(run_id, 'run_id')}/"
-
-
 def input_key(session_id: str, spec_id: str, run_id: str, name: str) -> str:
     """Where a run's input (``task``, ``state``: its invocation state) waits for the workflow's activities."""
-    return f"{_run_folder(session_id, spec_id, run_id)}input-{name}.json"
+    return f"{run_folder(session_id, spec_id, run_id)}input-{name}.json"
 
 
 async def _read_json(storage: Storage, key: str, what: str) -> Any:
@@ -85,8 +79,6 @@ async def _read_json(storage: Storage, key: str, what: str) -> Any:
         raise ApplicationError(f"{key}: the run's {what} is missing from storage", non_retryable=True)
     return json.loads(found[0])
 
-
-_COMMIT_FIELD = "temporal/commit"  # the last commit saved: see CommitRequest.commit_id
 
 # Every node's activity loads the run from storage: fold the journal often so a load stays short.
 _COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
@@ -103,7 +95,7 @@ def _light(fields: dict[str, Any]) -> dict[str, Any]:
     """The run document without what the workflow never needs: the task, outputs, messages, agent state."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        if name.startswith("agent/") or name in ("state", "task", _COMMIT_FIELD):
+        if name.startswith("agent/") or name in ("state", "task", COMMIT_FIELD):
             continue
         if name.startswith("node/") and isinstance(value, dict) and value.get("result"):
             result = {k: v for k, v in value["result"].items() if k not in ("output", "message")}
@@ -368,7 +360,7 @@ class PipelineActivities:
             invocation_state=invocation_state,
             execution_count=request.execution_count,
         )
-        base = f"{_run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}"
+        base = f"{run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}"
         if request.map_phase == "expand":
             return await self._expand(storage, orchestrator, node_input, f"{base}-items.json")
         if request.map_phase == "item":
@@ -618,13 +610,13 @@ class PipelineActivities:
         ]
         for key in request.delete:
             self._invocation_states.pop(key, None)
-        if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
+        if request.commit_id and journal.field(COMMIT_FIELD) == request.commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it).
             await _delete_inputs(storage, request, inputs)
             return journal
         fields = dict(request.fields)
         if request.commit_id:
-            fields[_COMMIT_FIELD] = request.commit_id
+            fields[COMMIT_FIELD] = request.commit_id
         # Results are owned by storage: the workflow only holds their summaries.
         own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
@@ -685,7 +677,7 @@ async def _delete_inputs(storage: Storage, request: CommitRequest, inputs: list[
     if not (request.ends_run and request.run_id):
         await delete_many(storage, inputs)
         return
-    folder = _run_folder(request.session_id, request.scope_id, request.run_id)
+    folder = run_folder(request.session_id, request.scope_id, request.run_id)
     await delete_many(storage, [key for key in inputs if not key.startswith(folder)])
     await storage.delete_prefix(folder)
 
@@ -723,8 +715,9 @@ async def _fold_map(
 
 def _turn_key(request: NodeRequest) -> str:
     """Where an agent node's open turn is checkpointed during one execution (see ``_keep_open_turn``)."""
-    folder = _run_folder(request.session_id, request.scope_id, request.run_id)
-    return f"{folder}{request.node_id}-{request.execution_count}-turn.json"
+    return turn_key(
+        request.session_id, request.scope_id, request.run_id, request.node_id, request.execution_count
+    )
 
 
 async def _write_blob(storage: Storage, key: str, blob: dict[str, Any]) -> None:
