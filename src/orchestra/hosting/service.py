@@ -8,6 +8,7 @@
 | ``start`` | start a background run (202) |
 | ``follow`` | a run's events after an id, then live, on whichever server it runs |
 | ``cancel``, ``resume`` | stop a run; start a stopped or stranded one again |
+| ``move`` | continue a stopped or stranded pipeline run on the Temporal workers (``workers.py``) |
 | ``answer`` | answer a run's open interrupt (a background run on its session) |
 | ``send_event`` | send an event to a run's session; waits that take it are woken (``timers.py``) |
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
@@ -60,6 +61,7 @@ from orchestra.hosting.streaming import StreamEvent, Streaming
 from orchestra.hosting.takeover import Sweeps
 from orchestra.hosting.timers import Waits
 from orchestra.hosting.webhooks import Webhooks
+from orchestra.hosting.workers import no_session
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.storage import Storage
 
@@ -183,6 +185,8 @@ class RunService:
             return
         if not may_call(invocation.hosted):
             raise Refused(404, "unknown_agent", f"no agent {invocation.hosted.id!r} in this workspace")
+        if invocation.session_id is None and self.executor.on_workers(invocation):
+            raise no_session(invocation.hosted.id)
         if invocation.session_id is not None and not await self.may_use_session(
             workspace, invocation.hosted.id, invocation.session_id, create=True
         ):
@@ -274,6 +278,30 @@ class RunService:
         resumed = await self.background.resume(workspace, record, hosted)
         await self.audit(workspace, "run.resume", record.agent_id, record.session_id, resumed.run_id)
         return resumed
+
+    async def move(self, workspace: str, record: RunRecord, hosted: HostedSpec) -> RunRecord:
+        """Continue a stopped, failed or stranded pipeline run on the Temporal workers (``workers.py``), as
+        a new background run: its completed nodes are not run again (``BackgroundRuns.resume``).
+
+        Raises:
+            Refused: this server names no workers (409), or the run is an agent's turn (409).
+        """
+        if self.config.temporal is None:
+            raise Refused(
+                409,
+                "no_workers",
+                "this server names no Temporal workers: set temporal: in its config, or start it with "
+                "orchestra serve --temporal URI",
+            )
+        if record.kind == "agent":
+            raise Refused(
+                409,
+                "not_movable",
+                f"run {record.run_id} is an agent's turn: only graphs and swarms run on workers",
+            )
+        moved = await self.background.resume(workspace, record, hosted, on_workers=True)
+        await self.audit(workspace, "run.move", record.agent_id, record.session_id, moved.run_id)
+        return moved
 
     async def flush_records(self, workspace: str) -> None:
         """Write the run records queued by finished invocations (after their answers were sent)."""

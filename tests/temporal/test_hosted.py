@@ -1,0 +1,296 @@
+"""A hosted pipeline's runs on Temporal workers (issue 39 item 3): ``orchestra serve`` with ``temporal:``
+sends a pipeline's runs to an ``orchestra worker`` process on the same storage, and answers, records and
+streams them as local runs; a run of a killed server moves to the workers (``POST /runs/{id}/move``) and
+its completed nodes never run again. Every node records which process ran it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from orchestra.errors import ConfigurationError
+from orchestra.server import hash_key, load_config
+from orchestra.session.admin import load_scope
+from orchestra.storage import storage_from_uri
+from tests.server.conftest import Server
+from tests.server.test_concurrency import free_port, start_server
+from tests.temporal.conftest import worker_process
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).parent.parent.parent
+KEY = "acme-secret-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+NODES = [f"n{i}" for i in range(4)]
+SPEC = (
+    "version: 1\nkind: graph\nid: hosted\nnodes:\n"
+    + "".join(f"  - {{id: {n}, function: 'tests.temporal.hosted_steps:mark'}}\n" for n in NODES)
+    + "edges:\n"
+    + "".join(f"  - {{from: {a}, to: {b}}}\n" for a, b in itertools.pairwise(NODES))
+)
+
+
+def write_config(root: Path, storage: str, temporal: str | None, extra: str = "") -> Path:
+    (root / "hosted.yaml").write_text(SPEC)
+    (root / "chat.yaml").write_text(
+        "version: 1\nkind: agent\nid: chat\nagents:\n  - {name: chat, model: 'function:tests.support:echo_reply'}\n"
+    )
+    config = root / "server.yaml"
+    config.write_text(
+        f"version: 1\nstorage: {storage}\n"
+        + (f"temporal: '{temporal}'\n" if temporal else "")
+        + "agents:\n  - {id: pipe, spec: hosted.yaml, workspace: acme"
+        + extra
+        + "}\n  - {id: chat, spec: chat.yaml, workspace: acme}\n"
+        + f"api_keys:\n  - {{workspace: acme, sha256: {hash_key(KEY)}}}\n"
+        + "runs: {heartbeat_s: 0.2, server_gone_after_s: 2, sweep_s: 0.3, max_attempts: 1}\n"
+    )
+    return config
+
+
+def ran(calls: Path) -> Counter[str]:
+    """``<node>@<pid>`` lines, counted."""
+    return Counter(calls.read_text().split()) if calls.exists() else Counter()
+
+
+def nodes_by(calls: Path) -> dict[str, list[int]]:
+    """Each node's runs, as the pids of the processes that ran them."""
+    runs: dict[str, list[int]] = {}
+    for line in calls.read_text().split() if calls.exists() else []:
+        node, pid = line.split("@")
+        runs.setdefault(node, []).append(int(pid))
+    return runs
+
+
+def completed_in_session(storage: str, session_id: str) -> list[str]:
+    async def read() -> list[str]:
+        try:
+            doc = await load_scope(storage_from_uri(storage), session_id, "multiAgent", "hosted")
+        except Exception:  # not committed yet
+            return []
+        return [
+            n[len("node/") :]
+            for n, r in doc.fields.items()
+            if n.startswith("node/") and (r.get("result") or {}).get("status") == "completed"
+        ]
+
+    return anyio.run(read)
+
+
+def final(http: httpx.Client, url: str, run_id: str) -> dict:
+    """The run's record once it ended (the run goes on in other processes: asked until it says so)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        record = http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()
+        if record["status"] not in ("queued", "executing"):
+            return record
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} did not end: {record}")
+
+
+@pytest.fixture
+def calls(tmp_path, monkeypatch):
+    """The file every node records to, in the server's and the worker's process alike."""
+    path = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(path))
+    return path
+
+
+def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls):
+    """Invoked over HTTP, a pipeline of a server with ``temporal:`` runs on the worker, not the server:
+    each node once, the answer and the run record as for a local run; a background run's stream has
+    its nodes' events and its result."""
+    queue = "q-hosted"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml")
+    port = free_port()
+    server = start_server(config, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=120) as http:
+            answer = http.post(
+                f"{url}/api/v1/agents/pipe/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["status"] == "completed"
+            assert body["output"] == "n3 done"
+            record = http.get(f"{url}/api/v1/runs/{body['run_id']}", headers=AUTH).json()
+            assert record["status"] == "completed"
+            assert record["workflow_id"] == "orchestra-hosted-s1"
+            assert {n: r["status"] for n, r in record["nodes"].items()} == dict.fromkeys(NODES, "completed")
+            assert nodes_by(calls) == {n: [worker.pid] for n in NODES}
+
+            started = http.post(
+                f"{url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s2"}, headers=AUTH
+            )
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            events = []
+            with http.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", headers=AUTH) as stream:
+                name = None
+                for line in stream.iter_lines():
+                    if line.startswith("event: "):
+                        name = line[len("event: ") :]
+                    elif line.startswith("data: ") and name is not None:
+                        events.append((name, json.loads(line[len("data: ") :])))
+                        if name in ("result", "error"):
+                            break
+            assert events[-1][0] == "result", events
+            assert events[-1][1]["status"] == "completed"
+            stops = [data["node_id"] for name, data in events if name == "node_stop"]
+            assert stops == NODES, events
+            assert [data["output"] for name, data in events if name == "node_stop"] == [
+                f"{n} done" for n in NODES
+            ]
+            assert final(http, url, run_id)["status"] == "completed"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+        worker.terminate()
+        worker.communicate(timeout=30)
+    assert nodes_by(calls) == {n: [worker.pid, worker.pid] for n in NODES}
+
+
+def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, calls, monkeypatch):
+    """A pipeline that runs on the server (``runs_on: server``) is SIGKILLed with its server half way; on
+    another server its run is ended ``needs_resume``, and ``POST /runs/{id}/move`` continues it on the
+    worker: it completes there, and no node that had completed ran again."""
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    queue = "q-hosted-move"
+    storage = f"sqlite:{tmp_path}/server.db"
+    config = write_config(
+        tmp_path, storage, f"temporal://{temporal_address}/default?task_queue={queue}", ", runs_on: server"
+    )
+    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml")
+    first, second = free_port(), free_port()
+    killed = start_server(config, first)
+    servers = [killed]
+    try:
+        with httpx.Client(timeout=60) as http:
+            started = http.post(
+                f"http://127.0.0.1:{first}/api/v1/agents/pipe/runs",
+                json={"input": "go", "session_id": "s1"},
+                headers=AUTH,
+            )
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            sessions = f"{storage}?prefix=ws/acme/agents/pipe"
+            while len(completed_in_session(sessions, "s1")) < 2:
+                assert killed.poll() is None
+                time.sleep(0.05)
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(30)
+            before = nodes_by(calls)
+            assert all(pids == [killed.pid] for pids in before.values()), before
+            assert 2 <= len(before) < len(NODES)
+            servers.append(start_server(config, second))
+            url = f"http://127.0.0.1:{second}"
+            stranded = final(http, url, run_id)
+            assert stranded["status"] == "interrupted", stranded
+            assert stranded["needs_resume"], stranded
+            moved = http.post(f"{url}/api/v1/runs/{run_id}/move", headers=AUTH)
+            assert moved.status_code == 202, moved.text
+            record = final(http, url, moved.json()["run_id"])
+            assert record["status"] == "completed", record
+            assert record["workflow_id"] == "orchestra-hosted-s1"
+            assert record["output"] == "n3 done"
+            assert (
+                http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()["resumed_by"] == record["run_id"]
+            )
+    finally:
+        for process in servers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            process.communicate(timeout=30)
+        worker.terminate()
+        worker.communicate(timeout=30)
+    after = nodes_by(calls)
+    assert set(after) == set(NODES)
+    last_before = NODES[len(before) - 1]  # it may have been running when the server died
+    for node in NODES:
+        if node in before and node != last_before:
+            assert after[node] == [killed.pid], after  # completed on the server: never again
+        else:
+            assert after[node][-1] == worker.pid, after
+            assert after[node].count(worker.pid) == 1, after
+
+
+def test_what_a_server_refuses_is_one_line(tmp_path):
+    """Memory storage, an agent sent to workers, and a server without the temporal extra are refused
+    at start, each with one line that names what failed."""
+    target = "temporal://127.0.0.1:7233/default?task_queue=q"
+    with pytest.raises(ConfigurationError) as memory:
+        load_config(write_config(tmp_path, "memory", target))
+    assert len(str(memory.value).splitlines()) == 1
+    assert "storage: memory storage" in str(memory.value)
+    assert "workers share" in str(memory.value)
+    config = write_config(tmp_path, f"file:{tmp_path}/store", target)
+    config.write_text(
+        config.read_text().replace(
+            "workspace: acme}\n  - {id: chat, spec: chat.yaml, workspace: acme",
+            "workspace: acme}\n  - {id: chat, spec: chat.yaml, workspace: acme, runs_on: workers",
+        )
+    )
+    with pytest.raises(ConfigurationError) as agent:
+        load_config(config)
+    assert len(str(agent.value).splitlines()) == 1
+    assert "'chat' is an agent: only graphs and swarms run on workers" in str(agent.value)
+
+    config = write_config(tmp_path, f"file:{tmp_path}/store", None)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    without = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            # As if temporalio were not installed: importing it raises ImportError.
+            "import sys; sys.modules['temporalio'] = None; from orchestra.cli import main; main()",
+            "serve",
+            str(config),
+            "--port",
+            str(free_port()),
+            "--temporal",
+            target,
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert without.returncode != 0
+    lines = without.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "temporal: pipelines on Temporal workers need the temporal extra" in lines[0]
+    assert "pip install 'orchestra-agents[temporal]'" in lines[0]
+
+
+def test_an_unreachable_temporal_is_a_503_that_says_where(tmp_path):
+    """A run sent to a Temporal nobody listens on is answered 503 ``temporal_unavailable`` in one line
+    naming the address; a run without a session is refused (400), as the workflow keeps it in one."""
+    config = write_config(tmp_path, f"file:{tmp_path}/store", "temporal://127.0.0.1:1/default?task_queue=q")
+    with Server(config) as server, httpx.Client(timeout=60) as http:
+        answer = http.post(
+            f"{server.url}/api/v1/agents/pipe/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
+        )
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "temporal_unavailable"
+        assert "the Temporal workers at temporal://127.0.0.1:1/" in error["message"]
+        assert len(error["message"].splitlines()) == 1
+        no_session = http.post(f"{server.url}/api/v1/agents/pipe/invoke", json={"input": "go"}, headers=AUTH)
+        assert no_session.status_code == 400, no_session.text
+        assert no_session.json()["error"]["code"] == "session_required"
+        chat = http.post(f"{server.url}/api/v1/agents/chat/invoke", json={"input": "hi"}, headers=AUTH)
+        assert chat.status_code == 200, chat.text  # an agent stays on the server
