@@ -13,7 +13,9 @@ the workers open the very keys this server reads). The server follows it as ``or
   one runs there is refused (409);
 - a stop (cancel, a newer message) terminates the workflow: the session keeps the completed nodes, and a
   resume or a move goes on from them;
-- a Temporal that cannot be reached or refuses is a 503 (``temporal_unavailable``) that says where.
+- a Temporal that cannot be reached or refuses is a 503 (``temporal_unavailable``) that says where; a
+  run the workers ended that the session here does not show ended (workers on other storage) fails
+  saying so.
 
 temporalio is imported here, when a run goes to workers; the config checked at start that it is there.
 """
@@ -201,7 +203,14 @@ class Workers:
         ):
             # The workflow refused before running anything (no run to resume, another graph).
             raise OrchestraError(f"the workers refused the run: {outcome.get('reason')}")
-        return await _stored_result(target, storage, invocation.session_id or "")
+        result = await _stored_result(target, storage, invocation.session_id or "")
+        if result.status.value == "executing":
+            # The workflow ended, but not in this server's view of the session: the workers wrote elsewhere.
+            raise OrchestraError(
+                f"the workers ended the run (workflow {handle.id}), but session {invocation.session_id} here "
+                f"still shows it executing: do the workers open this server's storage ({self.config.storage})?"
+            )
+        return result
 
 
 class _Progress:
