@@ -41,8 +41,20 @@ SPEC = (
 )
 
 
+APPROVAL = """version: 1
+kind: graph
+id: approval
+nodes:
+  - {id: draft, function: 'tests.temporal.hosted_steps:mark'}
+  - {id: approve, function: 'tests.support:ask_human'}
+edges:
+  - {from: draft, to: approve}
+"""
+
+
 def write_config(root: Path, storage: str, temporal: str | None, extra: str = "") -> Path:
     (root / "hosted.yaml").write_text(SPEC)
+    (root / "approval.yaml").write_text(APPROVAL)
     (root / "chat.yaml").write_text(
         "version: 1\nkind: agent\nid: chat\nagents:\n  - {name: chat, model: 'function:tests.support:echo_reply'}\n"
     )
@@ -53,6 +65,7 @@ def write_config(root: Path, storage: str, temporal: str | None, extra: str = ""
         + "agents:\n  - {id: pipe, spec: hosted.yaml, workspace: acme"
         + extra
         + "}\n  - {id: chat, spec: chat.yaml, workspace: acme}\n"
+        + "  - {id: approval, spec: approval.yaml, workspace: acme}\n"
         + f"api_keys:\n  - {{workspace: acme, sha256: {hash_key(KEY)}}}\n"
         + "runs: {heartbeat_s: 0.2, server_gone_after_s: 2, sweep_s: 0.3, max_attempts: 1}\n"
     )
@@ -115,7 +128,7 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
     config = write_config(
         tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
     )
-    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml")
+    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "approval.yaml")
     port = free_port()
     server = start_server(config, port)
     url = f"http://127.0.0.1:{port}"
@@ -157,12 +170,27 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
                 f"{n} done" for n in NODES
             ]
             assert final(http, url, run_id)["status"] == "completed"
+
+            # A human's answer goes to the workflow that waits for it, which goes on where it stopped.
+            asked = http.post(
+                f"{url}/api/v1/agents/approval/invoke", json={"input": "go", "session_id": "a1"}, headers=AUTH
+            ).json()
+            assert asked["status"] == "interrupted", asked
+            question = asked["interrupts"][0]
+            assert question["reason"] == "ship it?"
+            answered = http.post(
+                f"{url}/api/v1/agents/approval/invoke",
+                json={"session_id": "a1", "responses": [{"interrupt_id": question["id"], "response": "yes"}]},
+                headers=AUTH,
+            ).json()
+            assert answered["status"] == "completed", answered
+            assert answered["output"] == "human said yes"
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
         worker.terminate()
         worker.communicate(timeout=30)
-    assert nodes_by(calls) == {n: [worker.pid, worker.pid] for n in NODES}
+    assert nodes_by(calls) == {**{n: [worker.pid, worker.pid] for n in NODES}, "draft": [worker.pid]}
 
 
 def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, calls, monkeypatch):
