@@ -5,12 +5,14 @@ its completed nodes never run again. Every node records which process ran it."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,9 +54,19 @@ edges:
 """
 
 
-def write_config(root: Path, storage: str, temporal: str | None, extra: str = "") -> Path:
+LONG_NODES = [f"l{i}" for i in range(6)]
+LONG = (
+    "version: 1\nkind: graph\nid: long\nnodes:\n"
+    + "".join(f"  - {{id: {n}, function: 'tests.temporal.hosted_steps:mark'}}\n" for n in LONG_NODES)
+    + "edges:\n"
+    + "".join(f"  - {{from: {a}, to: {b}}}\n" for a, b in itertools.pairwise(LONG_NODES))
+)
+
+
+def write_config(root: Path, storage: str, temporal: str | None, extra: str = "", more: str = "") -> Path:
     (root / "hosted.yaml").write_text(SPEC)
     (root / "approval.yaml").write_text(APPROVAL)
+    (root / "long.yaml").write_text(LONG)
     (root / "chat.yaml").write_text(
         "version: 1\nkind: agent\nid: chat\nagents:\n  - {name: chat, model: 'function:tests.support:echo_reply'}\n"
     )
@@ -66,6 +78,7 @@ def write_config(root: Path, storage: str, temporal: str | None, extra: str = ""
         + extra
         + "}\n  - {id: chat, spec: chat.yaml, workspace: acme}\n"
         + "  - {id: approval, spec: approval.yaml, workspace: acme}\n"
+        + more
         + f"api_keys:\n  - {{workspace: acme, sha256: {hash_key(KEY)}}}\n"
         + "runs: {heartbeat_s: 0.2, server_gone_after_s: 2, sweep_s: 0.3, max_attempts: 1}\n"
     )
@@ -86,10 +99,10 @@ def nodes_by(calls: Path) -> dict[str, list[int]]:
     return runs
 
 
-def completed_in_session(storage: str, session_id: str) -> list[str]:
+def completed_in_session(storage: str, session_id: str, scope: str = "hosted") -> list[str]:
     async def read() -> list[str]:
         try:
-            doc = await load_scope(storage_from_uri(storage), session_id, "multiAgent", "hosted")
+            doc = await load_scope(storage_from_uri(storage), session_id, "multiAgent", scope)
         except Exception:  # not committed yet
             return []
         return [
@@ -196,19 +209,39 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
 def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, calls, monkeypatch):
     """A pipeline that runs on the server (``runs_on: server``) is SIGKILLed with its server half way; on
     another server its run is ended ``needs_resume``, and ``POST /runs/{id}/move`` continues it on the
-    worker: it completes there, and no node that had completed ran again."""
+    worker: it completes there, and no node that had completed ran again. A plain invoke the killed
+    server was following on the workers completes there, and its record is settled ``completed`` from
+    the session."""
     monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
     queue = "q-hosted-move"
     storage = f"sqlite:{tmp_path}/server.db"
     config = write_config(
-        tmp_path, storage, f"temporal://{temporal_address}/default?task_queue={queue}", ", runs_on: server"
+        tmp_path,
+        storage,
+        f"temporal://{temporal_address}/default?task_queue={queue}",
+        ", runs_on: server",
+        "  - {id: long, spec: long.yaml, workspace: acme}\n",
     )
-    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml")
+    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "long.yaml")
     first, second = free_port(), free_port()
     killed = start_server(config, first)
     servers = [killed]
     try:
         with httpx.Client(timeout=60) as http:
+            sessions = f"{storage}?prefix=ws/acme/agents"
+
+            def follow_long() -> None:
+                with contextlib.suppress(httpx.TransportError):  # its server is killed while it waits
+                    http.post(
+                        f"http://127.0.0.1:{first}/api/v1/agents/long/invoke",
+                        json={"input": "go", "session_id": "p1"},
+                        headers=AUTH,
+                    )
+
+            following = threading.Thread(target=follow_long)
+            following.start()
+            while not completed_in_session(f"{sessions}/long", "p1", "long"):
+                time.sleep(0.05)
             started = http.post(
                 f"http://127.0.0.1:{first}/api/v1/agents/pipe/runs",
                 json={"input": "go", "session_id": "s1"},
@@ -216,13 +249,14 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
             )
             assert started.status_code == 202, started.text
             run_id = started.json()["run_id"]
-            sessions = f"{storage}?prefix=ws/acme/agents/pipe"
-            while len(completed_in_session(sessions, "s1")) < 2:
+            while len(completed_in_session(f"{sessions}/pipe", "s1")) < 2:
                 assert killed.poll() is None
                 time.sleep(0.05)
+            assert len(completed_in_session(f"{sessions}/long", "p1", "long")) < len(LONG_NODES)  # followed
             killed.send_signal(signal.SIGKILL)
             killed.wait(30)
-            before = nodes_by(calls)
+            following.join(30)
+            before = {n: pids for n, pids in nodes_by(calls).items() if n.startswith("n")}
             assert all(pids == [killed.pid] for pids in before.values()), before
             assert 2 <= len(before) < len(NODES)
             servers.append(start_server(config, second))
@@ -239,6 +273,14 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
             assert (
                 http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()["resumed_by"] == record["run_id"]
             )
+            # The plain invoke the killed server followed went on on the worker; its record is settled
+            # from the session once it ended there.
+            while len(completed_in_session(f"{sessions}/long", "p1", "long")) < len(LONG_NODES):
+                time.sleep(0.05)
+            (followed,) = http.get(f"{url}/api/v1/runs?agent_id=long", headers=AUTH).json()["runs"]
+            settled = final(http, url, followed["run_id"])
+            assert settled["status"] == "completed", settled
+            assert settled["output"] == "l5 done"
     finally:
         for process in servers:
             if process.poll() is None:
@@ -247,6 +289,7 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
         worker.terminate()
         worker.communicate(timeout=30)
     after = nodes_by(calls)
+    assert {n: after.pop(n) for n in LONG_NODES} == {n: [worker.pid] for n in LONG_NODES}
     assert set(after) == set(NODES)
     last_before = NODES[len(before) - 1]  # it may have been running when the server died
     for node in NODES:
