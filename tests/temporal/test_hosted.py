@@ -301,8 +301,8 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
 
 
 def test_what_a_server_refuses_is_one_line(tmp_path):
-    """Memory storage, an agent sent to workers, and a server without the temporal extra are refused
-    at start, each with one line that names what failed."""
+    """Memory storage, an agent sent to workers, a pipeline on workers whose policy replaces runs, and a
+    server without the temporal extra are refused at start, each with one line that names what failed."""
     target = "temporal://127.0.0.1:7233/default?task_queue=q"
     with pytest.raises(ConfigurationError) as memory:
         load_config(write_config(tmp_path, "memory", target))
@@ -320,6 +320,13 @@ def test_what_a_server_refuses_is_one_line(tmp_path):
         load_config(config)
     assert len(str(agent.value).splitlines()) == 1
     assert "'chat' is an agent: only graphs and swarms run on workers" in str(agent.value)
+    config = write_config(tmp_path, f"file:{tmp_path}/store", target, ", on_busy: interrupt")
+    with pytest.raises(ConfigurationError) as policy:
+        load_config(config)
+    assert len(str(policy.value).splitlines()) == 1
+    assert "agents[0].on_busy: 'pipe' runs on Temporal workers, where on_busy 'interrupt'" in str(
+        policy.value
+    )
 
     config = write_config(tmp_path, f"file:{tmp_path}/store", None)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
@@ -363,5 +370,13 @@ def test_an_unreachable_temporal_is_a_503_that_says_where(tmp_path):
         no_session = http.post(f"{server.url}/api/v1/agents/pipe/invoke", json={"input": "go"}, headers=AUTH)
         assert no_session.status_code == 400, no_session.text
         assert no_session.json()["error"]["code"] == "session_required"
+        # A message that would replace the session's run: the workflow would resume the stopped one instead.
+        replacing = http.post(
+            f"{server.url}/api/v1/agents/pipe/invoke",
+            json={"input": "go", "session_id": "s1", "on_busy": "rollback"},
+            headers=AUTH,
+        )
+        assert replacing.status_code == 400, replacing.text
+        assert replacing.json()["error"]["code"] == "policy_not_on_workers"
         chat = http.post(f"{server.url}/api/v1/agents/chat/invoke", json={"input": "hi"}, headers=AUTH)
         assert chat.status_code == 200, chat.text  # an agent stays on the server

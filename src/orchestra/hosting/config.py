@@ -62,6 +62,7 @@ from orchestra.spec.models import ID_PATTERN
 from orchestra.storage import check_storage_uri, parse_storage_uri
 
 __all__ = [
+    "REPLACING",
     "ApiKey",
     "HostedSpec",
     "Limits",
@@ -74,6 +75,9 @@ __all__ = [
 ]
 
 OnBusy = Literal["reject", "enqueue", "interrupt", "rollback"]
+REPLACING = ("interrupt", "rollback")
+"""The policies whose message replaces the session's running run: not on Temporal workers, where the
+workflow decides by the session whether it starts afresh or resumes the stopped run."""
 RunsOn = Literal["server", "workers"]
 """Where a hosted pipeline's runs run: here, or on the Temporal workers of the config's ``temporal:``."""
 """What a message to a session that is already running does (see ``orchestra.hosting.session_queue``)."""
@@ -261,6 +265,15 @@ def _temporal_problems(config: ServerConfig) -> list[tuple[tuple[str | int, ...]
     the workers can share, and only graphs and swarms are sent (each problem with where it is)."""
     problems: list[tuple[tuple[str | int, ...], str]] = []
     for index, hosted in enumerate(config.agents):
+        if hosted.id in config.loaded and config.on_workers(hosted) and config.on_busy(hosted) in REPLACING:
+            problems.append(
+                (
+                    ("agents", index, "on_busy"),
+                    f"{hosted.id!r} runs on Temporal workers, where on_busy {config.on_busy(hosted)!r} cannot "
+                    "start a new run in place of the session's stopped one: use enqueue or reject (or "
+                    "runs_on: server)",
+                )
+            )
         if hosted.runs_on != "workers" or hosted.id not in config.loaded:
             continue
         if config.spec_of(hosted.id).spec.kind == "agent":

@@ -40,7 +40,7 @@ from orchestra.hosting.admission import Admission
 from orchestra.hosting.audit import AuditLog
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.building import Builder
-from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.config import REPLACING, HostedSpec, ServerConfig
 from orchestra.hosting.events import EventLog
 from orchestra.hosting.execution import Executor, RunOutcome
 from orchestra.hosting.identity import caller, may_call, visible
@@ -61,7 +61,7 @@ from orchestra.hosting.streaming import StreamEvent, Streaming
 from orchestra.hosting.takeover import Sweeps
 from orchestra.hosting.timers import Waits
 from orchestra.hosting.webhooks import Webhooks
-from orchestra.hosting.workers import no_session
+from orchestra.hosting.workers import no_session, not_replacing
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.storage import Storage
 
@@ -185,8 +185,11 @@ class RunService:
             return
         if not may_call(invocation.hosted):
             raise Refused(404, "unknown_agent", f"no agent {invocation.hosted.id!r} in this workspace")
-        if invocation.session_id is None and self.executor.on_workers(invocation):
-            raise no_session(invocation.hosted.id)
+        if self.executor.on_workers(invocation):
+            if invocation.session_id is None:
+                raise no_session(invocation.hosted.id)
+            if invocation.on_busy in REPLACING:
+                raise not_replacing(invocation.hosted.id, invocation.on_busy)
         if invocation.session_id is not None and not await self.may_use_session(
             workspace, invocation.hosted.id, invocation.session_id, create=True
         ):

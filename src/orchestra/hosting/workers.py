@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from orchestra.hosting.stops import Stop
     from orchestra.storage import Storage
 
-__all__ = ["Workers", "no_session", "sessions_prefix"]
+__all__ = ["Workers", "no_session", "not_replacing", "sessions_prefix"]
 
 _POLL_S = 0.25  # how often a followed run's progress is asked for (a query: no history event)
 
@@ -59,6 +59,16 @@ def no_session(agent_id: str) -> Refused:
         400,
         "session_required",
         f"{agent_id!r} runs on Temporal workers, which keep its run in a session: give a session_id",
+    )
+
+
+def not_replacing(agent_id: str, policy: str) -> Refused:
+    """A message to a pipeline on workers whose policy would replace the running run: refused (400)."""
+    return Refused(
+        400,
+        "policy_not_on_workers",
+        f"{agent_id!r} runs on Temporal workers, where on_busy {policy!r} cannot start a new run in place "
+        "of the session's stopped one: send it with enqueue or reject",
     )
 
 
