@@ -194,7 +194,12 @@ class Workers:
             while True:
                 with anyio.move_on_after(_POLL_S):
                     await done.wait()
-                progress = await handle.query(PipelineWorkflow.progress)
+                try:
+                    progress = await handle.query(PipelineWorkflow.progress)
+                except Exception:
+                    if not done.is_set():
+                        raise
+                    break  # the workflow's end says why, not a query of the ended workflow
                 await events.send(progress)
                 if done.is_set():
                     break
