@@ -35,7 +35,7 @@ temporal: temporal://127.0.0.1:7233/default?task_queue=pipelines  # pipelines ru
 
 With ``temporal:`` (or ``orchestra serve --temporal URI``) every hosted graph and swarm runs on the
 Temporal workers of that task queue, unless its entry says ``runs_on: server``; such a pipeline's
-stopped runs can still be moved there (``POST /api/v1/runs/{id}/move``). See ``temporal_runs.py``.
+stopped runs can still be moved there (``POST /api/v1/runs/{id}/move``). See ``workers.py``.
 
 Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are
 (``orchestra.spec.load_document``): every problem as ``file:line:column: field: message``, unknown keys
@@ -75,12 +75,12 @@ __all__ = [
 ]
 
 OnBusy = Literal["reject", "enqueue", "interrupt", "rollback"]
+"""What a message to a session that is already running does (see ``orchestra.hosting.session_queue``)."""
 REPLACING = ("interrupt", "rollback")
 """The policies whose message replaces the session's running run: not on Temporal workers, where the
 workflow decides by the session whether it starts afresh or resumes the stopped run."""
 RunsOn = Literal["server", "workers"]
 """Where a hosted pipeline's runs run: here, or on the Temporal workers of the config's ``temporal:``."""
-"""What a message to a session that is already running does (see ``orchestra.hosting.session_queue``)."""
 
 
 class _Model(BaseModel):
