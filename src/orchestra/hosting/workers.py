@@ -134,7 +134,14 @@ class Workers:
 
     async def _start(self, workspace: str, invocation: Invocation, record: RunRecord, task: Any) -> Any:
         """The workflow of the run: the session's running one (followed), else a new one."""
-        from orchestra.temporal import PipelineWorkflow, RunRequest, running_handle, spec_hash, start_run
+        from orchestra.temporal import (
+            PipelineWorkflow,
+            RunRequest,
+            parse_target,
+            running_handle,
+            spec_hash,
+            start_run,
+        )
 
         loaded = self.config.spec_of(invocation.hosted.id)
         session_id = invocation.session_id
@@ -159,12 +166,10 @@ class Workers:
             storage=storage_uri_under(self.config.storage, sessions_prefix(workspace, invocation.hosted.id)),
             task=None if invocation.resume or invocation.responses else task,
             run_id=record.run_id,
-            resume=invocation.resume or record.resumed,
+            resume=invocation.resume,
             responses=dict(invocation.responses or {}),
         )
         assert self.config.temporal is not None
-        from orchestra.temporal import parse_target
-
         return await start_run(client, parse_target(self.config.temporal), request)
 
     async def _follow(
