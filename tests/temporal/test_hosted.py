@@ -125,6 +125,14 @@ def final(http: httpx.Client, url: str, run_id: str) -> dict:
     raise AssertionError(f"run {run_id} did not end: {record}")
 
 
+async def workflow_status(address: str, workflow_id: str) -> str:
+    from orchestra import temporal
+
+    client = await temporal.connect(temporal.TemporalTarget(address, "default", "any"))
+    description = await client.get_workflow_handle(workflow_id).describe()
+    return description.status.name
+
+
 @pytest.fixture
 def calls(tmp_path, monkeypatch):
     """The file every node records to, in the server's and the worker's process alike."""
@@ -133,15 +141,22 @@ def calls(tmp_path, monkeypatch):
     return path
 
 
-def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls):
+def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls, monkeypatch):
     """Invoked over HTTP, a pipeline of a server with ``temporal:`` runs on the worker, not the server:
     each node once, the answer and the run record as for a local run; a background run's stream has
-    its nodes' events and its result."""
+    its nodes' events and its result; an interrupt is answered over HTTP; a cancelled run's workflow
+    is terminated, and its resume completes it on the worker without running a completed node again."""
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.1")
     queue = "q-hosted"
     config = write_config(
-        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+        tmp_path,
+        f"sqlite:{tmp_path}/server.db",
+        f"temporal://{temporal_address}/default?task_queue={queue}",
+        more="  - {id: long, spec: long.yaml, workspace: acme}\n",
     )
-    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "approval.yaml")
+    worker = worker_process(
+        temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "approval.yaml", tmp_path / "long.yaml"
+    )
     port = free_port()
     server = start_server(config, port)
     url = f"http://127.0.0.1:{port}"
@@ -198,12 +213,37 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
             ).json()
             assert answered["status"] == "completed", answered
             assert answered["output"] == "human said yes"
+
+            # A cancel stops the workflow where it is; a resume goes on from the nodes it completed.
+            cancelled = http.post(
+                f"{url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "c1"}, headers=AUTH
+            ).json()["run_id"]
+            sessions = f"sqlite:{tmp_path}/server.db?prefix=ws/acme/agents/long"
+            while len(completed_in_session(sessions, "c1", "long")) < 2:
+                time.sleep(0.02)
+            assert http.post(f"{url}/api/v1/runs/{cancelled}/cancel", headers=AUTH).status_code == 202
+            stopped = final(http, url, cancelled)
+            assert stopped["status"] == "interrupted", stopped
+            assert stopped["stored"] is True  # its completed nodes are kept
+            assert anyio.run(workflow_status, temporal_address, "orchestra-long-c1") == "TERMINATED"
+            done_before = completed_in_session(sessions, "c1", "long")
+            assert len(done_before) < len(LONG_NODES)
+            resumed = http.post(f"{url}/api/v1/runs/{cancelled}/resume", headers=AUTH)
+            assert resumed.status_code == 202, resumed.text
+            record = final(http, url, resumed.json()["run_id"])
+            assert record["status"] == "completed", record
+            assert record["output"] == "l5 done"
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
         worker.terminate()
         worker.communicate(timeout=30)
-    assert nodes_by(calls) == {**{n: [worker.pid, worker.pid] for n in NODES}, "draft": [worker.pid]}
+    ran_long = {n: pids for n, pids in nodes_by(calls).items() if n.startswith("l")}
+    assert set(ran_long) == set(LONG_NODES)
+    assert all(ran_long[n] == [worker.pid] for n in done_before), ran_long  # completed: never again
+    assert all(set(pids) == {worker.pid} and len(pids) <= 2 for pids in ran_long.values()), ran_long
+    others = {n: pids for n, pids in nodes_by(calls).items() if not n.startswith("l")}
+    assert others == {**{n: [worker.pid, worker.pid] for n in NODES}, "draft": [worker.pid]}
 
 
 def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, calls, monkeypatch):

@@ -204,7 +204,7 @@ class Executor:
                 )
             await anyio.sleep(0.2 * 2**attempt)
         self.stops.unregister(stop)  # from here on, the outcome is decided: a stop request is too late
-        if isinstance(outcome, Stopped):
+        if isinstance(outcome, Stopped) and record.workflow_id is None:  # (workers.py settles its own)
             storage = self.workspaces.agent_storage(workspace, invocation.hosted.id)
             try:
                 outcome = await settle_stop(outcome, target, invocation, record, storage, SERVER_COMPACTION)

@@ -121,16 +121,18 @@ class Workers:
             except Exception as exc:
                 raise _unavailable(exc, address, record.run_id) from None
         assert stop.request is not None
-        if handle is not None:
-            # The workers stop with the run: what they completed is in the session, for a resume or a move.
-            with anyio.CancelScope(shield=True):
-                try:
-                    await handle.terminate(
-                        f"stopped on the server ({stop.request.mode} by {stop.request.by})"
-                    )
-                except Exception as exc:  # ended meanwhile, or Temporal is gone: the record says so
-                    return Stopped(stop.request, stored=None, note=f"its workflow was not terminated: {exc}")
-        return Stopped(stop.request)
+        if handle is None:
+            return Stopped(stop.request)
+        # The workers stop with the run: what they completed stays in the session, for a resume or a move.
+        with anyio.CancelScope(shield=True):
+            try:
+                await handle.terminate(f"stopped on the server ({stop.request.mode} by {stop.request.by})")
+            except Exception as exc:  # ended meanwhile, or Temporal is gone: the record says so
+                return Stopped(stop.request, stored=None, note=f"its workflow was not terminated: {exc}")
+            stored = await _completed_any(
+                storage, invocation.session_id or "", target.scope_id, record.run_id
+            )
+        return Stopped(stop.request, stored=stored)
 
     async def _start(self, workspace: str, invocation: Invocation, record: RunRecord, task: Any) -> Any:
         """The workflow of the run: the session's running one (followed), else a new one."""
@@ -276,6 +278,19 @@ class _Progress:
         except OrchestraError:  # not committed yet: the node's output is in the run's record at its end
             return {}
         return dict(doc.fields)
+
+
+async def _completed_any(storage: Storage, session_id: str, scope_id: str, run_id: str) -> bool | None:
+    """Whether the stopped run completed nodes that the session keeps: known only for a run it started
+    (a resumed one goes on under the run id it resumes; the workers' records name no hosted run)."""
+    try:
+        doc = await load_scope(storage, session_id, "multiAgent", scope_id)
+    except OrchestraError:
+        return False  # not committed at all
+    run = doc.fields.get("run") or {}
+    if run.get("run_id") != run_id:
+        return None
+    return bool(run.get("execution_count"))
 
 
 async def _stored_result(target: MultiAgentBase, storage: Storage, session_id: str) -> MultiAgentResult:
