@@ -51,6 +51,16 @@ def serve(
             "(a turn cut then stores nothing; background runs are left for another server).",
         ),
     ] = 20,
+    temporal: Annotated[
+        str | None,
+        typer.Option(
+            "--temporal",
+            metavar="URI",
+            help="temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE: hosted graphs and swarms run on the Temporal "
+            "workers of that queue (in place of the config's temporal:; needs the temporal extra and "
+            "storage the workers share).",
+        ),
+    ] = None,
     access_log: Annotated[
         str,
         typer.Option(
@@ -67,15 +77,17 @@ def serve(
     """
     import uvicorn
 
-    from orchestra.server import CONFIG_ENV_VAR, load_config
+    from orchestra.server import CONFIG_ENV_VAR, TEMPORAL_ENV_VAR, load_config
     from orchestra.server.access_log import ACCESS_LOG_ENV_VAR
 
     if access_log not in ("on", "off"):
         raise typer.BadParameter("use on or off", param_hint="--access-log")
     try:
-        load_config(config)
+        load_config(config, temporal=temporal)
     except OrchestraError as exc:
         raise fail(str(exc)) from None
+    if temporal is not None:
+        os.environ[TEMPORAL_ENV_VAR] = temporal
     start_tracing(otlp_endpoint, "orchestra-serve")  # the app factory configures each worker process
     os.environ[CONFIG_ENV_VAR] = str(config.resolve())
     os.environ[ACCESS_LOG_ENV_VAR] = "off" if access_log == "off" else "json" if json_logs() else "console"

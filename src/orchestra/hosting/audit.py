@@ -8,7 +8,7 @@ older than ``audit.retention_days``. Entries are listed oldest first (uuid7 ids 
 | --- | --- |
 | ``run.create`` | a run is admitted (an invoke, a background run, a door's message) |
 | ``interrupt.answer`` | a run answers a session's open interrupts |
-| ``run.cancel``, ``run.resume`` | a run is cancelled, or started again |
+| ``run.cancel``, ``run.resume``, ``run.move`` | a run is cancelled, started again, or moved to workers |
 | ``session.delete`` | a session is deleted |
 """
 

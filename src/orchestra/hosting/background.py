@@ -162,10 +162,13 @@ class BackgroundRuns:
             await self.drive(workspace, record.run_id)
         return record
 
-    async def resume(self, workspace: str, record: RunRecord, hosted: HostedSpec) -> RunRecord:
+    async def resume(
+        self, workspace: str, record: RunRecord, hosted: HostedSpec, *, on_workers: bool = False
+    ) -> RunRecord:
         """Start a run that was cancelled, failed, or left ``needs_resume`` again, as a new background run
         on its session (queued behind what runs there): a pipeline goes on from its saved nodes, an
-        agent's turn runs again. The old record names the new run (``resumed_by``).
+        agent's turn runs again. The old record names the new run (``resumed_by``). ``on_workers``: the
+        new run goes to the Temporal workers (``workers.py``), a move.
 
         Raises:
             NotResumable: the run has not ended, completed, was rolled back, waits for interrupt answers,
@@ -191,6 +194,7 @@ class BackgroundRuns:
         invocation.owner = record.owner or invocation.owner  # a run resumed (by an admin) stays its owner's
         if record.owner is not None:  # with its owner's memory
             invocation.subject = record.memory_subject
+        invocation.on_workers = on_workers
         # The old record names its resumption before it starts, by compare-and-swap: of two resumes at
         # once (a client's retry, two users) one starts a run, the other is refused; never two runs of one
         # turn.

@@ -30,7 +30,12 @@ schedules:                                  # runs on a cron schedule (docs/sche
 auth: {jwt: ..., hook: ..., admin_roles: [admin]}   # JWTs and a hook (tenant_config.py, docs/tenants.md)
 quotas: {limits: [...], requests_per_s: 20}         # spend per workspace or user; a request rate
 audit: {enabled: true, retention_days: 90}          # who did what, kept this long
+temporal: temporal://127.0.0.1:7233/default?task_queue=pipelines  # pipelines run on these workers
 ```
+
+With ``temporal:`` (or ``orchestra serve --temporal URI``) every hosted graph and swarm runs on the
+Temporal workers of that task queue, unless its entry says ``runs_on: server``; such a pipeline's
+stopped runs can still be moved there (``POST /api/v1/runs/{id}/move``). See ``workers.py``.
 
 Keys are stored as SHA-256 hashes, never in clear. The file is read as pipeline specs are
 (``orchestra.spec.load_document``): every problem as ``file:line:column: field: message``, unknown keys
@@ -39,6 +44,7 @@ with a "did you mean", ``${VAR}`` replaced by the environment variable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -53,14 +59,16 @@ from orchestra.hosting.tenant_config import AuditSettings, AuthSettings, QuotaSe
 from orchestra.memory.binding import load_embedder
 from orchestra.spec import LoadedSpec, load_document, parse_file
 from orchestra.spec.models import ID_PATTERN
-from orchestra.storage import check_storage_uri
+from orchestra.storage import check_storage_uri, parse_storage_uri
 
 __all__ = [
+    "REPLACING",
     "ApiKey",
     "HostedSpec",
     "Limits",
     "OnBusy",
     "RunSettings",
+    "RunsOn",
     "ServerConfig",
     "WebhookSettings",
     "load_config",
@@ -68,6 +76,11 @@ __all__ = [
 
 OnBusy = Literal["reject", "enqueue", "interrupt", "rollback"]
 """What a message to a session that is already running does (see ``orchestra.hosting.session_queue``)."""
+REPLACING = ("interrupt", "rollback")
+"""The policies whose message replaces the session's running run: not on Temporal workers, where the
+workflow decides by the session whether it starts afresh or resumes the stopped run."""
+RunsOn = Literal["server", "workers"]
+"""Where a hosted pipeline's runs run: here, or on the Temporal workers of the config's ``temporal:``."""
 
 
 class _Model(BaseModel):
@@ -87,6 +100,11 @@ class HostedSpec(_Model):
     allow: list[str] | None = Field(
         default=None,
         description="Who may call it: users (subjects) and role:<name> entries (default: the workspace).",
+    )
+    runs_on: RunsOn | None = Field(
+        default=None,
+        description="A pipeline's runs run on this server or on the Temporal workers of temporal: "
+        "(default: workers when temporal: is set, else this server).",
     )
 
 
@@ -201,12 +219,22 @@ class ServerConfig(_Model):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     quotas: QuotaSettings = Field(default_factory=QuotaSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    temporal: str | None = Field(
+        default=None,
+        description="temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE: the workers hosted pipelines run on.",
+    )
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
     loaded: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     def spec_of(self, agent_id: str) -> LoadedSpec:
         spec: LoadedSpec = self.loaded[agent_id]
         return spec
+
+    def on_workers(self, hosted: HostedSpec) -> bool:
+        """Whether the pipeline's runs go to the Temporal workers (``temporal:``), not this server."""
+        if self.temporal is None or self.spec_of(hosted.id).spec.kind == "agent":
+            return False
+        return hosted.runs_on != "server"
 
     def on_busy(self, hosted: HostedSpec) -> OnBusy:
         """The agent's policy for a second message, else the server's."""
@@ -232,8 +260,73 @@ def _check_schedules(config: ServerConfig, located: Any) -> list[str]:
     return problems
 
 
-def load_config(path: str | os.PathLike[str]) -> ServerConfig:
-    """Read and check a server config (and every spec it names).
+def _temporal_problems(config: ServerConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    """Pipelines sent to Temporal workers: the extra is installed, the target parses, the storage is one
+    the workers can share, and only graphs and swarms are sent (each problem with where it is)."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for index, hosted in enumerate(config.agents):
+        if hosted.id in config.loaded and config.on_workers(hosted) and config.on_busy(hosted) in REPLACING:
+            problems.append(
+                (
+                    ("agents", index, "on_busy"),
+                    f"{hosted.id!r} runs on Temporal workers, where on_busy {config.on_busy(hosted)!r} cannot "
+                    "start a new run in place of the session's stopped one: use enqueue or reject (or "
+                    "runs_on: server)",
+                )
+            )
+        if hosted.runs_on != "workers" or hosted.id not in config.loaded:
+            continue
+        if config.spec_of(hosted.id).spec.kind == "agent":
+            problems.append(
+                (
+                    ("agents", index, "runs_on"),
+                    f"{hosted.id!r} is an agent: only graphs and swarms run on workers",
+                )
+            )
+        elif config.temporal is None:
+            problems.append(
+                (
+                    ("agents", index, "runs_on"),
+                    f"{hosted.id!r} runs on workers, but no temporal: target names them (temporal: "
+                    "temporal://HOST:PORT/NAMESPACE?task_queue=QUEUE, or orchestra serve --temporal URI)",
+                )
+            )
+    if config.temporal is None:
+        return problems
+    try:
+        import temporalio  # noqa: F401  (an optional extra)
+    except ImportError:
+        problems.append(
+            (
+                ("temporal",),
+                "pipelines on Temporal workers need the temporal extra: pip install 'orchestra-agents[temporal]'",
+            )
+        )
+        return problems
+    from orchestra.temporal import parse_target
+
+    shared = True
+    try:
+        parse_target(config.temporal)
+    except ConfigurationError as exc:
+        problems.append((("temporal",), str(exc)))
+    with contextlib.suppress(ConfigurationError):  # an unknown storage URI is reported on its own
+        shared = parse_storage_uri(config.storage)[0] != "memory"
+    if not shared:
+        problems.append(
+            (
+                ("storage",),
+                "memory storage is this process's own, and pipelines on Temporal workers need storage the "
+                "workers share: use file:/shared/dir, sqlite:/shared/server.db, s3://bucket/prefix or "
+                "postgresql://...",
+            )
+        )
+    return problems
+
+
+def load_config(path: str | os.PathLike[str], *, temporal: str | None = None) -> ServerConfig:
+    """Read and check a server config (and every spec it names); ``temporal`` (``orchestra serve
+    --temporal``) replaces the file's ``temporal:``.
 
     Raises:
         ConfigurationError: the file or a spec it names is not valid; the message says where.
@@ -243,6 +336,8 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
         config, located = load_document(path, ServerConfig, extra={"base_dir": path.resolve().parent})
     except OrchestraSpecError as exc:
         raise ConfigurationError(str(exc)) from None
+    if temporal is not None:
+        config.temporal = temporal
     problems: list[str] = []
     try:
         check_storage_uri(config.storage)
@@ -264,6 +359,7 @@ def load_config(path: str | os.PathLike[str]) -> ServerConfig:
             where = located.error(("agents", index, "spec"), f"agent {hosted.id!r}: its spec is not valid:")
             problems.append("\n".join([where, *exc.errors]))
     problems.extend(_check_schedules(config, located))
+    problems.extend(located.error(where, problem) for where, problem in _temporal_problems(config))
     if not config.api_keys and config.auth.jwt is None and config.auth.hook is None:
         problems.append(
             located.error(("api_keys",), "no api_keys: every API route needs a key (orchestra hash-key KEY)")

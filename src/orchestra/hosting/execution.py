@@ -49,6 +49,7 @@ from orchestra.hosting.session_outcome import close_resumed, settle_from_session
 from orchestra.hosting.stopping import Stopped, settle_stop
 from orchestra.hosting.stops import Stop, Stops
 from orchestra.hosting.wait_index import note_waiting
+from orchestra.hosting.workers import Workers, no_session
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.multiagent import MultiAgentBase
 from orchestra.multiagent.events import MultiAgentResultEvent
@@ -76,6 +77,11 @@ class Executor:
         self.stops = stops
         self.builder = builder
         self.quotas: Quotas | None = None  # counts the runs' model calls when quotas are configured
+        self.workers = Workers(config)
+
+    def on_workers(self, invocation: Invocation) -> bool:
+        """Whether the run goes to the Temporal workers: moved there, or its pipeline runs there."""
+        return invocation.on_workers or self.config.on_workers(invocation.hosted)
 
     def record_of(self, invocation: Invocation) -> RunRecord:
         """A new run record for ``invocation`` (``executing`` on this server)."""
@@ -96,6 +102,8 @@ class Executor:
             extra["owner"] = invocation.owner
         if invocation.subject is not None:
             extra["memory_subject"] = invocation.subject
+        if self.on_workers(invocation):
+            extra["workflow_id"] = self.workers.workflow_of(invocation)
         return RunRecord(
             run_id=invocation.run_id,
             agent_id=invocation.hosted.id,
@@ -172,6 +180,14 @@ class Executor:
                 task = self.builder.task(invocation, target)
                 memory = self.workspaces.memory.binding(workspace, invocation.subject)
                 turn = functools.partial(run_target, target, invocation, task, stop, log, memory)
+                if record.workflow_id is not None:
+                    if invocation.session_id is None:
+                        raise no_session(invocation.hosted.id)
+                    assert isinstance(target, MultiAgentBase)
+                    storage = self.workspaces.agent_storage(workspace, invocation.hosted.id)
+                    turn = functools.partial(
+                        self.workers.run, workspace, target, invocation, record, task, stop, log, storage
+                    )
                 if self._records_beside(invocation, target):  # its record is written beside the turn
                     assert isinstance(target, Agent)
                     outcome = await record_beside_turn(record, runs, target, turn)
@@ -190,7 +206,7 @@ class Executor:
                 )
             await anyio.sleep(0.2 * 2**attempt)
         self.stops.unregister(stop)  # from here on, the outcome is decided: a stop request is too late
-        if isinstance(outcome, Stopped):
+        if isinstance(outcome, Stopped) and record.workflow_id is None:  # (workers.py settles its own)
             storage = self.workspaces.agent_storage(workspace, invocation.hosted.id)
             try:
                 outcome = await settle_stop(outcome, target, invocation, record, storage, SERVER_COMPACTION)

@@ -69,6 +69,7 @@ class Invocation:
         self.metadata: dict[str, str] = {}  # given at start, kept in the run record (searchable)
         self.owner = owner()  # the caller's user, recorded on its run (identity.py)
         self.admitted = False  # the caller may run it (RunService.admit)
+        self.on_workers = False  # moved to the Temporal workers (else where its pipeline runs: workers.py)
 
     @property
     def answers(self) -> dict[str, Any] | None:
@@ -105,6 +106,7 @@ class Invocation:
         invocation.metadata = dict(record.metadata)
         invocation.owner = record.owner
         invocation.subject = record.memory_subject  # its user's memory, whichever server goes on with it
+        invocation.on_workers = record.workflow_id is not None
         return invocation
 
     def traced(self) -> Any:

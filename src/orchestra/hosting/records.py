@@ -85,6 +85,10 @@ class RunSummary(BaseModel):
         default=False, description="Set when no server could go on with it: POST /runs/{id}/resume."
     )
     resumed_by: str | None = Field(default=None, description="The run that resumed this one.")
+    workflow_id: str | None = Field(
+        default=None,
+        description="The Temporal workflow that runs it on workers (docs/temporal.md); null: run on a server.",
+    )
     resume: bool = Field(
         default=False, description="It finishes what its session left open instead of sending input."
     )

@@ -8,6 +8,7 @@
 | ``start`` | start a background run (202) |
 | ``follow`` | a run's events after an id, then live, on whichever server it runs |
 | ``cancel``, ``resume`` | stop a run; start a stopped or stranded one again |
+| ``move`` | continue a stopped or stranded pipeline run on the Temporal workers (``workers.py``) |
 | ``answer`` | answer a run's open interrupt (a background run on its session) |
 | ``send_event`` | send an event to a run's session; waits that take it are woken (``timers.py``) |
 | ``run_record``, ``list_runs`` | run records, settled from their sessions when their server is gone |
@@ -39,7 +40,7 @@ from orchestra.hosting.admission import Admission
 from orchestra.hosting.audit import AuditLog
 from orchestra.hosting.background import BackgroundRuns
 from orchestra.hosting.building import Builder
-from orchestra.hosting.config import HostedSpec, ServerConfig
+from orchestra.hosting.config import REPLACING, HostedSpec, ServerConfig
 from orchestra.hosting.events import EventLog
 from orchestra.hosting.execution import Executor, RunOutcome
 from orchestra.hosting.identity import caller, may_call, visible
@@ -60,6 +61,7 @@ from orchestra.hosting.streaming import StreamEvent, Streaming
 from orchestra.hosting.takeover import Sweeps
 from orchestra.hosting.timers import Waits
 from orchestra.hosting.webhooks import Webhooks
+from orchestra.hosting.workers import no_session, not_replacing
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.storage import Storage
 
@@ -183,6 +185,11 @@ class RunService:
             return
         if not may_call(invocation.hosted):
             raise Refused(404, "unknown_agent", f"no agent {invocation.hosted.id!r} in this workspace")
+        if self.executor.on_workers(invocation):
+            if invocation.session_id is None:
+                raise no_session(invocation.hosted.id)
+            if invocation.on_busy in REPLACING:
+                raise not_replacing(invocation.hosted.id, invocation.on_busy)
         if invocation.session_id is not None and not await self.may_use_session(
             workspace, invocation.hosted.id, invocation.session_id, create=True
         ):
@@ -294,6 +301,30 @@ class RunService:
         resumed = await self.background.resume(workspace, record, hosted)
         await self.audit(workspace, "run.resume", record.agent_id, record.session_id, resumed.run_id)
         return resumed
+
+    async def move(self, workspace: str, record: RunRecord, hosted: HostedSpec) -> RunRecord:
+        """Continue a stopped, failed or stranded pipeline run on the Temporal workers (``workers.py``), as
+        a new background run: its completed nodes are not run again (``BackgroundRuns.resume``).
+
+        Raises:
+            Refused: this server names no workers (409), or the run is an agent's turn (409).
+        """
+        if self.config.temporal is None:
+            raise Refused(
+                409,
+                "no_workers",
+                "this server names no Temporal workers: set temporal: in its config, or start it with "
+                "orchestra serve --temporal URI",
+            )
+        if record.kind == "agent":
+            raise Refused(
+                409,
+                "not_movable",
+                f"run {record.run_id} is an agent's turn: only graphs and swarms run on workers",
+            )
+        moved = await self.background.resume(workspace, record, hosted, on_workers=True)
+        await self.audit(workspace, "run.move", record.agent_id, record.session_id, moved.run_id)
+        return moved
 
     async def flush_records(self, workspace: str) -> None:
         """Write the run records queued by finished invocations (after their answers were sent)."""

@@ -18,7 +18,11 @@ could not tell (``stored`` is None). Every journal record a hosted run writes ca
 - a pipeline's run is settled with the status its last record saved (``completed`` or ``interrupted``);
   one that stopped half way is ``failed``, and the session's next invocation resumes it;
 - a run with no record in the session stored nothing: ``failed``, and a request repeated with its
-  Idempotency-Key runs it again.
+  Idempotency-Key runs it again;
+- a pipeline's run on Temporal workers (``workflow_id``) is committed by the workers, whose records
+  name no hosted run: it is settled by the session's run as it stands, when that run is this one and
+  it ended; otherwise it is ``failed`` with a note that its workflow may still run there (a background
+  run is taken over and follows that workflow instead, ``workers.py``).
 
 When the records written since the run started were folded away (the run started more than the
 journal's ``delete_after`` ago), the session can no longer tell: the record says so (``stored`` None).
@@ -84,6 +88,8 @@ async def _settle(
     kind: Any = "agent" if isinstance(target, Agent) else "multiAgent"
     scope_id = target.agent_id if isinstance(target, Agent) else target.scope_id
     journal = open_scope(storage, record.session_id, kind, scope_id)
+    if record.workflow_id is not None and isinstance(target, MultiAgentBase):
+        return await _on_workers(settled, journal, target, why, ended_only=ended_only)
     written, sure = await journal.run_records(record.run_id, started_ms(record.started_at))
     if isinstance(target, MultiAgentBase):
         final = [(seq, r) for seq, r in written if isinstance(r.set.get("run"), dict)]
@@ -180,6 +186,33 @@ async def close_resumed(runs: RunStore, resuming: RunRecord) -> None:
         if left_open and record.run_id < resuming.run_id:
             record.resumed_by = resuming.run_id
             await runs.save(record)
+
+
+async def _on_workers(
+    settled: RunRecord, journal: Journal, target: MultiAgentBase, why: str, *, ended_only: bool
+) -> RunRecord | None:
+    """A pipeline's run on Temporal workers, settled by the session's run as it stands (see the module
+    docstring)."""
+    doc = await journal.load()
+    run = (doc.fields.get("run") if doc is not None else None) or {}
+    if run.get("run_id") == settled.run_id and run.get("status") in _FINAL:
+        assert doc is not None
+        target.document.load(doc.fields, doc.logs)
+        result = target.build_result()
+        settled.status, settled.output, settled.stored = run["status"], result.output, True
+        if settled.status == "interrupted":
+            settled.interrupts = open_interrupts(target)
+        settled.error = settled.error_code = None
+        settled.http_status = 200
+        return settled
+    if ended_only:
+        return None
+    return _failed(
+        settled,
+        f"{why}; its workflow {settled.workflow_id} may still run on the Temporal workers (the session shows "
+        f"where it stands), and POST /api/v1/runs/{settled.run_id}/resume or /move goes on from its saved nodes",
+        stored=False,
+    )
 
 
 def _failed(record: RunRecord, error: str, *, stored: bool | None) -> RunRecord:

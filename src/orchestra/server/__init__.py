@@ -3,11 +3,19 @@ doors, each a translation of ``orchestra.hosting``'s run service."""
 
 from orchestra.hosting.config import ApiKey, HostedSpec, Limits, ServerConfig, load_config
 from orchestra.hosting.records import RunRecord
-from orchestra.server.app import CONFIG_ENV_VAR, ApiError, InvokeRequest, create_app, create_app_from_env
+from orchestra.server.app import (
+    CONFIG_ENV_VAR,
+    TEMPORAL_ENV_VAR,
+    ApiError,
+    InvokeRequest,
+    create_app,
+    create_app_from_env,
+)
 from orchestra.server.auth import KeyRing, hash_key
 
 __all__ = [
     "CONFIG_ENV_VAR",
+    "TEMPORAL_ENV_VAR",
     "ApiError",
     "ApiKey",
     "HostedSpec",

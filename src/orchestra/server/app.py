@@ -69,9 +69,18 @@ from orchestra.server.search_routes import SearchQuery, mount_search
 from orchestra.server.streams import sse_stream
 from orchestra.server.tenant_routes import mount_tenant_routes
 
-__all__ = ["CONFIG_ENV_VAR", "ApiError", "InvokeRequest", "create_app", "create_app_from_env", "workspace"]
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "TEMPORAL_ENV_VAR",
+    "ApiError",
+    "InvokeRequest",
+    "create_app",
+    "create_app_from_env",
+    "workspace",
+]
 
 CONFIG_ENV_VAR = "ORCHESTRA_SERVER_CONFIG"
+TEMPORAL_ENV_VAR = "ORCHESTRA_SERVER_TEMPORAL"  # orchestra serve --temporal, for each worker process
 
 
 log = get_logger("orchestra.server")
@@ -488,11 +497,14 @@ def create_app(config: ServerConfig) -> FastAPI:
 def create_app_from_env() -> FastAPI:
     """For ``uvicorn --factory``: the app for the config named by ``ORCHESTRA_SERVER_CONFIG``, its access
     log as ``ORCHESTRA_ACCESS_LOG`` says (console, json or off; console when unset), and traces to
-    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter and log handler."""
+    ``ORCHESTRA_OTLP_ENDPOINT`` when set: each worker process has its own exporter and log handler;
+    ``ORCHESTRA_SERVER_TEMPORAL`` (``--temporal``) replaces the config's ``temporal:``."""
     configure_access_log(os.environ.get(ACCESS_LOG_ENV_VAR, "console"))
     endpoint = os.environ.get("ORCHESTRA_OTLP_ENDPOINT")
     if endpoint:
         from orchestra.tracing import configure_otlp
 
         configure_otlp(endpoint, "orchestra-serve")
-    return create_app(load_config(os.environ[CONFIG_ENV_VAR]))
+    return create_app(
+        load_config(os.environ[CONFIG_ENV_VAR], temporal=os.environ.get(TEMPORAL_ENV_VAR) or None)
+    )

@@ -6,6 +6,7 @@
 | ``GET /api/v1/runs/{id}/stream`` | its events after ``Last-Event-ID``, then live, then its last event |
 | ``POST /api/v1/runs/{id}/cancel`` | stop it (202): saved ``interrupted``, resumable |
 | ``POST /api/v1/runs/{id}/resume`` | start a stopped or stranded run again, as a new run (202) |
+| ``POST /api/v1/runs/{id}/move`` | continue a stopped or stranded pipeline run on the Temporal workers (202) |
 
 ``invocation_of`` turns an invoke or run request into an ``Invocation`` (and refuses what is not valid
 before any work), for these routes and ``POST .../invoke`` alike.
@@ -231,3 +232,16 @@ def mount_runs(app: FastAPI, runtime: RunService, hosted: Callable[[str, str], H
         run on its session: a pipeline goes on from its saved nodes, an agent's turn runs again."""
         record = await _run_or_404(runtime, ws, run_id)
         return _accepted(await runtime.resume(ws, record, hosted(record.agent_id, ws)))
+
+    @app.post(
+        "/api/v1/runs/{run_id}/move",
+        status_code=202,
+        response_model=RunAccepted,
+        responses=_errors(401, 404, 409, 422, 429, 500, 503, 507),
+    )
+    async def move(run_id: Annotated[str, ID_PATH], ws: Workspace) -> JSONResponse:
+        """Continue a pipeline run that was cancelled, failed, or left ``needs_resume`` (its server
+        killed) on the server's Temporal workers (``temporal:`` in its config), as a new background run:
+        the nodes it completed are not run again."""
+        record = await _run_or_404(runtime, ws, run_id)
+        return _accepted(await runtime.move(ws, record, hosted(record.agent_id, ws)))

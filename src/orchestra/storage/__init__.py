@@ -23,7 +23,13 @@ from orchestra.storage._base import (
     validate_key,
     write_many,
 )
-from orchestra.storage._uri import DEFAULT_STORAGE_URI, check_storage_uri, parse_storage_uri, storage_from_uri
+from orchestra.storage._uri import (
+    DEFAULT_STORAGE_URI,
+    check_storage_uri,
+    parse_storage_uri,
+    storage_from_uri,
+    storage_uri_under,
+)
 from orchestra.storage.encrypted import EncryptedStorage, EnvKeyProvider, KeyProvider, KMSKeyProvider
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
@@ -79,6 +85,7 @@ __all__ = [
     "read_many",
     "scrub",
     "storage_from_uri",
+    "storage_uri_under",
     "validate_key",
     "write_many",
 ]

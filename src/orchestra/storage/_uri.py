@@ -7,6 +7,9 @@
 - ``sqlite:PATH`` (``sqlite:./app.db``, ``sqlite:///abs/app.db``), with optional ``?synchronous=NORMAL``
   and ``?timeout=SECONDS``: ``SQLiteStorage``
 - ``postgresql://...`` (or ``postgres://...``), a libpq connection URI: ``PostgresStorage``
+- a database URI's ``prefix=a/b`` option: only the keys under ``a/b/`` (``PrefixedStorage``), as a
+  folder's subfolder or an S3 prefix's longer one; ``storage_uri_under`` writes such URIs (a hosted
+  pipeline's sessions, for the Temporal workers that run it)
 - ``memory``: a new ``InMemoryStorage``; ``memory://name``: one shared per process under that name
 
 A database storage is shared per URI within a process (one connection pool, one group commit for every
@@ -19,14 +22,21 @@ import difflib
 import re
 import threading
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from orchestra.errors import ConfigurationError
-from orchestra.storage._base import Storage
+from orchestra.storage._base import Storage, validate_key
 from orchestra.storage.local import LocalFileStorage
 from orchestra.storage.memory import InMemoryStorage
+from orchestra.storage.prefixed import PrefixedStorage
 
-__all__ = ["DEFAULT_STORAGE_URI", "check_storage_uri", "parse_storage_uri", "storage_from_uri"]
+__all__ = [
+    "DEFAULT_STORAGE_URI",
+    "check_storage_uri",
+    "parse_storage_uri",
+    "storage_from_uri",
+    "storage_uri_under",
+]
 
 DEFAULT_STORAGE_URI = "file:./.orchestra"
 
@@ -40,7 +50,7 @@ def parse_storage_uri(uri: str) -> tuple[str, dict[str, str]]:
     docstring)."""
     uri = uri.strip()
     if uri.startswith(("postgresql://", "postgres://")):
-        return "postgresql", {"conninfo": uri}
+        return "postgresql", _postgres_parts(uri)
     if uri.startswith("sqlite:"):
         return "sqlite", _sqlite_parts(uri)
     if uri in ("memory", "memory:"):
@@ -87,7 +97,7 @@ def _sqlite_parts(uri: str) -> dict[str, str]:
     if not path:
         raise ConfigurationError(f"storage URI {uri!r} names no file; write sqlite:./sessions.db")
     options = {k: v[-1] for k, v in parse_qs(query).items()}
-    unknown = set(options) - {"synchronous", "timeout"}
+    unknown = set(options) - {"synchronous", "timeout", "prefix"}
     if unknown:
         raise ConfigurationError(f"storage URI {uri!r}: unknown option(s) {', '.join(sorted(unknown))}")
     if options.get("synchronous", "FULL").upper() not in ("FULL", "NORMAL"):
@@ -97,6 +107,44 @@ def _sqlite_parts(uri: str) -> dict[str, str]:
     except ValueError:
         raise ConfigurationError(f"storage URI {uri!r}: timeout is a number of seconds") from None
     return {"path": path, **options}
+
+
+def _postgres_parts(uri: str) -> dict[str, str]:
+    """The libpq URI without orchestra's own ``prefix`` option (libpq refuses options it does not know)."""
+    parts = urlsplit(uri)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    prefix = [value for key, value in pairs if key == "prefix"]
+    if not prefix:
+        return {"conninfo": uri}
+    query = urlencode([(key, value) for key, value in pairs if key != "prefix"])
+    return {"conninfo": urlunsplit(parts._replace(query=query)), "prefix": prefix[-1]}
+
+
+def storage_uri_under(uri: str, prefix: str) -> str:
+    """The URI of the keys under ``prefix`` of the storage ``uri`` names, for another process: a file
+    root made absolute, an S3 prefix made longer, a database's ``prefix`` option.
+
+    Raises:
+        ConfigurationError: ``uri`` is ``memory`` (one process's own), or not a storage URI.
+    """
+    kind, parts = parse_storage_uri(uri)
+    prefix = validate_key(prefix.strip("/"))
+    if kind == "memory":
+        raise ConfigurationError("memory storage is one process's own: no other process can open it")
+    if kind == "file":
+        return "file:" + str(Path(parts["root"]).absolute() / prefix)
+    if kind == "s3":
+        split = urlsplit(uri.strip())
+        path = "/".join(p for p in (split.path.strip("/"), prefix) if p)
+        return urlunsplit(split._replace(path="/" + path))
+    inner = "/".join(p for p in (parts.get("prefix", "").strip("/"), prefix) if p)
+    if kind == "sqlite":
+        options = {k: v for k, v in parts.items() if k not in ("path", "prefix")}
+        query = urlencode({**options, "prefix": inner}, safe="/")
+        return f"sqlite:{Path(parts['path']).absolute()}?{query}"
+    split = urlsplit(parts["conninfo"])
+    query = "&".join(q for q in (split.query, urlencode({"prefix": inner}, safe="/")) if q)
+    return urlunsplit(split._replace(query=query))
 
 
 def check_storage_uri(uri: str) -> None:
@@ -121,7 +169,8 @@ def storage_from_uri(uri: str) -> Storage:
         with _named_lock:
             return _named_memory.setdefault(parts["name"], InMemoryStorage())
     if kind in ("sqlite", "postgresql"):
-        return _database(kind, parts)
+        database = _database(kind, parts)
+        return PrefixedStorage(database, parts["prefix"]) if parts.get("prefix") else database
     if kind == "s3":
         from orchestra.storage.s3 import S3Storage
 
