@@ -171,7 +171,7 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
             assert body["output"] == "n3 done"
             record = http.get(f"{url}/api/v1/runs/{body['run_id']}", headers=AUTH).json()
             assert record["status"] == "completed"
-            assert record["workflow_id"] == "orchestra-hosted-s1"
+            assert record["workflow_id"] == "orchestra-acme-pipe-s1"
             assert {n: r["status"] for n, r in record["nodes"].items()} == dict.fromkeys(NODES, "completed")
             assert nodes_by(calls) == {n: [worker.pid] for n in NODES}
 
@@ -225,7 +225,7 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
             stopped = final(http, url, cancelled)
             assert stopped["status"] == "interrupted", stopped
             assert stopped["stored"] is True  # its completed nodes are kept
-            assert anyio.run(workflow_status, temporal_address, "orchestra-long-c1") == "TERMINATED"
+            assert anyio.run(workflow_status, temporal_address, "orchestra-acme-long-c1") == "TERMINATED"
             done_before = completed_in_session(sessions, "c1", "long")
             assert len(done_before) < len(LONG_NODES)
             resumed = http.post(f"{url}/api/v1/runs/{cancelled}/resume", headers=AUTH)
@@ -244,6 +244,48 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
     assert all(set(pids) == {worker.pid} and len(pids) <= 2 for pids in ran_long.values()), ran_long
     others = {n: pids for n, pids in nodes_by(calls).items() if not n.startswith("l")}
     assert others == {**{n: [worker.pid, worker.pid] for n in NODES}, "draft": [worker.pid]}
+
+
+def test_two_agents_hosting_one_spec_run_one_session_id_apart(temporal_address, tmp_path, calls, monkeypatch):
+    """Sessions are per hosted agent: two agents of one spec file, both on session s1 at once, each get a
+    workflow of their own (one per spec and session id would make the second wait for, or answer with,
+    the first's run)."""
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    queue = "q-hosted-twins"
+    config = write_config(
+        tmp_path,
+        f"sqlite:{tmp_path}/server.db",
+        f"temporal://{temporal_address}/default?task_queue={queue}",
+        more="  - {id: twin, spec: hosted.yaml, workspace: acme}\n",
+    )
+    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml")
+    port = free_port()
+    server = start_server(config, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=120) as http:
+            started = http.post(
+                f"{url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s1"}, headers=AUTH
+            )
+            assert started.status_code == 202, started.text
+            twin = http.post(
+                f"{url}/api/v1/agents/twin/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
+            )
+            assert twin.status_code == 200, twin.text
+            assert twin.json()["output"] == "n3 done"
+            first = final(http, url, started.json()["run_id"])
+            assert first["status"] == "completed", first
+            twin_record = http.get(f"{url}/api/v1/runs/{twin.json()['run_id']}", headers=AUTH).json()
+            assert {first["workflow_id"], twin_record["workflow_id"]} == {
+                "orchestra-acme-pipe-s1",
+                "orchestra-acme-twin-s1",
+            }
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+        worker.terminate()
+        worker.communicate(timeout=30)
+    assert ran(calls) == Counter({f"{n}@{worker.pid}": 2 for n in NODES})  # each agent's run, once
 
 
 def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, calls, monkeypatch):
@@ -308,7 +350,7 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
             assert moved.status_code == 202, moved.text
             record = final(http, url, moved.json()["run_id"])
             assert record["status"] == "completed", record
-            assert record["workflow_id"] == "orchestra-hosted-s1"
+            assert record["workflow_id"] == "orchestra-acme-pipe-s1"
             assert record["output"] == "n3 done"
             assert (
                 http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()["resumed_by"] == record["run_id"]

@@ -80,12 +80,13 @@ class Workers:
         self._client: Any = None
         self._connecting = anyio.Lock()
 
-    def workflow_of(self, invocation: Invocation) -> str:
-        """The id of the workflow that runs ``invocation`` (one per pipeline and session)."""
-        from orchestra.temporal import workflow_id
-
-        spec_id = self.config.spec_of(invocation.hosted.id).spec.id
-        return workflow_id(spec_id, invocation.session_id or "")
+    @staticmethod
+    def workflow_of(invocation: Invocation) -> str:
+        """The id of the workflow that runs ``invocation``: one per hosted agent and session. Sessions are
+        per workspace and agent, so two agents (or workspaces) hosting one spec must not share one
+        workflow for a session id they both use."""
+        hosted = invocation.hosted
+        return f"orchestra-{hosted.workspace}-{hosted.id}-{invocation.session_id or ''}"
 
     async def client(self) -> Any:
         from orchestra.temporal import connect, parse_target
@@ -149,7 +150,8 @@ class Workers:
         session_id = invocation.session_id
         assert session_id is not None  # refused at admission (RunService.admit)
         client = await self.client()
-        handle = await running_handle(client, loaded.spec.id, session_id)
+        workflow = self.workflow_of(invocation)
+        handle = await running_handle(client, loaded.spec.id, session_id, workflow=workflow)
         if handle is not None:
             if invocation.responses:
                 await handle.signal(PipelineWorkflow.respond, invocation.responses)
@@ -172,7 +174,7 @@ class Workers:
             responses=dict(invocation.responses or {}),
         )
         assert self.config.temporal is not None
-        return await start_run(client, parse_target(self.config.temporal), request)
+        return await start_run(client, parse_target(self.config.temporal), request, workflow=workflow)
 
     async def _follow(
         self,

@@ -166,8 +166,12 @@ def create_worker(client: Client, task_queue: str, specs: Iterable[LoadedSpec], 
     )
 
 
-async def start_run(client: Client, target: TemporalTarget, request: RunRequest) -> WorkflowHandle[Any, Any]:
-    """Start the workflow of a run (``request.resume`` to continue a saved one).
+async def start_run(
+    client: Client, target: TemporalTarget, request: RunRequest, *, workflow: str | None = None
+) -> WorkflowHandle[Any, Any]:
+    """Start the workflow of a run (``request.resume`` to continue a saved one), with id ``workflow``
+    (default ``workflow_id(spec_id, session_id)``; a server hosting one spec for several agents or
+    workspaces, whose sessions live apart, names one per agent and session).
 
     The task and the invocation state are written to the run's storage first and the workflow gets their
     keys: a workflow's input stays in its history for good, and Temporal refuses payloads over 2 MB.
@@ -176,7 +180,7 @@ async def start_run(client: Client, target: TemporalTarget, request: RunRequest)
     return await client.start_workflow(
         WORKFLOW_NAME,
         request,
-        id=workflow_id(request.spec_id, request.session_id),
+        id=workflow or workflow_id(request.spec_id, request.session_id),
         task_queue=target.task_queue,
     )
 
@@ -201,9 +205,12 @@ async def by_reference(request: RunRequest) -> RunRequest:
     return dataclasses.replace(request, **changes)
 
 
-async def running_handle(client: Client, spec_id: str, session_id: str) -> WorkflowHandle[Any, Any] | None:
-    """The session's workflow if it is still running (for example waiting for interrupt responses)."""
-    handle = client.get_workflow_handle(workflow_id(spec_id, session_id))
+async def running_handle(
+    client: Client, spec_id: str, session_id: str, *, workflow: str | None = None
+) -> WorkflowHandle[Any, Any] | None:
+    """The session's workflow (``workflow``: its id, as given to ``start_run``) if it is still running
+    (for example waiting for interrupt responses)."""
+    handle = client.get_workflow_handle(workflow or workflow_id(spec_id, session_id))
     try:
         description = await handle.describe()
     except Exception:  # no such workflow
