@@ -121,8 +121,9 @@ class CommitRequest:
     # Nodes that finished together, as [node id, blob] pairs: one record for all, their data folded in
     # this order (``node_id``/``blob`` hold a single node, as in histories recorded before batches).
     batch: list[list[str]] = field(default_factory=list)
-    # Unique per commit of a workflow run: saved with the commit, so a retry of a commit that was saved
-    # only deletes its inputs (empty in histories recorded before).
+    # Unique per commit of a workflow run: saved with the commit (and the blobs it folded in), so a retry
+    # of a commit that was saved folds in only the blobs it did not (a replayed workflow task's commit
+    # can hold more) and deletes its inputs (empty in histories recorded before).
     commit_id: str = ""
     # Inputs the run no longer needs once this commit is saved (the last commit: the invocation state).
     delete: list[str] = field(default_factory=list)
