@@ -133,3 +133,6 @@ class CommitRequest:
     # A map's list, as [map key, blob] (its "expand"), and its items' results, as [map key, index, blob].
     map_list: list[str] = field(default_factory=list)
     map_items: list[list[Any]] = field(default_factory=list)
+    # Logs sent as their new items only: ``{log: the index its items in logs start at}``. The items
+    # before it are the ones committed (a whole log each commit would grow with the run).
+    log_from: dict[str, int] = field(default_factory=dict)

@@ -103,6 +103,20 @@ def _extend(old: list[Any], new: list[Any]) -> list[Any]:
     return new
 
 
+def _logged(journal: Journal, request: CommitRequest, name: str, items: list[Any]) -> list[Any]:
+    """The log the commit saves: ``items`` after the ones committed (``request.log_from``), or whole."""
+    start = request.log_from.get(name)
+    old = journal.log(name)
+    if start is None:
+        return _extend(old, items)
+    if len(old) < start:  # a journal kept on this worker while another worker committed (see commit())
+        raise SessionConflictError(
+            f"{journal.layout.describe()}: log {name!r} holds {len(old)} items where the run committed "
+            f"{start}: the journal read is behind the run"
+        )
+    return [*old[:start], *items]
+
+
 def _light(fields: dict[str, Any]) -> dict[str, Any]:
     """The run document without what the workflow never needs: the task, outputs, messages, agent state."""
     out: dict[str, Any] = {}
@@ -643,7 +657,7 @@ class PipelineActivities:
                 stored = journal.field(name)
                 if isinstance(stored, dict):
                     fields[name] = {**record, "result": stored.get("result")}
-        logs = {name: _extend(journal.log(name), items) for name, items in request.logs.items()}
+        logs = {name: _logged(journal, request, name, items) for name, items in request.logs.items()}
         # A retried commit may find its inputs deleted by the attempt that saved them: then the journal
         # already holds them (same run, same execution), and the inputs are left as saved.
         same_run = bool(request.run_id) and (journal.field("run") or {}).get("run_id") == request.run_id
