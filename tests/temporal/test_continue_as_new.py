@@ -9,8 +9,10 @@ values, so a chain of distinct nodes stops near 3,000; it runs 2,000) and 5,000 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import time
 from collections import Counter
 from typing import Any
 
@@ -97,9 +99,11 @@ async def run_long(address: str, queue: str, loaded: Any, storage: str, **option
         max_history_events=EVENTS,
         **options,
     )
+    began = time.monotonic()
     async with temporal.create_worker(client, queue, [loaded]):
         handle = await temporal.start_run(client, target, request)
         summary = await handle.result()
+    seconds = time.monotonic() - began
     # Follow the chain of workflow runs of the one workflow id, from the first.
     histories, run_id = [], handle.first_execution_run_id
     while run_id:
@@ -112,6 +116,18 @@ async def run_long(address: str, queue: str, loaded: Any, storage: str, **option
             if continued
             else ""
         )
+    # What a long run cost (``pytest -s`` shows it): the figures docs/temporal.md quotes.
+    runs = summary.get("execution_count") or 0
+    figures = {
+        "workflow": handle.id,
+        "node_runs": runs,
+        "seconds": round(seconds, 1),
+        "ms_per_node_run": round(1000 * seconds / max(runs, 1), 1),
+        "workflow_runs": len(histories),
+        "max_events": max(len(h.events) for h in histories),
+        "max_bytes": max(sum(e.ByteSize() for e in h.events) for h in histories),
+    }
+    print(json.dumps(figures))
     return summary, histories
 
 
