@@ -77,3 +77,21 @@ def asks_helper(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]
     if results and messages[-1]["role"] == "user" and "toolResult" in messages[-1]["content"][0]:
         return f"the helper says: {results[-1]['toolResult']['content'][0]['text']}"
     return ToolCall("helper", {"input": "help me"})
+
+
+def rally(messages: list[dict[str, Any]], tool_specs: list[dict[str, Any]]) -> Any:
+    """A swarm agent's model: hands the task to the other agent, counting down from
+    $ORCHESTRA_TEST_HANDOFFS in each handoff's message (``left N``), then answers ``all done``. It reads
+    the newest message only, so a conversation window (a long swarm keeps one) does not change a reply."""
+    import re
+
+    from orchestra.testing import ToolCall
+
+    text = messages[-1]["content"][0]["text"]
+    found = re.match(r"left (\d+)", text)
+    left = int(found.group(1)) if found else int(os.environ["ORCHESTRA_TEST_HANDOFFS"])
+    if left == 0:
+        return "all done"
+    other = re.search(r"You can hand off with \w+ to: (\w+)", text)
+    assert other is not None, text
+    return ToolCall("handoff_to_agent", {"agent_name": other.group(1), "message": f"left {left - 1}"})

@@ -8,6 +8,7 @@ and writes each history to ``tests/temporal/histories/<name>.json``.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import subprocess
 import sys
@@ -98,6 +99,7 @@ async def record_continued(address: str, storage: str) -> None:
 
     from tests.temporal.test_continue_as_new import chain_spec, swarm_spec
 
+    os.environ["ORCHESTRA_TEST_HANDOFFS"] = "12"  # the swarm's agents count their handoffs down from it
     for name, text in (("continued_chain", chain_spec(30)), ("continued_swarm", swarm_spec(12))):
         loaded = parse_text(text, f"{name}.yaml")
         target = temporal.TemporalTarget(address, "default", f"q-{name}")

@@ -9,8 +9,10 @@ values, so a chain of distinct nodes stops near 3,000; it runs 2,000) and 5,000 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import time
 from collections import Counter
 from typing import Any
 
@@ -22,6 +24,7 @@ from orchestra import load
 from orchestra.session.admin import load_scope
 from orchestra.spec import parse_text
 from orchestra.storage import storage_from_uri
+from orchestra.temporal import CommitRequest, PipelineActivities
 
 pytestmark = pytest.mark.timeout(3600 if os.environ.get("ORCHESTRA_STRESS") else 300)
 
@@ -54,24 +57,14 @@ def loop_spec(laps: int) -> str:
 
 
 def swarm_spec(handoffs: int) -> str:
-    """Two agents handing the task back and forth ``handoffs`` times, then the last one answers."""
-
-    def replies(to: str, count: int) -> str:
-        # A turn that hands off leaves two assistant messages (the call and the handoff's note), and
-        # follow_history picks the reply by that count: every other reply is never used.
-        handoff = f"        - tool: handoff_to_agent\n          input: {{agent_name: {to}, message: over}}\n"
-        return (handoff + "        - unused\n") * count
-
-    ping, pong = (handoffs + 1) // 2, handoffs // 2
-    last = "ping" if handoffs % 2 == 0 else "pong"
-    agents = ""
-    for name, to, count in (("ping", "pong", ping), ("pong", "ping", pong)):
-        script = replies(to, count) + ("        - all done\n" if name == last else "")
-        agents += (
-            f"  - name: {name}\n    conversation_manager: {{type: none}}\n"
-            "    model:\n      provider: scripted\n      follow_history: true\n"
-            f"      replies:\n{script}"
-        )
+    """Two agents handing the task back and forth $ORCHESTRA_TEST_HANDOFFS times, then the last one
+    answers. Each keeps a window of its conversation, as a long swarm in production would: with its whole
+    conversation every turn would load and send a longer one, O(n^2) over the run by design."""
+    agents = "".join(
+        f"  - name: {name}\n    conversation_manager: {{type: sliding_window, window_size: 8}}\n"
+        "    model: 'function:tests.temporal.long_steps:rally'\n"
+        for name in ("ping", "pong")
+    )
     limits = f"limits: {{max_handoffs: {handoffs + 1}, max_iterations: {handoffs + 2}}}\n"
     return f"version: 1\nkind: swarm\nid: rally\nentry_point: ping\nagents:\n{agents}{limits}"
 
@@ -106,9 +99,11 @@ async def run_long(address: str, queue: str, loaded: Any, storage: str, **option
         max_history_events=EVENTS,
         **options,
     )
+    began = time.monotonic()
     async with temporal.create_worker(client, queue, [loaded]):
         handle = await temporal.start_run(client, target, request)
         summary = await handle.result()
+    seconds = time.monotonic() - began
     # Follow the chain of workflow runs of the one workflow id, from the first.
     histories, run_id = [], handle.first_execution_run_id
     while run_id:
@@ -121,6 +116,18 @@ async def run_long(address: str, queue: str, loaded: Any, storage: str, **option
             if continued
             else ""
         )
+    # What a long run cost (``pytest -s`` shows it): the figures docs/temporal.md quotes.
+    runs = summary.get("execution_count") or 0
+    figures = {
+        "workflow": handle.id,
+        "node_runs": runs,
+        "seconds": round(seconds, 1),
+        "ms_per_node_run": round(1000 * seconds / max(runs, 1), 1),
+        "workflow_runs": len(histories),
+        "max_events": max(len(h.events) for h in histories),
+        "max_bytes": max(sum(e.ByteSize() for e in h.events) for h in histories),
+    }
+    print(json.dumps(figures))
     return summary, histories
 
 
@@ -178,7 +185,10 @@ async def test_a_long_loop_continues_as_new_with_the_local_result(temporal_addre
     assert doc.fields["node/tock"]["result"]["output"] == local.output == "done"
 
 
-async def test_a_long_handoff_swarm_continues_as_new_with_the_local_result(temporal_address, tmp_path):
+async def test_a_long_handoff_swarm_continues_as_new_with_the_local_result(
+    temporal_address, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ORCHESTRA_TEST_HANDOFFS", str(HANDOFFS))
     text = swarm_spec(HANDOFFS)
     loaded = parse_text(text, "rally.yaml")
     storage = f"file:{tmp_path}/store"
@@ -201,6 +211,7 @@ async def test_a_long_handoff_swarm_continues_as_new_with_the_local_result(tempo
         return [(m["role"], [part.get("text") or sorted(part) for part in m["content"]]) for m in messages]
 
     assert turns(doc.logs["agent/ping/messages"]) == turns(swarm.nodes["ping"].agent.messages)
+    assert len(doc.logs["agent/ping/messages"]) <= 8  # the window, not the whole conversation
 
 
 async def test_a_large_map_continues_as_new_and_runs_each_item_once(temporal_address, tmp_path, monkeypatch):
@@ -218,6 +229,50 @@ async def test_a_large_map_continues_as_new_and_runs_each_item_once(temporal_add
     doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", "bigmap")
     assert doc.fields["node/total"]["result"]["output"] == sum(2 * i for i in range(ITEMS))
     assert doc.fields["node/each"]["executions"] == 1  # one execution, carried over the handovers
+
+
+async def test_a_commit_carries_what_the_logs_gained_not_the_whole_logs(
+    temporal_address, tmp_path, monkeypatch
+):
+    """Each commit sends the items the run's logs gained since the last one (a node's place in the
+    execution order), not the whole logs, so a commit costs the same late in a long run as early on,
+    across the handovers too; the journal still holds the whole execution order."""
+    from temporalio import activity
+    from temporalio.worker import Worker
+
+    from orchestra import temporal
+    from orchestra.temporal.workflow import PipelineWorkflow
+
+    sent: list[int] = []
+
+    class Counting(PipelineActivities):
+        @activity.defn(name="orchestra.commit")
+        async def commit(self, request: CommitRequest) -> None:
+            sent.append(len(request.logs.get("execution_order", [])))
+            await super().commit(request)
+
+    laps = 30
+    monkeypatch.setenv("ORCHESTRA_TEST_LAPS", str(laps))
+    loaded = parse_text(loop_spec(laps), "loop.yaml")
+    storage = f"file:{tmp_path}/store"
+    target = temporal.TemporalTarget(temporal_address, "default", "q-can-tails")
+    client = await temporal.connect(target)
+    request = temporal.RunRequest(
+        spec_id="loop", session_id="s1", storage=storage, task="go", run_id="r1", max_history_events=EVENTS
+    )
+    counting = Counting({"loop": loaded})
+    activities = [counting.describe, counting.load_state, counting.execute_node, counting.commit]
+    async with Worker(
+        client, task_queue=target.task_queue, workflows=[PipelineWorkflow], activities=activities
+    ):
+        handle = await temporal.start_run(client, target, request)
+        summary = await handle.result()
+    assert summary["status"] == "completed", summary
+    assert (await handle.describe()).run_id != handle.first_execution_run_id  # it handed over
+    assert len(sent) > 2 * laps
+    assert max(sent) == 1, sent  # one node's place per commit, never the whole log
+    doc = await load_scope(storage_from_uri(storage), "s1", "multiAgent", "loop")
+    assert doc.logs["execution_order"] == ["tick", "tock"] * laps
 
 
 ASK_SPEC = """

@@ -449,3 +449,62 @@ async def test_the_last_commit_of_a_run_clears_what_its_nodes_left(tmp_path):
     last = CommitRequest("s1", uri, "fan", {"run": run}, {}, run_id="r1", commit_id="w1/9", ends_run=True)
     await PipelineActivities({}).commit(last)
     assert await storage.list(f"{folder}/") == [f"{folder}/r2/input-task.json"]
+
+
+async def test_a_commit_replayed_with_more_results_saves_them_and_not_the_saved_ones_again(tmp_path):
+    """A worker saves a commit of a map's items 0 and 1, then dies before Temporal hears of it. The
+    workflow task is replayed on another worker with the results that arrived meanwhile, so the same
+    commit (same id) comes back holding items 0 to 3. Items 2 and 3 are saved (they were lost: the
+    finished map lacked them), 0 and 1 are not applied twice, even where their blobs are still there."""
+    import json
+
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
+    from orchestra.temporal import CommitRequest, PipelineActivities
+
+    uri = f"file:{tmp_path}/store"
+    storage = storage_from_uri(uri)
+    run = {"run_id": "r1", "status": "executing"}
+    first = CommitRequest("s1", uri, "m", {"run": run, "state": {}, "map/each": {"count": 4}}, {})
+    await PipelineActivities({}).commit(first)
+    folder = "session/s1/scopes/multiAgent/m/temporal/r1"
+
+    async def write_blob(index: int) -> list[object]:
+        blob = {
+            "result": {"status": "completed", "output": 2 * index, "usage": {}},
+            # Items 0 and 1 both set "last": item 0's applied again would win over item 1's.
+            "state_changes": {
+                "set": {f"i{index}": True, **({"last": index} if index < 2 else {})},
+                "del": [],
+            },
+        }
+        key = f"{folder}/each-1-item{index}.json"
+        await storage.write(key, json.dumps(blob).encode())
+        return ["each", index, key]
+
+    def commit(indexes: range) -> CommitRequest:
+        fields = {f"map/each/item/{i}": {"status": "completed", "usage": {}} for i in indexes}
+        items = [[*item] for item in written if item[1] in indexes]
+        return CommitRequest(
+            "s1", uri, "m", {"run": run, **fields}, {}, run_id="r1", map_items=items, commit_id="w1/2"
+        )
+
+    written = [await write_blob(i) for i in range(4)]
+    await PipelineActivities({}).commit(commit(range(2)))  # saved; its worker died before it answered
+    written[0] = await write_blob(0)  # it died before deleting item 0's blob
+    await PipelineActivities({}).commit(commit(range(4)))  # the replayed task's commit: items 0 to 3
+
+    journal = Journal(storage, ScopeLayout("s1", "multiAgent", "m"))
+    doc = await journal.load()
+    assert doc is not None
+    outputs = {i: (doc.fields.get(f"map/each/item/{i}") or {}).get("output") for i in range(4)}
+    assert outputs == {0: 0, 1: 2, 2: 4, 3: 6}, "an item the replayed commit held was not saved"
+    assert doc.fields["state"] == {"last": 1, "i0": True, "i1": True, "i2": True, "i3": True}
+    assert journal.seq == 2  # the first commit, the saved attempt, the replayed one's new items
+    assert await storage.list(f"{folder}/") == []
+
+    # The same commit once more (the second worker died too before answering): nothing is saved again.
+    await PipelineActivities({}).commit(commit(range(4)))
+    again = Journal(storage, ScopeLayout("s1", "multiAgent", "m"))
+    assert await again.load() == doc
+    assert again.seq == 2

@@ -245,5 +245,8 @@ def test_a_killed_worker_in_a_fan_out_reruns_no_completed_item(temporal_address,
             assert runs[item] == 1, f"round {round_number}: {item} had completed but ran {runs[item]} times"
         assert all(count <= 2 for count in runs.values()), runs
         doc = anyio.run(Journal(LocalFileStorage(root), ScopeLayout(session, "multiAgent", "kill-map")).load)
+        outputs = doc.fields["node/each"]["result"]["output"]
+        missing = [i for i in range(16) if 2 * i not in outputs]
+        assert not missing, f"round {round_number}: the map's result lacks items {missing}: {outputs}"
         assert doc.fields["node/total"]["result"]["output"] == sum(2 * i for i in range(16))
     assert mid_map >= 1, "a kill should land while some items had completed and others had not"

@@ -121,8 +121,9 @@ class CommitRequest:
     # Nodes that finished together, as [node id, blob] pairs: one record for all, their data folded in
     # this order (``node_id``/``blob`` hold a single node, as in histories recorded before batches).
     batch: list[list[str]] = field(default_factory=list)
-    # Unique per commit of a workflow run: saved with the commit, so a retry of a commit that was saved
-    # only deletes its inputs (empty in histories recorded before).
+    # Unique per commit of a workflow run: saved with the commit (and the blobs it folded in), so a retry
+    # of a commit that was saved folds in only the blobs it did not (a replayed workflow task's commit
+    # can hold more) and deletes its inputs (empty in histories recorded before).
     commit_id: str = ""
     # Inputs the run no longer needs once this commit is saved (the last commit: the invocation state).
     delete: list[str] = field(default_factory=list)
@@ -132,3 +133,6 @@ class CommitRequest:
     # A map's list, as [map key, blob] (its "expand"), and its items' results, as [map key, index, blob].
     map_list: list[str] = field(default_factory=list)
     map_items: list[list[Any]] = field(default_factory=list)
+    # Logs sent as their new items only: ``{log: the index its items in logs start at}``. The items
+    # before it are the ones committed (a whole log each commit would grow with the run).
+    log_from: dict[str, int] = field(default_factory=dict)

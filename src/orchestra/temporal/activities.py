@@ -80,6 +80,11 @@ async def _read_json(storage: Storage, key: str, what: str) -> Any:
     return json.loads(found[0])
 
 
+# The node and item blobs the last commit saved folded in. A workflow task that fails after its commit
+# was saved is replayed with the results that arrived meanwhile, so the same commit can come back
+# holding more nodes or items than were saved: those go in, the ones saved are not applied twice.
+_FOLDED_FIELD = "temporal/folded"
+
 # Every node's activity loads the run from storage: fold the journal often so a load stays short.
 _COMPACTION = Compaction(min_bytes=8 * 1024, ratio=2.0, max_records=16)
 
@@ -91,11 +96,25 @@ def _extend(old: list[Any], new: list[Any]) -> list[Any]:
     return new
 
 
+def _logged(journal: Journal, request: CommitRequest, name: str, items: list[Any]) -> list[Any]:
+    """The log the commit saves: ``items`` after the ones committed (``request.log_from``), or whole."""
+    start = request.log_from.get(name)
+    old = journal.log(name)
+    if start is None:
+        return _extend(old, items)
+    if len(old) < start:  # a journal kept on this worker while another worker committed (see commit())
+        raise SessionConflictError(
+            f"{journal.layout.describe()}: log {name!r} holds {len(old)} items where the run committed "
+            f"{start}: the journal read is behind the run"
+        )
+    return [*old[:start], *items]
+
+
 def _light(fields: dict[str, Any]) -> dict[str, Any]:
     """The run document without what the workflow never needs: the task, outputs, messages, agent state."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        if name.startswith("agent/") or name in ("state", "task", COMMIT_FIELD):
+        if name.startswith("agent/") or name in ("state", "task", COMMIT_FIELD, _FOLDED_FIELD):
             continue
         if name.startswith("node/") and isinstance(value, dict) and value.get("result"):
             result = {k: v for k, v in value["result"].items() if k not in ("output", "message")}
@@ -610,13 +629,20 @@ class PipelineActivities:
         ]
         for key in request.delete:
             self._invocation_states.pop(key, None)
+        folding = [key for key in [*(blob for _, blob in nodes), *item_blobs] if key]
+        folded: set[str] = set()  # blobs a saved attempt of this commit folded in already
         if request.commit_id and journal.field(COMMIT_FIELD) == request.commit_id:
-            # A retry of a commit that was saved (the worker died before Temporal heard of it).
-            await _delete_inputs(storage, request, inputs)
-            return journal
+            # A retry of a commit that was saved (the worker died before Temporal heard of it): only what
+            # it did not fold in goes in now. (One saved before the list was kept held it all.)
+            saved = journal.field(_FOLDED_FIELD)
+            folded = set(folding if saved is None else saved)
+            if folded.issuperset(folding):
+                await _delete_inputs(storage, request, inputs)
+                return journal
         fields = dict(request.fields)
         if request.commit_id:
             fields[COMMIT_FIELD] = request.commit_id
+            fields[_FOLDED_FIELD] = folding
         # Results are owned by storage: the workflow only holds their summaries.
         own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
@@ -624,7 +650,7 @@ class PipelineActivities:
                 stored = journal.field(name)
                 if isinstance(stored, dict):
                     fields[name] = {**record, "result": stored.get("result")}
-        logs = {name: _extend(journal.log(name), items) for name, items in request.logs.items()}
+        logs = {name: _logged(journal, request, name, items) for name, items in request.logs.items()}
         # A retried commit may find its inputs deleted by the attempt that saved them: then the journal
         # already holds them (same run, same execution), and the inputs are left as saved.
         same_run = bool(request.run_id) and (journal.field("run") or {}).get("run_id") == request.run_id
@@ -638,7 +664,9 @@ class PipelineActivities:
                 raise RuntimeError(f"{request.task_ref}: the run's task is missing")
         state = journal.field("state")
         with_blobs = [(node_id, key) for node_id, key in nodes if key]
-        blobs = await read_many(storage, [key for _, key in with_blobs])
+        # A blob folded in already counts as deleted: the journal holds it (see _FOLDED_FIELD).
+        blobs = await read_many(storage, [key for _, key in with_blobs if key not in folded])
+        blobs = _unfolded(blobs, [key for _, key in with_blobs], folded)
         for (node_id, blob_key), found in zip(with_blobs, blobs, strict=True):
             name = f"node/{node_id}"
             stored = journal.field(name)
@@ -661,7 +689,7 @@ class PipelineActivities:
                 raise RuntimeError(f"{blob_key}: the node's data is missing")
             if found is not None and "attempts" in blob:
                 fields[name]["attempts"] = blob["attempts"]
-        state = await _fold_map(storage, journal, request, fields, state, same_run)
+        state = await _fold_map(storage, journal, request, fields, state, same_run, folded)
         if journal.absent:
             await journal.create(Document(fields=fields, logs=logs))
         else:
@@ -689,6 +717,7 @@ async def _fold_map(
     fields: dict[str, Any],
     state: Any,
     same_run: bool,
+    folded: set[str],
 ) -> Any:
     """Fold a map's list and its items' results (from their blobs) into the fields this commit saves;
     returns the shared state after the items' changes (in the order the items are listed)."""
@@ -700,7 +729,8 @@ async def _fold_map(
         elif not (same_run and journal.field(MapScheduler.items_name(key)) is not None):
             raise RuntimeError(f"{blob_key}: the map's list is missing")
     keys = [str(blob) for _, _, blob in request.map_items]
-    for (key, index, blob_key), found in zip(request.map_items, await read_many(storage, keys), strict=True):
+    read = await read_many(storage, [key for key in keys if key not in folded])
+    for (key, index, blob_key), found in zip(request.map_items, _unfolded(read, keys, folded), strict=True):
         name = MapScheduler.item_name(str(key), int(index))
         if found is not None:
             blob = json.loads(found[0])
@@ -711,6 +741,14 @@ async def _fold_map(
         else:
             raise RuntimeError(f"{blob_key}: the item's data is missing")
     return state
+
+
+def _unfolded(
+    found: list[tuple[bytes, str] | None], keys: list[str], folded: set[str]
+) -> list[tuple[bytes, str] | None]:
+    """``found`` (what was read of the keys not in ``folded``) for every key: None for a folded one."""
+    read = iter(found)
+    return [None if key in folded else next(read) for key in keys]
 
 
 def _turn_key(request: NodeRequest) -> str:

@@ -90,6 +90,9 @@ class PipelineWorkflow:
         self._base_s = 0.0  # the run's time before this invocation (a budget's wall_seconds)
         self._started: Any = None
         self._waits = WorkflowWaits()
+        # Each log as last committed (the document's list, and its length then): a commit sends what was
+        # appended since. The document appends to a log in place, and replaces it to change it otherwise.
+        self._committed_logs: dict[str, tuple[Any, int]] = {}
 
     @workflow.signal
     def respond(self, responses: dict[str, Any]) -> None:
@@ -149,6 +152,9 @@ class PipelineWorkflow:
         document = skeleton.document
         if saved is not None:
             document.load(saved["fields"], saved["logs"])
+            self._committed_logs = {
+                name: (document.log(name), len(document.log(name))) for name in saved["logs"]
+            }
         responses = dict(request.responses)
         fresh = skeleton.status.value not in _UNFINISHED and not request.continued
         if request.continued:  # the same run, read back from the session: its status does not change
@@ -448,6 +454,12 @@ class PipelineWorkflow:
                 unset.append(name)
             for name in [name for name in logs if name.startswith("agent/")]:
                 logs[name] = []
+        log_from: dict[str, int] = {}
+        for name, items in list(logs.items()):
+            committed, length = self._committed_logs.get(name, (None, 0))
+            if committed is items and len(items) >= length:
+                logs[name], log_from[name] = items[length:], length
+            self._committed_logs[name] = (items, len(items))
         kind = orchestrator.nodes[node_id].kind if node_id else None
         await workflow.execute_local_activity(
             "orchestra.commit",
@@ -469,6 +481,7 @@ class PipelineWorkflow:
                 ends_run,
                 map_list or [],
                 map_items or [],
+                log_from,
             ),
             start_to_close_timeout=_LIGHT,
             retry_policy=_COMMIT_RETRIES,
