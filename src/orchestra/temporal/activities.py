@@ -618,13 +618,14 @@ class PipelineActivities:
         ]
         for key in request.delete:
             self._invocation_states.pop(key, None)
-        if request.commit_id and journal.field(_COMMIT_FIELD) == request.commit_id:
+        commit_id = _commit_id(request)
+        if commit_id and journal.field(_COMMIT_FIELD) == commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it).
             await _delete_inputs(storage, request, inputs)
             return journal
         fields = dict(request.fields)
-        if request.commit_id:
-            fields[_COMMIT_FIELD] = request.commit_id
+        if commit_id:
+            fields[_COMMIT_FIELD] = commit_id
         # Results are owned by storage: the workflow only holds their summaries.
         own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
@@ -677,6 +678,28 @@ class PipelineActivities:
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
         await _delete_inputs(storage, request, inputs)
         return journal
+
+
+def _commit_id(request: CommitRequest) -> str:
+    """What identifies a commit in the journal: its number in the workflow run and a digest of what it
+    holds. A number alone is not enough: a worker killed after saving commit N but before its workflow
+    task completed leaves N unrecorded, and the workflow task run again may group the nodes (or items)
+    that finished meanwhile differently, so its commit N holds more; skipping it as saved would lose
+    what it adds (and delete its blobs)."""
+    if not request.commit_id:
+        return ""
+    content = [
+        request.fields,
+        request.logs,
+        request.unset,
+        request.node_id,
+        request.blob,
+        request.batch,
+        request.map_list,
+        request.map_items,
+    ]
+    digest = hashlib.sha256(dumps(content).encode()).hexdigest()[:16]
+    return f"{request.commit_id}#{digest}"
 
 
 async def _delete_inputs(storage: Storage, request: CommitRequest, inputs: list[str]) -> None:
