@@ -112,3 +112,11 @@ def group_of(node_input: Any) -> list[int]:
     import json
 
     return list(json.loads(str(node_input.task).rsplit("\n", 1)[-1]))
+
+
+def number_of(node_input: Any) -> int:
+    """A graph run per inner item of a map of maps: its item (the last line of its task), times 10;
+    records ``g<<item>>``."""
+    item = int(str(node_input.task).rsplit("\n", 1)[-1])
+    record(f"g<{item}>")
+    return item * 10

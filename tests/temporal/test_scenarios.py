@@ -496,3 +496,45 @@ async def test_a_graph_per_item_runs_its_own_map(backend, local, tmp_path, monke
     assert saved[0] == saved[1]
     assert saved[0][0]["status"] == "completed"
     assert saved[0][1] == [[0, 10], [20, 30, 40], [50, 60]]
+
+
+GRAPH_PER_INNER_ITEM = """
+version: 1
+kind: graph
+id: graphs-inside
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:groups'}
+  - id: each
+    map:
+      node:
+        map:
+          node:
+            graph:
+              kind: graph
+              id: per-number
+              nodes: [{id: times, function: 'tests.orchestration_steps:number_of'}]
+edges: [{from: split, to: each}]
+"""
+
+
+async def test_a_map_of_maps_of_graphs_saves_each_graph(backend, local, tmp_path, monkeypatch):
+    """A map of maps whose inner item is a graph: each inner item's graph runs once and is saved in a
+    scope of its own (so a retried item resumes it), the same on both backends."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    saved = []
+    for run in (backend, local):
+        calls.unlink(missing_ok=True)
+        await run.run(GRAPH_PER_INNER_ITEM, "s9", "go")
+        storage = storage_from_uri(run.storage)
+        scope = "graphs-inside.each.each.1.2"  # outer item 1 (2, 3, 4), its inner item 2 (4)
+        inner = await load_scope(storage, "s9", "multiAgent", scope)
+        saved.append(
+            ((await run.saved("s9", "graphs-inside"))["nodes"]["each"], inner.fields["node/times"]["status"])
+        )
+        assert sorted(c for c in calls.read_text().split() if c.startswith("g<")) == sorted(
+            f"g<{i}>" for i in range(7)
+        )
+    assert saved[0] == saved[1]
+    assert saved[0][0][0] == "completed"
+    assert saved[0][1] == "completed"

@@ -37,6 +37,7 @@ from orchestra.multiagent import (
     DEFAULT_RETRY,
     ConditionError,
     Graph,
+    Map,
     MapItem,
     MapScheduler,
     MultiAgentBase,
@@ -282,7 +283,10 @@ class PipelineActivities:
         if node.kind != "map":
             return False
         metered = request.budget is not None or template.metered()
-        return not metered and node.executor.template_kind != "factory"
+        spec = node.executor
+        while isinstance(spec.node, Map):  # what runs per item of a map of maps: the innermost's
+            spec = spec.node
+        return not metered and spec.template_kind != "factory"
 
     async def _document(self, storage: Storage, request: NodeRequest) -> Document | None:
         """The run document as committed so far (shared: read it, do not change it).
