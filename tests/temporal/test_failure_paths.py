@@ -494,3 +494,23 @@ async def test_a_commit_replayed_with_more_in_it_is_not_skipped_as_saved(tmp_pat
     doc = await Journal(storage, ScopeLayout("s1", "multiAgent", "fan")).load()
     assert doc is not None
     assert [doc.fields[f"node/{n}"]["result"]["output"] for n in "ab"] == ["out a", "out b"]
+
+
+def test_a_nested_maps_finish_refuses_a_run_without_an_item_it_was_told_completed():
+    """The finish of a map of maps' inner map gives its items' outputs: if the run it read lacks an item
+    the workflow committed as completed, it fails (retried) naming the item, the map and the journal,
+    instead of giving the outer item a result without that output."""
+    from temporalio.exceptions import ApplicationError
+
+    from orchestra.session.scopes import Document
+    from orchestra.temporal import PipelineActivities
+    from orchestra.temporal._types import NodeRequest
+
+    request = NodeRequest(
+        "fan", "s1", "file:/x", "fan", "r1", "each", 1, map_phase="finish", map_key="each:1", map_done=[0, 1]
+    )
+    doc = Document(fields={"map/each:1/item/0": {"status": "completed", "output": 1}}, logs={})
+    with pytest.raises(ApplicationError, match=r"items \[1\] of map 'each:1' were committed as completed"):
+        PipelineActivities._holding_items(request, doc)
+    doc.fields["map/each:1/item/1"] = {"status": "completed", "output": 2}
+    PipelineActivities._holding_items(request, doc)  # every item it was told of: it goes on
