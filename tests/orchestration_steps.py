@@ -81,3 +81,42 @@ def _draft_is_now_write(run: Any) -> None:
 
 MIGRATIONS = {"v1": _draft_is_now_write}
 """What ``migrations: tests.orchestration_steps`` gives a pipeline (see tests/multiagent/test_migrations.py)."""
+
+
+def groups(node_input: Any) -> list[list[int]]:
+    """The list a map of maps fans out over: $ORCHESTRA_TEST_GROUPS groups (default 3) of 2, 3, 2, 3, ...
+    numbers, each number once."""
+    record(node_input.node_id)
+    sizes = [2 + i % 2 for i in range(int(os.environ.get("ORCHESTRA_TEST_GROUPS", "3")))]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [list(range(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
+
+
+def inner_item(node_input: Any) -> int:
+    """A nested map's item: records ``<node><<item>>`` (items are unique across groups) and takes
+    $ORCHESTRA_TEST_STEP_SECONDS (default 0.05)."""
+    record(f"{node_input.node_id}<{node_input.item}>")
+    time.sleep(float(os.environ.get("ORCHESTRA_TEST_STEP_SECONDS", "0.05")))
+    return int(node_input.item) * 10
+
+
+def flat_total(node_input: Any) -> int:
+    """The sum of a map of maps' outputs (lists of numbers)."""
+    record(node_input.node_id)
+    (groups_,) = node_input.inputs.values()
+    return sum(sum(group) for group in groups_)
+
+
+def group_of(node_input: Any) -> list[int]:
+    """A graph run per item of a map: its item (the last line of its task, JSON) as a list."""
+    import json
+
+    return list(json.loads(str(node_input.task).rsplit("\n", 1)[-1]))
+
+
+def number_of(node_input: Any) -> int:
+    """A graph run per inner item of a map of maps: its item (the last line of its task), times 10;
+    records ``g<<item>>``."""
+    item = int(str(node_input.task).rsplit("\n", 1)[-1])
+    record(f"g<{item}>")
+    return item * 10

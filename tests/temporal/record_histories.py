@@ -173,6 +173,11 @@ async def main(address: str) -> None:
             await record_tool_approval(address, storage)
         if not only or "continued" in only:
             await record_continued(address, storage)
+        if not only or "nested_map" in only:  # a map of maps: the inner items as activities ("nested-maps")
+            from tests.temporal.test_scenarios import NESTED_MAP
+
+            os.environ["ORCHESTRA_TEST_STEP_SECONDS"] = "0.01"
+            await record(address, "nested_map", parse_text(NESTED_MAP, "nested-map.yaml"), storage, "go")
         if only and "failing_first" not in only:
             return
         failing = parse_text(FAILING, "failing.yaml")

@@ -508,3 +508,68 @@ async def test_a_commit_replayed_with_more_results_saves_them_and_not_the_saved_
     again = Journal(storage, ScopeLayout("s1", "multiAgent", "m"))
     assert await again.load() == doc
     assert again.seq == 2
+
+
+async def test_a_commit_replayed_with_more_in_it_is_not_skipped_as_saved(tmp_path):
+    """A worker saved commit 2 (node a) and died before its workflow task completed; the task run again
+    on another worker grouped a and b, which finished meanwhile, into its commit 2. That commit holds
+    more than the one saved: b's result is saved, not skipped (and its blob not deleted unread)."""
+    import json
+
+    from orchestra.multiagent import NodeResult, Status
+    from orchestra.session._journal import Journal
+    from orchestra.session._layout import ScopeLayout
+    from orchestra.temporal import CommitRequest, PipelineActivities
+
+    uri = f"file:{tmp_path}/store"
+    storage = storage_from_uri(uri)
+    run = {"run_id": "r1", "status": "executing"}
+    await PipelineActivities({}).commit(CommitRequest("s1", uri, "fan", {"run": run, "state": {}}, {}))
+    fields: dict[str, object] = {"run": run}
+    batch = []
+    for node_id in "ab":
+        result = NodeResult(
+            node_id=node_id, status=Status.COMPLETED, output=f"out {node_id}", execution_count=1
+        )
+        key = f"session/s1/scopes/multiAgent/fan/temporal/r1/{node_id}-1.json"
+        blob = {"result": result.model_dump(mode="json"), "state_changes": {"set": {}, "del": []}}
+        await storage.write(key, json.dumps(blob).encode())
+        summary = {k: v for k, v in blob["result"].items() if k != "output"}
+        fields[f"node/{node_id}"] = {"status": "completed", "executions": 1, "result": summary}
+        batch.append([node_id, key])
+    first = CommitRequest(
+        "s1",
+        uri,
+        "fan",
+        {"run": run, "node/a": fields["node/a"]},
+        {},
+        run_id="r1",
+        batch=batch[:1],
+        commit_id="w1/2",
+    )
+    await PipelineActivities({}).commit(first)
+    replayed = CommitRequest("s1", uri, "fan", fields, {}, run_id="r1", batch=batch, commit_id="w1/2")
+    await PipelineActivities({}).commit(replayed)
+    doc = await Journal(storage, ScopeLayout("s1", "multiAgent", "fan")).load()
+    assert doc is not None
+    assert [doc.fields[f"node/{n}"]["result"]["output"] for n in "ab"] == ["out a", "out b"]
+
+
+def test_a_nested_maps_finish_refuses_a_run_without_an_item_it_was_told_completed():
+    """The finish of a map of maps' inner map gives its items' outputs: if the run it read lacks an item
+    the workflow committed as completed, it fails (retried) naming the item, the map and the journal,
+    instead of giving the outer item a result without that output."""
+    from temporalio.exceptions import ApplicationError
+
+    from orchestra.session.scopes import Document
+    from orchestra.temporal import PipelineActivities
+    from orchestra.temporal._types import NodeRequest
+
+    request = NodeRequest(
+        "fan", "s1", "file:/x", "fan", "r1", "each", 1, map_phase="finish", map_key="each:1", map_done=[0, 1]
+    )
+    doc = Document(fields={"map/each:1/item/0": {"status": "completed", "output": 1}}, logs={})
+    with pytest.raises(ApplicationError, match=r"items \[1\] of map 'each:1' were committed as completed"):
+        PipelineActivities._holding_items(request, doc)
+    doc.fields["map/each:1/item/1"] = {"status": "completed", "output": 2}
+    PipelineActivities._holding_items(request, doc)  # every item it was told of: it goes on

@@ -88,6 +88,12 @@ class Backend:
             if name.startswith("node/")
         }
         spent = {k: v for k, v in (run.get("spent") or {}).items() if k == "model_calls"}
+        # A map's progress (a stopped map's, or a nested map's): which items ended how, and their outputs.
+        maps = {
+            name: (record.get("status"), record.get("output"))
+            for name, record in doc.fields.items()
+            if name.startswith("map/") and "/item/" in name
+        }
         return {
             "status": run["status"],
             "reason": run.get("reason"),
@@ -95,6 +101,10 @@ class Backend:
             "spent": spent,
             "budget": run.get("budget"),  # the limits the run ran under
             "nodes": nodes,
+            "maps": maps,
+            "map_lists": sorted(
+                name for name in doc.fields if name.startswith("map/") and "/item/" not in name
+            ),
         }
 
 
@@ -262,3 +272,269 @@ def test_spending_survives_a_worker_sigkill(temporal_address, tmp_path, monkeypa
     assert summary["status"] == "interrupted", summary
     assert "agent 'researcher' spent its model_calls budget (2 of 2)" in summary["reason"]
     assert ran == ["call", "tool", "call", "tool"]  # the retried turn's second call never went out
+
+
+NESTED_MAP = """
+version: 1
+kind: graph
+id: nested-map
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:groups'}
+  - id: each
+    map:
+      node: {map: {node: 'tests.orchestration_steps:inner_item', max_concurrency: 2}}
+      max_concurrency: 2
+  - {id: total, function: 'tests.orchestration_steps:flat_total'}
+edges:
+  - {from: split, to: each}
+  - {from: each, to: total}
+"""
+
+
+async def test_a_map_of_maps_gives_each_item_its_result(backend, local, tmp_path, monkeypatch):
+    """A map whose item is a map: every inner item runs once, the outputs nest in item order, and the
+    map's progress is gone once it completed. The same on both backends."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.01")
+    saved = []
+    for run in (backend, local):
+        calls.unlink(missing_ok=True)
+        await run.run(NESTED_MAP, "s6", "go")
+        saved.append(await run.saved("s6", "nested-map"))
+        ran = calls.read_text().split()
+        assert sorted(ran) == sorted(["split", "total", *(f"each<{i}>" for i in range(7))]), ran
+    assert saved[0] == saved[1]
+    assert saved[0]["status"] == "completed"
+    assert saved[0]["nodes"]["each"] == ("completed", [[0, 10], [20, 30, 40], [50, 60]])
+    assert saved[0]["nodes"]["total"] == ("completed", 210)
+    assert saved[0]["maps"] == {}
+    assert saved[0]["map_lists"] == []
+
+
+MAPPED_AGENTS = """
+version: 1
+kind: graph
+id: mapped
+budget: {model_calls: 2}
+agents:
+  - {name: a, model: {provider: function, function: 'tests.support:echo_reply'}}
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:split'}
+  - id: each
+    map: {node: a, max_concurrency: 1}
+edges:
+  - {from: split, to: each}
+"""
+
+
+async def test_a_maps_items_spend_the_run_budget(backend, local, monkeypatch):
+    """A map's agent items call their models under the run's budget: the third item is refused its call,
+    the run stops (resumable) with the two items done, and a resume with a larger budget runs only the
+    items left. The same on both backends."""
+    monkeypatch.setenv("ORCHESTRA_TEST_ITEMS", "4")
+    seen = []
+    for run in (backend, local):
+        await run.run(MAPPED_AGENTS, "s7", "go")
+        first = await run.saved("s7", "mapped")
+        await run.run(MAPPED_AGENTS, "s7", None, budget={"model_calls": 10})
+        seen.append((first, await run.saved("s7", "mapped")))
+    (first, second), (local_first, local_second) = seen
+    assert first == local_first
+    assert first["status"] == "interrupted"
+    assert "run of graph 'mapped' spent its model_calls budget (2 of 2)" in first["reason"], first["reason"]
+    assert first["spent"] == {"model_calls": 2}
+    assert sorted(first["maps"]) == ["map/each/item/0", "map/each/item/1"]
+    assert second == local_second
+    assert second["status"] == "completed"
+    assert second["spent"] == {"model_calls": 4}  # each item called its model once: none ran twice
+    assert len(second["nodes"]["each"][1]) == 4
+
+
+def _done_inner_items(root: Any, session: str, groups: list[list[int]]) -> tuple[set[str], set[str]]:
+    """The inner items of ``each`` that completed (their calls' names) as the session holds them, and of
+    those, the ones committed on their own: their outer item (their group) had not completed."""
+    import anyio
+
+    from orchestra.errors import SessionError
+
+    try:
+        doc = anyio.run(load_scope, storage_from_uri(f"file:{root}"), session, "multiAgent", "nested-map")
+    except SessionError:  # not started yet
+        return set(), set()
+    if (doc.fields.get("node/each") or {}).get("status") == "completed":
+        return {f"each<{n}>" for group in groups for n in group}, set()  # its items' records went with it
+    whole, alone = set(), set()
+    for name, record in doc.fields.items():
+        if not name.startswith("map/") or "/item/" not in name or record.get("status") != "completed":
+            continue
+        key, _, index = name[len("map/") :].partition("/item/")
+        if key == "each":  # an outer item: its whole group
+            whole |= {f"each<{n}>" for n in groups[int(index)]}
+        else:
+            alone.add(f"each<{groups[int(key.split(':')[1])][int(index)]}>")
+    return whole | alone, alone - whole
+
+
+def test_a_worker_sigkill_in_a_nested_map_reruns_no_completed_inner_item(
+    temporal_address, tmp_path, monkeypatch
+):
+    """Two workers run a map of maps; both are SIGKILLed once an inner item was committed while its
+    outer item (its group) was still running, and a new worker goes on. No inner item that completed
+    runs again (each is an activity of its own, committed as it ends), and the result is the local
+    run's."""
+    import signal
+    from collections import Counter
+
+    import anyio
+
+    from orchestra import load, temporal
+    from tests.temporal.conftest import worker_process
+
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    monkeypatch.setenv("ORCHESTRA_TEST_GROUPS", "4")
+    groups = [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9]]
+    spec = tmp_path / "nested-map.yaml"
+    spec.write_text(NESTED_MAP)
+    root = tmp_path / "store"
+    queue = "q-scenario-nested-kill"
+    workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
+
+    async def start() -> Any:
+        target = temporal.TemporalTarget(temporal_address, "default", queue)
+        client = await temporal.connect(target)
+        request = temporal.RunRequest(
+            spec_id="nested-map",
+            session_id="s1",
+            storage=f"file:{root}",
+            task="go",
+            run_id="r1",
+            heartbeat_seconds=2,
+        )
+        return await temporal.start_run(client, target, request)
+
+    def inner_calls() -> list[str]:
+        return [c for c in (calls.read_text().split() if calls.exists() else []) if c.startswith("each<")]
+
+    try:
+        handle = anyio.run(start)
+        deadline = time.monotonic() + 60
+        # Before the fix an item's nested map ran inside its activity: no inner item was ever committed
+        # on its own, and this waits in vain.
+        while time.monotonic() < deadline and not _done_inner_items(root, "s1", groups)[1]:
+            time.sleep(0.05)
+        for victim in list(workers):  # both: the run goes on on a new worker, from what was committed
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            victim.stderr.close()
+        workers = [worker_process(temporal_address, queue, spec)]
+        done_before, alone = _done_inner_items(root, "s1", groups)  # committed before the kill landed
+        summary = anyio.run(handle.result)
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(30)
+            worker.stderr.close()
+    assert summary["status"] == "completed", summary
+    assert alone, "the kill should land while a group had inner items committed and others running"
+    runs = Counter(inner_calls())
+    assert set(runs) == {f"each<{n}>" for n in range(10)}
+    for item in done_before:
+        assert runs[item] == 1, f"{item} had completed but ran {runs[item]} times"
+    assert all(count <= 2 for count in runs.values()), runs
+    doc = anyio.run(load_scope, storage_from_uri(f"file:{root}"), "s1", "multiAgent", "nested-map")
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "local-calls"))
+    local = anyio.run(load(spec).invoke_async, "go")
+    assert doc.fields["node/each"]["result"]["output"] == local.results["each"].output
+    assert doc.fields["node/total"]["result"]["output"] == local.output == 450
+
+
+GRAPH_PER_ITEM = """
+version: 1
+kind: graph
+id: graph-per-item
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:groups'}
+  - id: each
+    map:
+      node:
+        graph:
+          kind: graph
+          id: per-group
+          nodes:
+            - {id: parse, function: 'tests.orchestration_steps:group_of'}
+            - {id: inner, map: {node: 'tests.orchestration_steps:inner_item', max_concurrency: 2}}
+          edges: [{from: parse, to: inner}]
+edges: [{from: split, to: each}]
+"""
+
+
+async def test_a_graph_per_item_runs_its_own_map(backend, local, tmp_path, monkeypatch):
+    """A map whose item is a graph with a map of its own: each inner item runs once, each item's graph
+    is saved under the session in a scope of its own, the same on both backends."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.01")
+    saved = []
+    for run in (backend, local):
+        calls.unlink(missing_ok=True)
+        await run.run(GRAPH_PER_ITEM, "s8", "go")
+        result = await run.saved("s8", "graph-per-item")
+        items = [
+            await load_scope(
+                storage_from_uri(run.storage), "s8", "multiAgent", f"graph-per-item.each.each.{i}"
+            )
+            for i in range(3)
+        ]
+        inner = [doc.fields["node/inner"]["result"]["output"] for doc in items]
+        saved.append((result, inner))
+        assert sorted(c for c in calls.read_text().split() if c.startswith("inner")) == sorted(
+            f"inner<{i}>" for i in range(7)
+        )
+    assert saved[0] == saved[1]
+    assert saved[0][0]["status"] == "completed"
+    assert saved[0][1] == [[0, 10], [20, 30, 40], [50, 60]]
+
+
+GRAPH_PER_INNER_ITEM = """
+version: 1
+kind: graph
+id: graphs-inside
+nodes:
+  - {id: split, function: 'tests.orchestration_steps:groups'}
+  - id: each
+    map:
+      node:
+        map:
+          node:
+            graph:
+              kind: graph
+              id: per-number
+              nodes: [{id: times, function: 'tests.orchestration_steps:number_of'}]
+edges: [{from: split, to: each}]
+"""
+
+
+async def test_a_map_of_maps_of_graphs_saves_each_graph(backend, local, tmp_path, monkeypatch):
+    """A map of maps whose inner item is a graph: each inner item's graph runs once and is saved in a
+    scope of its own (so a retried item resumes it), the same on both backends."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    saved = []
+    for run in (backend, local):
+        calls.unlink(missing_ok=True)
+        await run.run(GRAPH_PER_INNER_ITEM, "s9", "go")
+        storage = storage_from_uri(run.storage)
+        scope = "graphs-inside.each.each.1.2"  # outer item 1 (2, 3, 4), its inner item 2 (4)
+        inner = await load_scope(storage, "s9", "multiAgent", scope)
+        saved.append(
+            ((await run.saved("s9", "graphs-inside"))["nodes"]["each"], inner.fields["node/times"]["status"])
+        )
+        assert sorted(c for c in calls.read_text().split() if c.startswith("g<")) == sorted(
+            f"g<{i}>" for i in range(7)
+        )
+    assert saved[0] == saved[1]
+    assert saved[0][0][0] == "completed"
+    assert saved[0][1] == "completed"

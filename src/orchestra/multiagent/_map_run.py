@@ -58,13 +58,16 @@ async def run_map_item(
     index: int,
     responses: dict[str, Any],
     item_timeout: float | None,
+    key: str = "",
 ) -> NodeResult:
-    """One attempt at item ``index`` of map node ``node_id`` (its list saved in the run document): what
-    a Temporal activity runs. Raises what the item raised (the retry policy decides)."""
-    spec: Map = orchestrator.nodes[node_id].executor
-    items = MapScheduler(orchestrator.document, node_id).items()
+    """One attempt at item ``index`` of map node ``node_id``, or of its nested map ``key``
+    (``<node>:<index>...``), its list saved in the run document: what a Temporal activity runs. Raises
+    what the item raised (the retry policy decides)."""
+    key = key or node_id
+    spec: Map = orchestrator.nodes[node_id].executor.nested(key)
+    items = MapScheduler(orchestrator.document, key).items()
     run = _MapRun(orchestrator, node_id, spec, node_input, None, responses, item_timeout)
-    return await run.attempt(node_id, spec, items[index], index, len(items), node_input.attempt)
+    return await run.attempt(key, spec, items[index], index, len(items), node_input.attempt)
 
 
 class _MapRun:

@@ -177,9 +177,15 @@ class MapScheduler:
     def clear(self) -> None:
         """Remove a completed map's progress (and its nested maps') from the run document."""
         prefix = self.state_name(self.key)
-        for name in [n for n in self.document.names(prefix) if n == prefix or n[len(prefix)] in "/:"]:
+        names = [n for n in self.document.names(prefix) if n == prefix or n[len(prefix)] in "/:"]
+        for name in names:
             self.document.remove(name)
-        self.document.remove(self.items_name(self.key))  # a Temporal workflow never holds the list
+        # A Temporal workflow never holds the lists: name them (its own, and its nested maps').
+        for name in [
+            prefix,
+            *(n for n in names if n.startswith(f"{prefix}:") and "/" not in n[len(prefix) :]),
+        ]:
+            self.document.remove(f"{name}/items")
 
     def _map_item(self, index: int, output: Any) -> MapItem:
         assert self._spec is not None

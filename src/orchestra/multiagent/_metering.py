@@ -8,7 +8,7 @@ tokens and cost to the run and to the agent node, and saves the run (so a kill l
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Protocol
 
 from orchestra.agent import Agent
 from orchestra.budget import Budget, Spent, exceeded
@@ -17,7 +17,14 @@ from orchestra.hooks import AfterModelCall, BeforeModelCall, HookRegistry
 from orchestra.multiagent._orchestrator import Orchestrator
 from orchestra.multiagent.map import Map
 
-__all__ = ["Meter"]
+__all__ = ["Meter", "SpendingCounter"]
+
+
+class SpendingCounter(Protocol):
+    """What counts the model calls of an executor built during a run (``Meter``, or a Temporal
+    activity's meter)."""
+
+    def attach(self, executor: Any, node_id: str) -> None: ...
 
 
 class Meter:

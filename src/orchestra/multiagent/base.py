@@ -32,7 +32,7 @@ from orchestra.hooks import HookProvider, HookRegistry, OrchestratorSessionManag
 from orchestra.interrupts import interrupt_responses, is_interrupt_responses
 from orchestra.multiagent import migrations as _migrations
 from orchestra.multiagent._invocation import Exclusive, asked_interrupts, collect_answers
-from orchestra.multiagent._metering import Meter
+from orchestra.multiagent._metering import Meter, SpendingCounter
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
 from orchestra.multiagent._run_document import RunDocument
 from orchestra.multiagent.events import (
@@ -112,6 +112,7 @@ class MultiAgentBase:
         # and model calls under a budget: one at a time, so the journal sees one writer.
         self._saving = anyio.Lock()
         self._meter: Meter | None = None
+        self._counter: SpendingCounter | None = None  # see count_spending_with
         self._invocation_state: dict[str, Any] = {}
         self._started_at: float | None = None  # perf_counter() when this invocation started running
         self._base_ms = 0.0  # the run's execution time before this invocation
@@ -263,8 +264,14 @@ class MultiAgentBase:
     def count_spending(self, executor: Any, node_id: str) -> None:
         """Charge the model calls of ``executor``, built during the run (a map item's agent or pipeline),
         to node ``node_id`` and the run, when the run counts its spending."""
-        if self._meter is not None:
-            self._meter.attach(executor, node_id)
+        counter = self._counter or self._meter
+        if counter is not None:
+            counter.attach(executor, node_id)
+
+    def count_spending_with(self, counter: SpendingCounter) -> None:
+        """Charge what ``count_spending`` is given to ``counter`` instead of this run's own meter: a
+        Temporal activity running one map item counts its spending against the run's budgets there."""
+        self._counter = counter
 
     def metered(self) -> bool:
         """Whether a run counts its spending: it has a budget, or one of its agents has."""

@@ -352,9 +352,17 @@ def _node_structure(node: Node) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": node.kind, "join": node.join}
     if node.kind == "map":
         spec: Map = node.executor
-        out["map"] = {"topology": spec.topology(), "max_concurrency": spec.max_concurrency}
+        out["map"] = _map_structure(spec)
     if node.retry is not None:
         out["retry"] = node.retry.to_json()
+    return out
+
+
+def _map_structure(spec: Map) -> dict[str, Any]:
+    """A map's join and width, and its nested map's (a Temporal workflow runs a nested map's items too)."""
+    out: dict[str, Any] = {"topology": spec.topology(), "max_concurrency": spec.max_concurrency}
+    if isinstance(spec.node, Map):
+        out["inner"] = _map_structure(spec.node)
     return out
 
 

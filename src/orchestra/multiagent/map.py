@@ -137,11 +137,14 @@ class Map:
 
     @classmethod
     def stand_in(cls, structure: dict[str, Any]) -> Map:
-        """A scheduling skeleton's map (see ``Graph.from_structure``): the same join, width and topology;
-        its items run elsewhere, and an ``until`` join is decided there too."""
+        """A scheduling skeleton's map (see ``Graph.from_structure``): the same join, width and topology,
+        and a stand-in of its nested map (``inner``: descriptions made before it had none); its items run
+        elsewhere, and an ``until`` join is decided there too."""
         join = structure["topology"]["join"]
         count: Literal["all"] | int = join["count"] if join["mode"] == "first" else "all"
-        stand_in = cls(_never_runs, join=count, max_concurrency=structure.get("max_concurrency"))
+        inner = structure.get("inner")
+        node = cls.stand_in(inner) if inner else _never_runs
+        stand_in = cls(node, join=count, max_concurrency=structure.get("max_concurrency"))
         stand_in._remote = structure["topology"]
         return stand_in
 
@@ -149,6 +152,16 @@ class Map:
     def decided_remotely(self) -> bool:
         """Whether the join is a condition only the items' side can evaluate (a skeleton's ``until``)."""
         return self._remote is not None and self._remote["join"]["mode"] == "until"
+
+    def nested(self, key: str) -> Map:
+        """The map that runs under ``key`` (see ``MapScheduler``): this one (``<node>``), or a nested one
+        (``<node>:<i>``, ``<node>:<i>:<j>``: one level down per index)."""
+        spec = self
+        for _ in range(key.count(":")):
+            if not isinstance(spec.node, Map):
+                raise GraphError(f"map {key!r}: {spec!r} has no nested map")
+            spec = spec.node
+        return spec
 
     # -- per item --------------------------------------------------------------------------------------
 

@@ -80,6 +80,11 @@ class NodeRequest:
     # ``map_item``), "finish" (the node's result from its items' saved results). Empty: any other node.
     map_phase: str = ""
     map_item: int = -1
+    # A nested map's phase (``<node>:<index>``: the map that runs outer item ``index``, its list that item);
+    # its "finish" gives the outer item's result. Empty: the node's own map.
+    map_key: str = ""
+    # A nested map's "finish": the items the workflow committed as completed (its result must hold them).
+    map_done: list[int] = field(default_factory=list)
     # A run with a budget: the budget in effect (JSON) and the run's time so far (its wall_seconds).
     budget: dict[str, Any] | None = None
     elapsed_s: float = 0.0

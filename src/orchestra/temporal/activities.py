@@ -36,6 +36,7 @@ from orchestra.multiagent import (
     DEFAULT_RETRY,
     ConditionError,
     Graph,
+    Map,
     MapItem,
     MapScheduler,
     MultiAgentBase,
@@ -273,13 +274,30 @@ class PipelineActivities:
             built = build(loaded)
             assert isinstance(built, MultiAgentBase)
             template = self._templates[request.spec_id] = built
-        if isinstance(template, Graph) and template.nodes[request.node_id].kind in ("function", "map"):
+        if isinstance(template, Graph) and self._shares_template(template, request):
             # A map's items are fresh copies of its template (or fresh builds): the copy holds none.
             return template.copy_for_run()
         orchestrator = build(loaded)
         assert isinstance(orchestrator, MultiAgentBase)
         orchestrator.set_session_manager(SnapshotSessionManager(request.session_id, storage=storage))
         return orchestrator
+
+    @staticmethod
+    def _shares_template(template: Graph, request: NodeRequest) -> bool:
+        """Whether the node runs on a copy of the pipeline built once: a function node, or a map whose
+        items hold nothing of their own. A map's items get a fresh build when they are metered (the
+        meter's hooks go on its template agent, which every copy shares) or built by a factory (a graph
+        or swarm per item, persisted under the session, so that a retried item resumes it)."""
+        node = template.nodes[request.node_id]
+        if node.kind == "function":
+            return True
+        if node.kind != "map":
+            return False
+        metered = request.budget is not None or template.metered()
+        spec = node.executor
+        while isinstance(spec.node, Map):  # what runs per item of a map of maps: the innermost's
+            spec = spec.node
+        return not metered and spec.template_kind != "factory"
 
     async def _document(self, storage: Storage, request: NodeRequest) -> Document | None:
         """The run document as committed so far (shared: read it, do not change it).
@@ -312,6 +330,21 @@ class PipelineActivities:
                 reader.doc = await reader.journal.load()
             reader.read_began = began
             return reader.doc
+
+    @staticmethod
+    def _holding_items(request: NodeRequest, doc: Document | None) -> None:
+        """A nested map's finish gives its items' outputs: the run as read must hold every item the
+        workflow committed as completed, or the attempt fails (and is retried) rather than give the map a
+        result without one."""
+        fields = doc.fields if doc is not None else {}
+        names = [(i, MapScheduler.item_name(request.map_key, i)) for i in request.map_done]
+        lost = [i for i, name in names if (fields.get(name) or {}).get("status") != "completed"]
+        if lost:
+            layout = ScopeLayout(request.session_id, "multiAgent", request.scope_id)
+            raise ApplicationError(
+                f"{layout.describe()} ({layout.journal}): items {lost} of map {request.map_key!r} were "
+                "committed as completed, but the session's journal does not hold them"
+            )
 
     @activity.defn(name="orchestra.describe")
     async def describe(self, spec_id: str) -> dict[str, Any]:
@@ -351,6 +384,8 @@ class PipelineActivities:
         storage = self._storage(request.storage)
         orchestrator = self._orchestrator(request, storage)
         doc = await self._document(storage, request)
+        if request.map_done:
+            self._holding_items(request, doc)
         if doc is not None:
             orchestrator.document.load(*_node_view(doc, request.node_id), shared_records=True)
         node = orchestrator.nodes[request.node_id]
@@ -380,8 +415,12 @@ class PipelineActivities:
             execution_count=request.execution_count,
         )
         base = f"{run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}"
+        if request.map_key:  # a nested map's blobs: beside the node's, named by the outer items' indexes
+            base = f"{base}-{request.map_key.partition(':')[2].replace(':', '.')}"
         if request.map_phase == "expand":
-            return await self._expand(storage, orchestrator, node_input, f"{base}-items.json")
+            return await self._expand(
+                storage, orchestrator, node_input, request.map_key, f"{base}-items.json"
+            )
         if request.map_phase == "item":
             base = f"{base}-item{request.map_item}"
         # Failed attempts of this execution (or item) so far: a retry goes on from them (see _retry).
@@ -395,21 +434,25 @@ class PipelineActivities:
         meter = NodeMeter(
             orchestrator, request.node_id, run_budget, request.elapsed_s, storage, f"{base}-spent.json"
         )
-        if meter.metered and node.kind in ("agent", "orchestrator"):
+        metered_item = request.map_phase == "item" and meter.metered
+        if meter.metered and (node.kind in ("agent", "orchestrator") or metered_item):
             if activity.info().attempt > 1:
                 await meter.restore()
             meter.attach(node.executor)
+            if metered_item:  # what the item builds as it runs (a factory's agent or pipeline) too
+                orchestrator.count_spending_with(meter)
         started = time.perf_counter()
         timeout: float | None = getattr(orchestrator, "node_timeout", None)
+        key = request.map_key or request.node_id
         if request.map_phase == "finish":
-            spec = orchestrator.nodes[request.node_id].executor
-            result = MapScheduler(orchestrator.document, request.node_id).result(request.node_id, spec)
+            spec = orchestrator.nodes[request.node_id].executor.nested(key)
+            result = MapScheduler(orchestrator.document, key).result(request.node_id, spec)
             error = None
         elif request.map_phase == "item":
             index = request.map_item
             result, error = await self._run(
                 lambda: run_map_item(
-                    orchestrator, request.node_id, node_input, index, request.responses, timeout
+                    orchestrator, request.node_id, node_input, index, request.responses, timeout, key
                 ),
                 orchestrator,
                 request,
@@ -426,9 +469,17 @@ class PipelineActivities:
             result.error = f"{result.error}{attempt_note(node_input.attempt, node.retry or DEFAULT_RETRY)}"
         fired: dict[str, bool] = {}
         join_done = False
-        if request.map_phase == "item":
+        # An item's record; a nested map's finish gives the record of the outer item it ran.
+        of_item = request.map_phase == "item" or (request.map_phase == "finish" and bool(request.map_key))
+        status = result.status.value
+        if of_item:
             record = MapScheduler.item_record(result, (time.perf_counter() - started) * 1000, attempts)
-            join_done = result.status == Status.COMPLETED and _until_holds(orchestrator, request, result)
+            if result.status == Status.INTERRUPTED and not result.interrupts and result.error:
+                status = record["status"] = "stopped"  # a budget: the item runs again on resume
+            parent, index = _item_of(request)
+            join_done = result.status == Status.COMPLETED and _until_holds(
+                orchestrator, request.node_id, parent, index, result
+            )
             blob: dict[str, Any] = {"result": record}
         else:
             if isinstance(orchestrator, Graph) and result.status == Status.COMPLETED:
@@ -459,11 +510,11 @@ class PipelineActivities:
             }
             if tool_agents:
                 blob["tool_agents"] = tool_agents
-        key = f"{base}.json"
-        await _write_blob(storage, key, blob)
+        blob_key = f"{base}.json"
+        await _write_blob(storage, blob_key, blob)
         return NodeOutcome(
-            status=result.status.value,
-            blob=key,
+            status=status,
+            blob=blob_key,
             error=result.error,
             usage=result.usage.model_dump(),
             execution_time_ms=result.execution_time_ms,
@@ -475,12 +526,20 @@ class PipelineActivities:
         )
 
     async def _expand(
-        self, storage: Storage, orchestrator: MultiAgentBase, node_input: NodeInput, key: str
+        self, storage: Storage, orchestrator: MultiAgentBase, node_input: NodeInput, map_key: str, key: str
     ) -> NodeOutcome:
-        """A map's first step: save the list it fans out over (its items read it from there)."""
+        """A map's first step: save the list it fans out over (its items read it from there). A nested
+        map's list is its outer item."""
         node_id = node_input.node_id
         try:
-            items = resolve_items(orchestrator.nodes[node_id].executor, node_id, node_input, orchestrator)
+            if map_key:
+                parent, _, index = map_key.rpartition(":")
+                items = MapScheduler(orchestrator.document, parent).items()[int(index)]
+                if not isinstance(items, list):
+                    raise TypeError(f"item {index} is a {type(items).__name__}; a nested map needs a list")
+            else:
+                spec = orchestrator.nodes[node_id].executor
+                items = resolve_items(spec, node_id, node_input, orchestrator)
         except Exception as exc:  # over= names nothing, or is not a JSON list: the node fails
             return NodeOutcome(status="failed", blob="", error=f"{type(exc).__name__}: {exc}")
         await _write_blob(storage, key, {"map_items": items})
@@ -766,16 +825,27 @@ async def _write_blob(storage: Storage, key: str, blob: dict[str, Any]) -> None:
         await storage.write(key, data)
 
 
-def _until_holds(orchestrator: MultiAgentBase, request: NodeRequest, result: NodeResult) -> bool:
-    """Whether a map's ``until`` join holds with the items completed so far and this one."""
-    spec = orchestrator.nodes[request.node_id].executor
+def _item_of(request: NodeRequest) -> tuple[str, int]:
+    """The map an item activity's result belongs to, and the item's index: the item's own map, or for a
+    nested map's finish, the map one level up and the outer item it ran."""
+    if request.map_phase == "finish":
+        parent, _, index = request.map_key.rpartition(":")
+        return parent, int(index)
+    return request.map_key or request.node_id, request.map_item
+
+
+def _until_holds(
+    orchestrator: MultiAgentBase, node_id: str, key: str, index: int, result: NodeResult
+) -> bool:
+    """Whether map ``key``'s ``until`` join holds with the items completed so far and this one."""
+    spec = orchestrator.nodes[node_id].executor.nested(key)
     if not callable(spec.join):
         return False
-    scheduler = MapScheduler(orchestrator.document, request.node_id)
+    scheduler = MapScheduler(orchestrator.document, key)
     count = scheduler.started or 0
     items = scheduler.items()
     done = {i: (scheduler.item(i) or {}).get("output") for i in scheduler.completed()}
-    done[request.map_item] = result.output
+    done[index] = result.output
     return bool(spec.satisfied([MapItem(i, items[i], done[i]) for i in sorted(done)], count))
 
 

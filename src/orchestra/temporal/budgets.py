@@ -19,7 +19,7 @@ from orchestra._json import dumps
 from orchestra.agent import Agent
 from orchestra.budget import Budget, Spent, exceeded
 from orchestra.hooks import AfterModelCall, BeforeModelCall
-from orchestra.multiagent import MultiAgentBase
+from orchestra.multiagent import Map, MultiAgentBase
 from orchestra.storage import Storage
 
 __all__ = ["NodeMeter", "budgets_of", "plus"]
@@ -69,6 +69,7 @@ class NodeMeter:
         self.storage = storage
         self.key = key
         self.spent = Spent()  # this execution's
+        self._attached: set[int] = set()  # the hook registries counted (by id)
 
     @property
     def metered(self) -> bool:
@@ -80,14 +81,21 @@ class NodeMeter:
         if found is not None:
             self.spent = Spent.from_json(json.loads(found[0]))
 
-    def attach(self, executor: Any) -> None:
-        """Count the model calls of ``executor`` (an agent, or every agent of a nested orchestrator)."""
+    def attach(self, executor: Any, node_id: str = "") -> None:
+        """Count the model calls of ``executor`` (an agent, every agent of a nested orchestrator, or a
+        map's template agent, which its items' copies share) as this node's (``node_id`` is the node's
+        already: ``SpendingCounter``)."""
         if isinstance(executor, Agent):
+            if id(executor.hooks) in self._attached:  # a map's items share their template's hooks
+                return
+            self._attached.add(id(executor.hooks))
             executor.hooks.add_callback(BeforeModelCall, functools.partial(self._before))
             executor.hooks.add_callback(AfterModelCall, functools.partial(self._after))
         elif isinstance(executor, MultiAgentBase):
             for node in executor.nodes.values():
                 self.attach(node.executor)
+        elif isinstance(executor, Map) and executor.node is not None:
+            self.attach(executor.node)
 
     def _scope(self) -> str:
         return f"run of {self.orchestrator.kind} {self.orchestrator.id!r}"

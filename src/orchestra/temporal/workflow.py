@@ -67,6 +67,7 @@ _STICKY_SWARMS = "sticky-swarms"
 # fan-out, a map's running items) finish within the same history.
 _MAX_EVENTS = 10_000
 _MAX_BYTES = 10_000_000
+_NESTED_MAPS = "nested-maps"  # workflow.patched: see _run_items
 _CONTINUE = "continue"  # a map node's outcome when it stopped taking items for a continue-as-new
 
 
@@ -574,26 +575,49 @@ class PipelineWorkflow:
         """A map node as activities: save its list ("expand"), run each item that has no result yet (at
         most ``max_concurrency`` at once; items that finish together are committed together), then its
         result ("finish"). Items that completed before a worker died, or before a resume, never run
-        again; the node's outcome is the finish's (or the failure of an item)."""
+        again; the node's outcome is the finish's (or the failure of an item). A nested map's items are
+        activities too (``_run_nested_item``)."""
+        spec: Map = graph.nodes[request.node_id].executor
+        ended = await self._run_items(graph, request, request.node_id, spec)
+        if ended is not None:
+            if ended.status == "stopped":  # a budget: the run stops (resumable), as locally
+                return replace(ended, status="interrupted")
+            return ended
+        return await self._execute(graph, replace(request, map_phase="finish"), graph.node_timeout)
+
+    async def _run_items(self, graph: Graph, request: NodeRequest, key: str, spec: Map) -> NodeOutcome | None:
+        """Run map ``key``'s items until its join holds (None), or until one ends it: an item failed
+        or was interrupted, a budget stopped it, or a continue-as-new. ``MapScheduler`` decides, under
+        ``key`` (the node's id, or ``<node>:<index>`` for a nested map), as locally."""
         node_id = request.node_id
-        spec: Map = graph.nodes[node_id].executor
-        items = MapScheduler(graph.document, node_id)
+        map_request = replace(request, map_key="" if key == node_id else key)
+        items = MapScheduler(graph.document, key)
         if items.started is None:
-            expanded = await self._execute(graph, replace(request, map_phase="expand"), graph.node_timeout)
+            expand = replace(map_request, map_phase="expand")
+            expanded = await self._execute(graph, expand, graph.node_timeout)
             if expanded.status != "expanded":
                 return expanded
             items.begin(spec, count=expanded.map_count)
-            await self._commit(graph, map_list=[node_id, expanded.blob])
+            await self._commit(graph, map_list=[key, expanded.blob])
         else:
             items.begin(spec)
+        # A map of maps: each item is a map whose items are activities of their own (histories recorded
+        # before ran an item's nested map inside its activity).
+        nested = isinstance(spec.node, Map) and workflow.patched(_NESTED_MAPS)
         limit = spec.max_concurrency or math.inf
         running: dict[asyncio.Task[NodeOutcome], int] = {}
         while not items.joined and items.failure is None:
             while (
                 len(running) < limit and not self._should_continue() and (index := items.take()) is not None
             ):
-                item = replace(request, map_phase="item", map_item=index)
-                running[asyncio.ensure_future(self._execute(graph, item, graph.node_timeout))] = index
+                if nested:
+                    task = asyncio.ensure_future(
+                        self._run_nested_item(graph, map_request, key, index, spec.node)
+                    )
+                else:
+                    item = replace(map_request, map_phase="item", map_item=index)
+                    task = asyncio.ensure_future(self._execute(graph, item, graph.node_timeout))
+                running[task] = index
             if not running:
                 break
             finished, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
@@ -601,27 +625,45 @@ class PipelineWorkflow:
             for task in [task for task in running if task in finished]:  # in the order they started
                 index = running.pop(task)
                 outcome = task.result()
+                if outcome.status == _CONTINUE:  # its nested map stopped for a continue-as-new
+                    continue
                 self._progressed = True
+                self._charge(graph, node_id, outcome)  # an item's model calls count, as locally
                 record: dict[str, Any] = {"status": outcome.status, "usage": outcome.usage}
                 if outcome.error:
                     record["error"] = outcome.error
                 # The item's own record (its output) is in its blob, folded in by the commit.
                 items.settle(index, record, interrupts=outcome.interrupts, joined=outcome.join_done)
-                if outcome.blob:
-                    batch.append([node_id, index, outcome.blob])
+                if outcome.blob and outcome.status != "stopped":
+                    batch.append([key, index, outcome.blob])
             await self._commit(graph, map_items=batch)
             if items.interrupts and not running:
                 break
         for task in running:  # the join holds, or an item failed: the others are not needed
             task.cancel()
-        if self._continuing and not items.joined and items.failure is None and not items.interrupts:
-            return NodeOutcome(status=_CONTINUE, blob="")  # the items not run yet go on in the next run
         if items.failure is not None:
             return NodeOutcome(status="failed", blob="", error=items.failure)
+        if items.stopped is not None and not items.joined:
+            return NodeOutcome(status="stopped", blob="", error=items.stopped)
         if items.interrupts:
             asked = [i.model_dump(mode="json") for i in items.interrupts]
             return NodeOutcome(status="interrupted", blob="", interrupts=asked)
-        return await self._execute(graph, replace(request, map_phase="finish"), graph.node_timeout)
+        if self._continuing and not items.joined:
+            return NodeOutcome(status=_CONTINUE, blob="")  # the items not run yet go on in the next run
+        return None
+
+    async def _run_nested_item(
+        self, graph: Graph, request: NodeRequest, key: str, index: int, spec: Map
+    ) -> NodeOutcome:
+        """Item ``index`` of map ``key`` when it is a map itself: its own items, each an activity (so
+        each is durable), under ``<key>:<index>``; then its "finish" gives the item's result."""
+        inner = f"{key}:{index}"
+        ended = await self._run_items(graph, request, inner, spec)
+        if ended is not None:
+            return ended
+        done = MapScheduler(graph.document, inner).completed()
+        finish = replace(request, map_phase="finish", map_key=inner, map_done=done)
+        return await self._execute(graph, finish, graph.node_timeout)
 
     async def _run_swarm(
         self, swarm: Swarm, scheduler: SwarmScheduler, responses: dict[str, Any], started: Any
