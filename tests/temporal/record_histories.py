@@ -161,8 +161,8 @@ async def main(address: str) -> None:
             paid = {"name": "payment", "payload": {"amount": 42, "currency": "EUR"}, "key": "psp-charge-981"}
             await record(address, "order_payment", loaded, storage, "order 7: two lamps", event=paid)
         # A sticky swarm's next run starts where the last ended: the decision behind workflow.patched
-        # ("sticky-swarms", see workflow.py). No recorded run has a node stopped by a budget (Temporal
-        # refuses pipelines with budgets, docs/temporal.md), so none takes the "budget-stops" patch.
+        # ("sticky-swarms", see workflow.py). No recorded run has a node stopped by a budget, so none
+        # takes the "budget-stops" patch (tests/temporal/test_scenarios.py runs budgets on Temporal).
         if not only or "sticky_support.next-run" in only:
             loaded = parse_file(EXAMPLES / "sticky_support.yaml")
             first = {"session": "sticky-next", "keep": False}
