@@ -3,12 +3,46 @@
 # No ``from __future__ import annotations`` here: temporalio's converter reads these classes' type hints
 # for every payload it decodes, and string annotations would be compiled again each time (two thirds of
 # decoding a node's request).
+import base64
+import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WORKFLOW_NAME", "CommitRequest", "NodeOutcome", "NodeRequest", "RunRequest", "StateRequest"]
+__all__ = [
+    "WORKFLOW_NAME",
+    "CommitRequest",
+    "NodeOutcome",
+    "NodeRequest",
+    "RunRequest",
+    "StateRequest",
+    "pack",
+    "unpack",
+]
 
 WORKFLOW_NAME = "orchestra.pipeline"
+
+# What the workflow reads back whole (a pipeline's description, a run's scheduling state) grows with the
+# graph and the run: above this many bytes of JSON it crosses compressed, so a graph of many thousand nodes
+# stays under Temporal's 2 MB payload limit. Smaller ones cross as they are (histories recorded before
+# replay unchanged).
+PACK_ABOVE = 256 * 1024
+_PACKED = "orchestra/zlib"
+
+
+def pack(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` as an activity returns it to the workflow: itself, or compressed when large."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if len(text) <= PACK_ABOVE:
+        return value
+    return {_PACKED: base64.b64encode(zlib.compress(text.encode(), 6)).decode("ascii")}
+
+
+def unpack(value: Any) -> Any:
+    """What ``pack`` gave, as it was."""
+    if isinstance(value, dict) and len(value) == 1 and _PACKED in value:
+        return json.loads(zlib.decompress(base64.b64decode(value[_PACKED])))
+    return value
 
 
 @dataclass

@@ -53,7 +53,7 @@ from orchestra.session.run_folder import COMMIT_FIELD, run_folder, turn_key
 from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_messages
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_from_uri
-from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest
+from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest, pack
 from orchestra.temporal.budgets import NodeMeter, budgets_of
 
 __all__ = ["PipelineActivities", "input_key", "spec_hash"]
@@ -358,7 +358,7 @@ class PipelineActivities:
         budgets = budgets_of(built)
         if budgets:  # only then: the description of a pipeline without one stays what it was
             described["budgets"] = budgets
-        return described
+        return pack(described)
 
     @activity.defn(name="orchestra.load_state")
     async def load_state(self, request: StateRequest) -> dict[str, Any] | None:
@@ -372,7 +372,7 @@ class PipelineActivities:
         if doc is None:
             return None
         logs = {k: v for k, v in doc.logs.items() if not k.startswith("agent/")}
-        return {"fields": _light(doc.fields), "logs": logs}
+        return pack({"fields": _light(doc.fields), "logs": logs})
 
     @activity.defn(name="orchestra.execute_node")
     async def execute_node(self, request: NodeRequest) -> NodeOutcome:

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         NodeRequest,
         RunRequest,
         StateRequest,
+        unpack,
     )
     from orchestra.temporal._waits import WorkflowWaits, all_waits
     from orchestra.temporal.budgets import plus
@@ -134,8 +135,13 @@ class PipelineWorkflow:
         self._request = request
         if request.inbox:  # a continued run: the events its waits have not taken yet
             self._waits.inbox = request.inbox
-        structure: dict[str, Any] = await workflow.execute_local_activity(
-            "orchestra.describe", request.spec_id, start_to_close_timeout=_LIGHT, retry_policy=_COMMIT_RETRIES
+        structure: dict[str, Any] = unpack(
+            await workflow.execute_local_activity(
+                "orchestra.describe",
+                request.spec_id,
+                start_to_close_timeout=_LIGHT,
+                retry_policy=_COMMIT_RETRIES,
+            )
         )
         skeleton: MultiAgentBase = (
             Graph.from_structure(structure)
@@ -144,11 +150,13 @@ class PipelineWorkflow:
         )
         self._orchestrator = skeleton
         self._settings = structure.get("temporal") or {}
-        saved = await workflow.execute_local_activity(
-            "orchestra.load_state",
-            StateRequest(request.spec_id, request.session_id, request.storage, skeleton.scope_id),
-            start_to_close_timeout=_LIGHT,
-            retry_policy=_COMMIT_RETRIES,
+        saved = unpack(
+            await workflow.execute_local_activity(
+                "orchestra.load_state",
+                StateRequest(request.spec_id, request.session_id, request.storage, skeleton.scope_id),
+                start_to_close_timeout=_LIGHT,
+                retry_policy=_COMMIT_RETRIES,
+            )
         )
         document = skeleton.document
         if saved is not None:
