@@ -3,6 +3,8 @@ a node's own timeout is final (one execution, the local message)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orchestra import load
@@ -553,6 +555,66 @@ async def test_a_commit_replayed_with_more_in_it_is_not_skipped_as_saved(tmp_pat
     doc = await Journal(storage, ScopeLayout("s1", "multiAgent", "fan")).load()
     assert doc is not None
     assert [doc.fields[f"node/{n}"]["result"]["output"] for n in "ab"] == ["out a", "out b"]
+
+
+async def test_a_commit_replayed_with_a_failed_node_and_no_new_blob_is_saved(tmp_path):
+    """The replayed commit holds what has no blob: a node whose activity failed (its record holds the
+    failure) and the run failed with it, and the execution order's next item (sent by its index). It is
+    saved: not skipped because every blob it names was folded in, which lost b's failure and left the
+    journal's log behind the run's, so that every later commit was refused."""
+    from orchestra.session.scopes import Journal, ScopeLayout
+    from orchestra.temporal import CommitRequest, PipelineActivities
+
+    uri = f"file:{tmp_path}/store"
+    storage = storage_from_uri(uri)
+    executing, failed = {"run_id": "r1", "status": "executing"}, {"run_id": "r1", "status": "failed"}
+    await PipelineActivities({}).commit(CommitRequest("s1", uri, "fan", {"run": executing, "state": {}}, {}))
+    key = "session/s1/scopes/multiAgent/fan/temporal/r1/a-1.json"
+    result = {"node_id": "a", "status": "completed", "output": "out a", "execution_count": 1}
+    await storage.write(key, json.dumps({"result": result, "state_changes": {"set": {}, "del": []}}).encode())
+    node_a = {"status": "completed", "executions": 1}
+    first = CommitRequest(
+        "s1",
+        uri,
+        "fan",
+        {"run": executing, "node/a": node_a},
+        {"execution_order": ["a"]},
+        run_id="r1",
+        batch=[["a", key]],
+        commit_id="w1/2",
+        log_from={"execution_order": 0},
+    )
+    await PipelineActivities({}).commit(first)  # saved; its worker died before Temporal heard of it
+    node_b = {"status": "failed", "executions": 1, "result": {"status": "failed", "error": "boom"}}
+    replayed = CommitRequest(
+        "s1",
+        uri,
+        "fan",
+        {"run": failed, "node/a": node_a, "node/b": node_b},
+        {"execution_order": ["a", "b"]},
+        run_id="r1",
+        batch=[["a", key], ["b", ""]],
+        commit_id="w1/2",
+        log_from={"execution_order": 0},
+    )
+    await PipelineActivities({}).commit(replayed)
+    later = CommitRequest(
+        "s1",
+        uri,
+        "fan",
+        {"run": failed},
+        {"execution_order": []},
+        run_id="r1",
+        commit_id="w1/3",
+        log_from={"execution_order": 2},
+    )
+    await PipelineActivities({}).commit(later)  # refused before: the journal's log held 1 item, not 2
+    doc = await Journal(storage, ScopeLayout("s1", "multiAgent", "fan")).load()
+    assert doc is not None
+    assert doc.fields["run"]["status"] == "failed"
+    assert doc.fields["node/b"]["result"]["error"] == "boom"
+    assert doc.fields["node/a"]["result"]["output"] == "out a"  # folded once, kept
+    assert doc.logs["execution_order"] == ["a", "b"]
 
 
 def test_a_nested_maps_finish_refuses_a_run_without_an_item_it_was_told_completed():

@@ -81,9 +81,11 @@ async def _read_json(storage: Storage, key: str, what: str) -> Any:
     return json.loads(found[0])
 
 
-# The node and item blobs the last commit saved folded in. A workflow task that fails after its commit
-# was saved is replayed with the results that arrived meanwhile, so the same commit can come back
-# holding more nodes or items than were saved: those go in, the ones saved are not applied twice.
+# What the last commit saved held: a digest of it, and the node and item blobs it folded in. A workflow
+# task that fails after its commit was saved is replayed with what happened meanwhile, so the same commit
+# (same id) can come back holding more: more nodes or items (with blobs, or failed without one), other
+# fields. It is saved again, whole (fields are whole values, logs go by their index), but the blobs folded
+# in already are not applied twice; only a retry holding exactly what was saved is skipped.
 _FOLDED_FIELD = "temporal/folded"
 
 # Every node's activity loads the run from storage: fold the journal often so a load stays short.
@@ -689,19 +691,20 @@ class PipelineActivities:
         for key in request.delete:
             self._invocation_states.pop(key, None)
         folding = [key for key in [*(blob for _, blob in nodes), *item_blobs] if key]
+        digest = _digest(request)
         folded: set[str] = set()  # blobs a saved attempt of this commit folded in already
         if request.commit_id and journal.field(COMMIT_FIELD) == request.commit_id:
-            # A retry of a commit that was saved (the worker died before Temporal heard of it): only what
-            # it did not fold in goes in now. (One saved before the list was kept held it all.)
+            # A retry of a commit that was saved (the worker died before Temporal heard of it). Saved before
+            # the digest was kept: it held it all, as before.
             saved = journal.field(_FOLDED_FIELD)
-            folded = set(folding if saved is None else saved)
-            if folded.issuperset(folding):
+            if not isinstance(saved, dict) or saved.get("digest") == digest:
                 await _delete_inputs(storage, request, inputs)
                 return journal
+            folded = set(saved.get("blobs") or [])
         fields = dict(request.fields)
         if request.commit_id:
             fields[COMMIT_FIELD] = request.commit_id
-            fields[_FOLDED_FIELD] = folding
+            fields[_FOLDED_FIELD] = {"digest": digest, "blobs": folding}
         # Results are owned by storage: the workflow only holds their summaries.
         own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
@@ -756,6 +759,22 @@ class PipelineActivities:
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
         await _delete_inputs(storage, request, inputs)
         return journal
+
+
+def _digest(request: CommitRequest) -> str:
+    """What a commit holds, in 16 hex digits: a retry holding the same is the attempt that was saved."""
+    content = [
+        request.fields,
+        request.logs,
+        request.unset,
+        request.node_id,
+        request.blob,
+        request.batch,
+        request.map_list,
+        request.map_items,
+        request.log_from,
+    ]
+    return hashlib.sha256(dumps(content).encode()).hexdigest()[:16]
 
 
 async def _delete_inputs(storage: Storage, request: CommitRequest, inputs: list[str]) -> None:
