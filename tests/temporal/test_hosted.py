@@ -171,7 +171,7 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
             assert body["output"] == "n3 done"
             record = http.get(f"{url}/api/v1/runs/{body['run_id']}", headers=AUTH).json()
             assert record["status"] == "completed"
-            assert record["workflow_id"] == "orchestra-acme-pipe-s1"
+            assert record["workflow_id"] == "orchestra/acme/pipe/s1"
             assert {n: r["status"] for n, r in record["nodes"].items()} == dict.fromkeys(NODES, "completed")
             assert nodes_by(calls) == {n: [worker.pid] for n in NODES}
 
@@ -225,7 +225,7 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
             stopped = final(http, url, cancelled)
             assert stopped["status"] == "interrupted", stopped
             assert stopped["stored"] is True  # its completed nodes are kept
-            assert anyio.run(workflow_status, temporal_address, "orchestra-acme-long-c1") == "TERMINATED"
+            assert anyio.run(workflow_status, temporal_address, "orchestra/acme/long/c1") == "TERMINATED"
             done_before = completed_in_session(sessions, "c1", "long")
             assert len(done_before) < len(LONG_NODES)
             resumed = http.post(f"{url}/api/v1/runs/{cancelled}/resume", headers=AUTH)
@@ -277,8 +277,8 @@ def test_two_agents_hosting_one_spec_run_one_session_id_apart(temporal_address, 
             assert first["status"] == "completed", first
             twin_record = http.get(f"{url}/api/v1/runs/{twin.json()['run_id']}", headers=AUTH).json()
             assert {first["workflow_id"], twin_record["workflow_id"]} == {
-                "orchestra-acme-pipe-s1",
-                "orchestra-acme-twin-s1",
+                "orchestra/acme/pipe/s1",
+                "orchestra/acme/twin/s1",
             }
     finally:
         server.send_signal(signal.SIGTERM)
@@ -350,7 +350,7 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
             assert moved.status_code == 202, moved.text
             record = final(http, url, moved.json()["run_id"])
             assert record["status"] == "completed", record
-            assert record["workflow_id"] == "orchestra-acme-pipe-s1"
+            assert record["workflow_id"] == "orchestra/acme/pipe/s1"
             assert record["output"] == "n3 done"
             assert (
                 http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()["resumed_by"] == record["run_id"]
@@ -462,3 +462,16 @@ def test_an_unreachable_temporal_is_a_503_that_says_where(tmp_path):
         assert replacing.json()["error"]["code"] == "policy_not_on_workers"
         chat = http.post(f"{server.url}/api/v1/agents/chat/invoke", json={"input": "hi"}, headers=AUTH)
         assert chat.status_code == 200, chat.text  # an agent stays on the server
+
+
+def test_workflow_ids_of_two_tenants_never_meet():
+    """Ids may hold "-": "acme"/"eu"/"bot-42" and "acme-eu"/"bot"/"42" are two sessions of two workspaces,
+    and get two workflows (one shared would let a request of one workspace answer the other's run)."""
+    from orchestra.hosting.config import HostedSpec
+    from orchestra.hosting.invocation import Invocation
+    from orchestra.hosting.workers import Workers
+
+    one = Invocation(HostedSpec(id="eu", spec="p.yaml", workspace="acme"), "go", "bot-42", None)
+    other = Invocation(HostedSpec(id="bot", spec="p.yaml", workspace="acme-eu"), "go", "42", None)
+    assert Workers.workflow_of(one) != Workers.workflow_of(other)
+    assert Workers.workflow_of(one) == "orchestra/acme/eu/bot-42"

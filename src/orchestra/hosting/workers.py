@@ -84,9 +84,9 @@ class Workers:
     def workflow_of(invocation: Invocation) -> str:
         """The id of the workflow that runs ``invocation``: one per hosted agent and session. Sessions are
         per workspace and agent, so two agents (or workspaces) hosting one spec must not share one
-        workflow for a session id they both use."""
+        workflow for a session id they both use. Ids hold no "/": the parts cannot run into each other."""
         hosted = invocation.hosted
-        return f"orchestra-{hosted.workspace}-{hosted.id}-{invocation.session_id or ''}"
+        return f"orchestra/{hosted.workspace}/{hosted.id}/{invocation.session_id or ''}"
 
     async def client(self) -> Any:
         from orchestra.temporal import connect, parse_target
@@ -115,7 +115,10 @@ class Workers:
         handle: Any = None
         with stop.scope():
             try:
-                handle = await self._start(workspace, invocation, record, task)
+                # A stop that comes while the workflow starts takes effect once it has a handle: else
+                # the workflow would be started, and run on, with nothing left to terminate it.
+                with anyio.CancelScope(shield=True):
+                    handle = await self._start(workspace, invocation, record, task)
                 return await self._follow(handle, target, invocation, log, storage)
             except (Refused, OrchestraError):
                 raise
@@ -311,7 +314,7 @@ def _unavailable(exc: Exception, address: str, run_id: str) -> Exception:
     """What Temporal (or the way to it) answered, as one line: a 503 when it was not reached or refused,
     else the run's failure on the workers."""
     from temporalio.client import WorkflowFailureError
-    from temporalio.exceptions import ApplicationError
+    from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
     from temporalio.service import RPCError
 
     if isinstance(exc, WorkflowFailureError):
@@ -319,6 +322,13 @@ def _unavailable(exc: Exception, address: str, run_id: str) -> Exception:
         while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
             cause = cause.__cause__  # the workflow's failure wraps the activity's, which says why
         return OrchestraError(f"the run failed on the Temporal workers: {str(cause).splitlines()[0]}")
+    if isinstance(exc, WorkflowAlreadyStartedError):  # another server started the session's run first
+        return Refused(
+            409,
+            "session_busy",
+            f"a run of this session is going on on the Temporal workers (workflow {exc.workflow_id}): "
+            "answer its interrupts, or wait for it to end",
+        )
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, RPCError):
         first = f"{exc.message} ({exc.status.name})"
