@@ -4,6 +4,8 @@ not the workspace's, which a workspace-wide key reads."""
 
 from __future__ import annotations
 
+import contextvars
+
 import pytest
 
 from orchestra.client import Client
@@ -69,3 +71,34 @@ def test_a_run_taken_over_or_woken_keeps_its_users_memory() -> None:
     )
     assert Invocation.of_record(hosted, record).subject == "alice"
     assert Invocation.of_record(hosted, record.model_copy(update={"memory_subject": None})).subject is None
+
+
+def test_a_record_from_before_memory_subjects_keeps_the_callers_memory() -> None:
+    """A run record written before ``memory_subject`` existed does not say whose memory: the run goes on
+    with the caller's, as it did then (not the workspace's, which every key of it reads)."""
+    from orchestra.hosting.config import HostedSpec
+    from orchestra.hosting.identity import Identity, acting_as
+    from orchestra.hosting.invocation import Invocation
+    from orchestra.hosting.records import RunRecord
+
+    hosted = HostedSpec(id="support", spec="support.yaml", workspace="acme")
+    old = RunRecord.model_validate(
+        {
+            "run_id": "r0",
+            "agent_id": "support",
+            "kind": "agent",
+            "mode": "session",
+            "session_id": "s1",
+            "started_at": "2026-11-01T00:00:00+00:00",
+            "input": "remember it",
+            "owner": "alice",
+        }
+    )
+    assert Invocation.of_record(hosted, old).subject is None  # no caller: the server's own work
+    alice = Identity("acme", "alice", via="jwt")
+    assert (
+        contextvars.copy_context().run(
+            lambda: (acting_as(alice), Invocation.of_record(hosted, old).subject)[1]
+        )
+        == "alice"
+    )

@@ -192,7 +192,8 @@ class BackgroundRuns:
         # finished from the session, not sent again (a pipeline's saved nodes are resumed by its task).
         invocation.resume = record.kind == "agent" and (record.stored is True or record.resume)
         invocation.owner = record.owner or invocation.owner  # a run resumed (by an admin) stays its owner's
-        if record.owner is not None:  # with its owner's memory
+        # With its owner's memory (a record written before it was recorded keeps the caller's).
+        if record.owner is not None and "memory_subject" in record.model_fields_set:
             invocation.subject = record.memory_subject
         invocation.on_workers = on_workers
         # The old record names its resumption before it starts, by compare-and-swap: of two resumes at

@@ -105,7 +105,8 @@ class Invocation:
         invocation.resume = record.resume
         invocation.metadata = dict(record.metadata)
         invocation.owner = record.owner
-        invocation.subject = record.memory_subject  # its user's memory, whichever server goes on with it
+        if "memory_subject" in record.model_fields_set:  # its user's memory, whichever server goes on
+            invocation.subject = record.memory_subject
         invocation.on_workers = record.workflow_id is not None
         return invocation
 

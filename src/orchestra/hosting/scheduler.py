@@ -397,7 +397,8 @@ class Scheduler:
         invocation.run_id = run_id
         # The owner's run, whoever starts it: its owner sees it, its owner's quotas count it.
         invocation.owner = schedule.owner
-        invocation.subject = schedule.memory_subject
+        if "memory_subject" in schedule.model_fields_set:  # (one made before it was recorded: the caller's)
+            invocation.subject = schedule.memory_subject
         invocation.metadata = {**schedule.metadata, **metadata, "schedule_id": schedule.id}
         return await self.background.start(workspace, invocation)
 

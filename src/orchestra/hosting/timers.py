@@ -122,7 +122,8 @@ class Waits:
             on_busy=self.config.on_busy(hosted),
         )
         invocation.owner = record.owner  # the owner's run goes on: its owner sees it, its quotas count it
-        invocation.subject = record.memory_subject  # and it uses its owner's memory
+        if "memory_subject" in record.model_fields_set:  # and it uses its owner's memory
+            invocation.subject = record.memory_subject
         invocation.idempotency_key = f"wake:{record.run_id}:{interrupt_id}"
         invocation.fingerprint = fingerprint({"wake": interrupt_id, "answer": answer})
         try:
