@@ -69,6 +69,7 @@ _STICKY_SWARMS = "sticky-swarms"
 _MAX_EVENTS = 10_000
 _MAX_BYTES = 10_000_000
 _NESTED_MAPS = "nested-maps"  # workflow.patched: see _run_items
+_SHIELDED_COMMITS = "shielded-commits"  # workflow.patched: see _commit
 _CONTINUE = "continue"  # a map node's outcome when it stopped taking items for a continue-as-new
 
 
@@ -418,19 +419,28 @@ class PipelineWorkflow:
         map_list: list[str] | None = None,
         map_items: list[list[Any]] | None = None,
     ) -> None:
-        async with self._commit_lock:
-            await self._commit_now(
-                orchestrator,
-                node_id,
-                blob,
-                initial_state,
-                task_ref,
-                batch,
-                delete,
-                ends_run,
-                map_list,
-                map_items,
-            )
+        async def locked() -> None:
+            async with self._commit_lock:
+                await self._commit_now(
+                    orchestrator,
+                    node_id,
+                    blob,
+                    initial_state,
+                    task_ref,
+                    batch,
+                    delete,
+                    ends_run,
+                    map_list,
+                    map_items,
+                )
+
+        # A commit has taken the document's changes when it starts: one cancelled half way (its map's
+        # task cancelled when a join held, an item or node failed, or time ran out) would lose them, and
+        # leave the logs the next commit extends from behind. It finishes; the task is cancelled after.
+        if workflow.patched(_SHIELDED_COMMITS):
+            await asyncio.shield(locked())
+        else:
+            await locked()
 
     async def _commit_now(
         self,
