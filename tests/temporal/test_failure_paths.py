@@ -635,3 +635,15 @@ def test_a_nested_maps_finish_refuses_a_run_without_an_item_it_was_told_complete
         PipelineActivities._holding_items(request, doc)
     doc.fields["map/each:1/item/1"] = {"status": "completed", "output": 2}
     PipelineActivities._holding_items(request, doc)  # every item it was told of: it goes on
+
+
+def test_a_nested_maps_blobs_never_take_another_nodes_keys():
+    """Node ids may hold "-": node "a"'s execution 1, outer item 2, and node "a-1"'s execution 2 write
+    their blobs under different keys (one would overwrite the other's result or list)."""
+    from orchestra.temporal._types import NodeRequest
+    from orchestra.temporal.activities import blob_base
+
+    nested = NodeRequest("g", "s1", "file:/x", "g", "r1", "a", 1, map_phase="item", map_key="a:2")
+    plain = NodeRequest("g", "s1", "file:/x", "g", "r1", "a-1", 2, map_phase="item")
+    suffixes = ("", "-items", "-item0", "-spent", "-attempts")
+    assert not {blob_base(nested) + x for x in suffixes} & {blob_base(plain) + x for x in suffixes}

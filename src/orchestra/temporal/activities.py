@@ -56,7 +56,7 @@ from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_f
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest, pack
 from orchestra.temporal.budgets import NodeMeter, budgets_of
 
-__all__ = ["PipelineActivities", "input_key", "spec_hash"]
+__all__ = ["PipelineActivities", "blob_base", "input_key", "spec_hash"]
 
 
 def spec_hash(loaded: LoadedSpec) -> str:
@@ -416,9 +416,7 @@ class PipelineActivities:
             invocation_state=invocation_state,
             execution_count=request.execution_count,
         )
-        base = f"{run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}"
-        if request.map_key:  # a nested map's blobs: beside the node's, named by the outer items' indexes
-            base = f"{base}-{request.map_key.partition(':')[2].replace(':', '.')}"
+        base = blob_base(request)
         if request.map_phase == "expand":
             return await self._expand(
                 storage, orchestrator, node_input, request.map_key, f"{base}-items.json"
@@ -759,6 +757,16 @@ class PipelineActivities:
         # Committed: the journal holds them now, so the run's storage does not grow by a copy per node.
         await _delete_inputs(storage, request, inputs)
         return journal
+
+
+def blob_base(request: NodeRequest) -> str:
+    """Where an execution's blobs go (``<base>.json``, ``<base>-items.json``, ...): ``<node>-<execution>``
+    in the run's folder; a nested map's, named by the outer items' indexes after "in" (so that "a-1-in2"
+    is never the "<node>-<execution>" of a node "a-1")."""
+    base = f"{run_folder(request.session_id, request.scope_id, request.run_id)}{request.node_id}-{request.execution_count}"
+    if request.map_key:
+        base = f"{base}-in{request.map_key.partition(':')[2].replace(':', '.')}"
+    return base
 
 
 def _digest(request: CommitRequest) -> str:
