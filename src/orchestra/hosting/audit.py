@@ -10,6 +10,8 @@ older than ``audit.retention_days``. Entries are listed oldest first (uuid7 ids 
 | ``interrupt.answer`` | a run answers a session's open interrupts |
 | ``run.cancel``, ``run.resume``, ``run.move`` | a run is cancelled, started again, or moved to workers |
 | ``session.delete`` | a session is deleted |
+| ``schedule.create``, ``schedule.delete`` | a schedule is made or deleted over the API |
+| ``schedule.pause``, ``schedule.resume``, ``schedule.run`` | a schedule is paused, resumed, or run now |
 """
 
 from __future__ import annotations

@@ -100,13 +100,14 @@ class Sessions:
             UnknownSession: there is no such session.
         """
         self.builder.forget(workspace, agent_id, session_id)
-        removed = await admin.delete_session(self.workspaces.agent_storage(workspace, agent_id), session_id)
-        if not removed:
-            raise UnknownSession(agent_id, session_id)
-        await self.workspaces.queues(workspace).forget(agent_id, session_id)
-        # What the server kept of the session's runs goes with it: their records (inputs, outputs,
-        # conversations), event logs, waits and inbox.
+        # What the server kept of the session's runs goes first (their records: inputs, outputs,
+        # conversations; event logs, waits and inbox): if this stops half way, the session is still there
+        # and the delete can be made again.
         storage = self.workspaces.storage(workspace)
         ended = await self.workspaces.runs(workspace).forget_session(agent_id, session_id)
         await delete_events(storage, ended)
         await wait_index.forget_session(storage, agent_id, session_id)
+        removed = await admin.delete_session(self.workspaces.agent_storage(workspace, agent_id), session_id)
+        if not removed:
+            raise UnknownSession(agent_id, session_id)
+        await self.workspaces.queues(workspace).forget(agent_id, session_id)
