@@ -10,6 +10,7 @@ from orchestra.multiagent._graph_schedule import GraphScheduler
 from orchestra.multiagent._graph_shape import ConditionError
 from orchestra.multiagent._map_run import run_map_item
 from orchestra.multiagent._map_schedule import MapScheduler
+from orchestra.multiagent._metering import SpendingCounter
 from orchestra.multiagent._orchestrator import Orchestrator, RunOptions
 from orchestra.multiagent._run_document import RunDocument
 from orchestra.multiagent._swarm_schedule import SwarmScheduler
@@ -73,6 +74,7 @@ __all__ = [
     "RunDocument",
     "RunOptions",
     "SavedRun",
+    "SpendingCounter",
     "Status",
     "Swarm",
     "SwarmResult",
