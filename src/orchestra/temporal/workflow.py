@@ -434,9 +434,10 @@ class PipelineWorkflow:
                     map_items,
                 )
 
-        # A commit has taken the document's changes when it starts: one cancelled half way (its map's
-        # task cancelled when a join held, an item or node failed, or time ran out) would lose them, and
-        # leave the logs the next commit extends from behind. It finishes; the task is cancelled after.
+        # A commit has taken the document's changes when it starts, and commits are one at a time: one
+        # whose task is cancelled (its map's, when a join held, an item or node failed, or time ran out)
+        # finishes, holding the lock, before the next one starts. (Here the SDK lets a cancelled local
+        # activity run on, so without this the next commit could start beside it.)
         if workflow.patched(_SHIELDED_COMMITS):
             await asyncio.shield(locked())
         else:
