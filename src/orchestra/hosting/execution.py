@@ -100,8 +100,7 @@ class Executor:
             extra["metadata"] = dict(invocation.metadata)
         if invocation.owner is not None:
             extra["owner"] = invocation.owner
-        if invocation.subject is not None:
-            extra["memory_subject"] = invocation.subject
+        extra["memory_subject"] = invocation.subject  # always: a record without it predates it (of_record)
         if self.on_workers(invocation):
             extra["workflow_id"] = self.workers.workflow_of(invocation)
         return RunRecord(
