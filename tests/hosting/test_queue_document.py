@@ -35,8 +35,8 @@ async def two_servers(storage):
     servers = [Liveness(storage, every_s=0.05, gone_after_s=30) for _ in range(2)]
     for liveness in servers:
         liveness.start()
-    for _ in range(1000):  # until both have said they are alive
-        if all([await servers[0].is_alive(liveness.server_id) for liveness in servers]):
+    for _ in range(1000):  # until each sees the other alive
+        if all([await server.is_alive(other.server_id) for server in servers for other in servers]):
             break
         await anyio.sleep(0.01)
     return servers, [SessionQueues(storage, liveness, max_queue=5) for liveness in servers]

@@ -16,8 +16,8 @@ async def test_a_waiter_whose_read_of_the_document_fails_waits_on():
     for liveness in servers:
         liveness.start()
     try:
-        for _ in range(1000):  # until both have said they are alive
-            if all([await servers[0].is_alive(liveness.server_id) for liveness in servers]):
+        for _ in range(1000):  # until each sees the other alive
+            if all([await server.is_alive(other.server_id) for server in servers for other in servers]):
                 break
             await anyio.sleep(0.01)
         one, two = (SessionQueues(storage, liveness, max_queue=5) for liveness in servers)
