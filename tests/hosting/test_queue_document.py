@@ -4,7 +4,6 @@ files, on the condition that the document is as the server last saw it; written 
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from orchestra.hosting.liveness import Liveness
@@ -34,11 +33,7 @@ class Counting(LocalFileStorage):
 async def two_servers(storage):
     servers = [Liveness(storage, every_s=0.05, gone_after_s=30) for _ in range(2)]
     for liveness in servers:
-        liveness.start()
-    for _ in range(1000):  # until each sees the other alive
-        if all([await server.is_alive(other.server_id) for server in servers for other in servers]):
-            break
-        await anyio.sleep(0.01)
+        await liveness.start()
     return servers, [SessionQueues(storage, liveness, max_queue=5) for liveness in servers]
 
 

@@ -23,7 +23,7 @@ async def runtimes(tmp_path, monkeypatch):
     config = load_config(write_platform_config(tmp_path, f"file:{tmp_path}/store"))
     pair = [RunService(config), RunService(config)]
     for runtime in pair:
-        runtime.liveness.start()
+        await runtime.liveness.start()
     yield pair
     for runtime in pair:
         await runtime.liveness.stop()

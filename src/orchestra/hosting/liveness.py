@@ -41,24 +41,27 @@ class Liveness:
     def _key(self, server_id: str) -> str:
         return f"servers/{server_id}.json"
 
-    def start(self) -> None:
-        """Start saying this server is alive (until ``stop``)."""
+    async def start(self) -> None:
+        """Say this server is alive, and go on saying it (until ``stop``). The first beat is written before
+        this returns: a run this server takes is never seen by another server before its server is."""
         if self._thread is not None:
             return
         self._stop.clear()
+        await self._say_alive()
         self._thread = threading.Thread(
             target=anyio.run, args=(self._beat,), name="orchestra-heartbeat", daemon=True
         )
         self._thread.start()
 
+    async def _say_alive(self) -> None:
+        try:
+            await self.storage.write(self._key(self.server_id), json.dumps({"alive_at": time.time()}).encode())
+        except StorageError as exc:  # the next beat tries again; runs are unaffected
+            log.warning("heartbeat_failed", server_id=self.server_id, error=str(exc))
+
     async def _beat(self) -> None:
-        key = self._key(self.server_id)
-        while not self._stop.is_set():
-            try:
-                await self.storage.write(key, json.dumps({"alive_at": time.time()}).encode())
-            except StorageError as exc:  # the next beat tries again; runs are unaffected
-                log.warning("heartbeat_failed", server_id=self.server_id, error=str(exc))
-            await anyio.to_thread.run_sync(self._stop.wait, self.every_s)
+        while not await anyio.to_thread.run_sync(self._stop.wait, self.every_s):
+            await self._say_alive()
 
     async def stop(self) -> None:
         """Stop the heartbeat and say this server is gone (it runs nothing any more)."""

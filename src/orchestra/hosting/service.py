@@ -117,7 +117,7 @@ class RunService:
         """Serve (the app's lifespan): this server's heartbeat (other servers on the storage learn that it
         runs its runs), background runs, stop requests made on other servers, sweeps. On exit the records
         still queued are written, and the runs left here are taken over by the servers that remain."""
-        self.liveness.start()
+        await self.liveness.start()
         try:
             async with self.background.running() as group:
                 group.start_soon(self.stops.watch)
