@@ -55,7 +55,9 @@ class Liveness:
 
     async def _say_alive(self) -> None:
         try:
-            await self.storage.write(self._key(self.server_id), json.dumps({"alive_at": time.time()}).encode())
+            await self.storage.write(
+                self._key(self.server_id), json.dumps({"alive_at": time.time()}).encode()
+            )
         except StorageError as exc:  # the next beat tries again; runs are unaffected
             log.warning("heartbeat_failed", server_id=self.server_id, error=str(exc))
 
