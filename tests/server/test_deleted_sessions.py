@@ -95,7 +95,8 @@ def test_a_session_deleted_through_another_server_never_reaches_a_model_again(ba
 def test_a_delete_racing_a_turn_leaves_nothing_of_the_session(backend, pair):
     """The turn's model took the history before the delete (the delete came while it ran): its save
     meets the deletion, stores nothing and says so; or the delete came first, and the turn began a new
-    session. Never the old history written on."""
+    session; or it came after the turn ended, and took the turn with it. Never the old history written
+    on."""
     a, b = pair
     assert say(a, "one", "s1", "slow").json()["output"] == "echo: one (turn 1)"
     answers: list[httpx.Response] = []
@@ -110,12 +111,13 @@ def test_a_delete_racing_a_turn_leaves_nothing_of_the_session(backend, pair):
         assert "deleted" in reply.json()["error"]["message"]
         assert users(a, "s1", "slow") is None
         assert users(b, "s1", "slow") is None
-    else:  # the delete came before the turn took the session
+    else:  # the delete came before the turn took the session, or (a loaded machine) after it ended
         assert reply.status_code == 200, reply.text
-        assert reply.json()["output"] == "echo: two (turn 1)"
+        assert reply.json()["output"] in ("echo: two (turn 1)", "echo: two (turn 2)")
+    kept = ["two"] if reply.status_code == 200 and reply.json()["output"].endswith("(turn 1)") else []
     reply = say(a, "three", "s1", "slow")
     assert reply.status_code == 200, reply.text
-    assert users(b, "s1", "slow") == [*(["two"] if answers[0].status_code == 200 else []), "three"]
+    assert users(b, "s1", "slow") == [*kept, "three"]
 
 
 @pytest.mark.parametrize("backend", ["files", "s3"])  # (the CLI names a prefix by a file or s3 URI)
