@@ -475,3 +475,40 @@ def test_workflow_ids_of_two_tenants_never_meet():
     other = Invocation(HostedSpec(id="bot", spec="p.yaml", workspace="acme-eu"), "go", "42", None)
     assert Workers.workflow_of(one) != Workers.workflow_of(other)
     assert Workers.workflow_of(one) == "orchestra/acme/eu/bot-42"
+
+
+def test_deleting_a_session_terminates_its_workflow_first(temporal_address, tmp_path, calls):
+    """A session whose run waits on the workers (for a human) is deleted: its workflow is terminated
+    before the session's data goes, so it never goes on into the deleted session; once the worker has
+    stopped, nothing of the session is stored (its journal's tombstones hold nothing but a time), and its
+    words are nowhere in the storage."""
+    from tests.server.test_deleted_sessions import stored_values
+
+    queue = "q-hosted-delete"
+    storage = f"sqlite:{tmp_path}/server.db"
+    config = write_config(tmp_path, storage, f"temporal://{temporal_address}/default?task_queue={queue}")
+    worker = worker_process(temporal_address, queue, tmp_path / "approval.yaml")
+    sessions = f"{storage}?prefix=ws/acme/agents/approval"
+    secret = "card-4111-deleted"
+    try:
+        with Server(config) as server, httpx.Client(timeout=60) as http:
+            asked = http.post(
+                f"{server.url}/api/v1/agents/approval/invoke",
+                json={"input": secret, "session_id": "d1"},
+                headers=AUTH,
+            )
+            assert asked.json()["status"] == "interrupted", asked.text
+            assert any(secret.encode() in value for _, value in stored_values(sessions))  # the check sees it
+            workflow = "orchestra/acme/approval/d1"
+            assert anyio.run(workflow_status, temporal_address, workflow) == "RUNNING"
+            deleted = http.delete(f"{server.url}/api/v1/agents/approval/sessions/d1", headers=AUTH)
+            assert deleted.status_code == 204, deleted.text
+            assert anyio.run(workflow_status, temporal_address, workflow) == "TERMINATED"
+    finally:
+        worker.terminate()  # a graceful stop: whatever it still ran ends (and writes) first
+        worker.communicate(timeout=60)
+    left = [key for key, value in stored_values(sessions) if json.loads(value).keys() != {"t", "deleted"}]
+    assert left == [], f"the deleted session is stored again: {left}"
+    left = [key for key, value in stored_values(storage) if secret.encode() in value]
+    assert left == [], f"the deleted session's words are still stored under {left}"
+    assert ran(calls) == Counter({f"draft@{worker.pid}": 1})
