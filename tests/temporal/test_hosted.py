@@ -512,3 +512,78 @@ def test_deleting_a_session_terminates_its_workflow_first(temporal_address, tmp_
     left = [key for key, value in stored_values(storage) if secret.encode() in value]
     assert left == [], f"the deleted session's words are still stored under {left}"
     assert ran(calls) == Counter({f"draft@{worker.pid}": 1})
+
+
+async def start_elsewhere(address: str, workflow_id: str) -> None:
+    """Start a workflow under ``workflow_id`` as another client would (on a queue no worker polls: it
+    stays running)."""
+    from orchestra import temporal
+
+    client = await temporal.connect(temporal.TemporalTarget(address, "default", "any"))
+    await client.start_workflow("someone-elses", id=workflow_id, task_queue="q-nobody-polls")
+
+
+def test_a_workflow_started_elsewhere_under_a_runs_id_is_a_409(temporal_address, tmp_path, monkeypatch):
+    """A workflow that another client runs under a hosted run's id is not followed nor started twice: the
+    run is refused 409 ``session_busy`` naming it, whether it was running before the run looked (b1) or
+    was started between the look and the start (b2: Temporal refuses the start)."""
+    from temporalio.client import Client
+
+    queue = "q-hosted-busy"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    anyio.run(start_elsewhere, temporal_address, "orchestra/acme/pipe/b1")
+    original = Client.start_workflow
+
+    async def started_first_elsewhere(self, *args, **kwargs):
+        if kwargs.get("id") == "orchestra/acme/pipe/b2":  # another client's start, just before
+            await original(self, "someone-elses", id=kwargs["id"], task_queue="q-nobody-polls")
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "start_workflow", started_first_elsewhere)
+    with Server(config) as server, httpx.Client(timeout=60) as http:
+        for session in ("b1", "b2"):
+            answer = http.post(
+                f"{server.url}/api/v1/agents/pipe/invoke",
+                json={"input": "go", "session_id": session},
+                headers=AUTH,
+            )
+            assert answer.status_code == 409, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "session_busy", error
+            assert f"workflow orchestra/acme/pipe/{session}" in error["message"], error
+
+
+def test_a_stop_while_the_workflow_starts_terminates_it_once_started(temporal_address, tmp_path, monkeypatch):
+    """A cancel that lands while Temporal is starting the run's workflow (the start made there, its answer
+    not yet back) does not leave the workflow running with nothing to stop it: it is terminated once its
+    start returns, and the run ends interrupted."""
+    from temporalio.client import Client
+
+    queue = "q-hosted-stop-start"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    original = Client.start_workflow
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def slow_answer(self, *args, **kwargs):
+        handle = await original(self, *args, **kwargs)  # made on Temporal; its answer "on the way back"
+        started.set()
+        await anyio.to_thread.run_sync(cancelled.wait, abandon_on_cancel=True)  # a cancel may end the wait
+        return handle
+
+    monkeypatch.setattr(Client, "start_workflow", slow_answer)
+    with Server(config) as server, httpx.Client(timeout=60) as http:
+        run = http.post(
+            f"{server.url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s1"}, headers=AUTH
+        )
+        assert run.status_code == 202, run.text
+        run_id = run.json()["run_id"]
+        assert started.wait(60)
+        assert http.post(f"{server.url}/api/v1/runs/{run_id}/cancel", headers=AUTH).status_code == 202
+        cancelled.set()
+        record = final(http, server.url, run_id)
+        assert record["status"] == "interrupted", record
+    assert anyio.run(workflow_status, temporal_address, "orchestra/acme/pipe/s1") == "TERMINATED"
