@@ -94,7 +94,7 @@ class RunWorkflow:
         was still running (False: it had ended)."""
         with _as_orchestra_errors(self._address):
             try:
-                await self._handle.terminate(reason)
+                await self._handle.terminate(reason=reason)
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:  # ended (or never was): nothing to stop
                     return False
