@@ -529,6 +529,36 @@ def test_deleting_a_session_terminates_its_workflow_first(temporal_address, tmp_
     assert ran(calls) == Counter({f"draft@{worker.pid}": 1})
 
 
+def test_a_followed_run_whose_session_is_deleted_says_so(temporal_address, tmp_path, calls, monkeypatch):
+    """A run the server follows on the workers when its session is deleted ends ``failed``, saying that
+    its workflow was terminated because the session was deleted (not who else might have ended it)."""
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    queue = "q-hosted-delete-followed"
+    storage = f"sqlite:{tmp_path}/server.db"
+    config = write_config(
+        tmp_path,
+        storage,
+        f"temporal://{temporal_address}/default?task_queue={queue}",
+        more="  - {id: long, spec: long.yaml, workspace: acme}\n",
+    )
+    with (
+        workers(temporal_address, queue, tmp_path / "long.yaml"),
+        Server(config) as server,
+        httpx.Client(timeout=60) as http,
+    ):
+        run = http.post(
+            f"{server.url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "d2"}, headers=AUTH
+        )
+        assert run.status_code == 202, run.text
+        while not completed_in_session(f"{storage}?prefix=ws/acme/agents/long", "d2", "long"):
+            time.sleep(0.02)
+        deleted = http.delete(f"{server.url}/api/v1/agents/long/sessions/d2", headers=AUTH)
+        assert deleted.status_code == 204, deleted.text
+        record = final(http, server.url, run.json()["run_id"])
+    assert record["status"] == "failed", record
+    assert "the run failed on the Temporal workers: session d2 of 'long' was deleted" in record["error"]
+
+
 async def start_elsewhere(address: str, workflow_id: str) -> None:
     """Start a workflow under ``workflow_id`` as another client would (on a queue no worker polls: it
     stays running)."""
