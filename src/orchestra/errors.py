@@ -30,10 +30,15 @@ Each class also inherits the nearest builtin, so callers can catch either::
     ├── SessionError (RuntimeError)
     │   ├── SessionConflictError               a second live writer of one session scope
     │   └── SnapshotError                      a stored snapshot is corrupt, truncated or unknown
-    └── RunError (RuntimeError)                a multi-agent run could not be carried out
-        ├── MultipleNodeErrors                 several nodes failed at once; ``.errors`` holds each
-        └── BudgetExceededError                a run (or one of its agents) spent its budget; inside a
-                                               Graph or Swarm it stops the run as interrupted, resumable
+    ├── RunError (RuntimeError)                a multi-agent run could not be carried out
+    │   ├── MultipleNodeErrors                 several nodes failed at once; ``.errors`` holds each
+    │   └── BudgetExceededError                a run (or one of its agents) spent its budget; inside a
+    │                                          Graph or Swarm it stops the run as interrupted, resumable
+    └── TemporalError (RuntimeError)           a run's Temporal workflow could not be started, followed
+        │                                      or stopped (``orchestra.temporal``)
+        ├── TemporalUnavailableError           Temporal was not reached, or refused; ``reason`` says why
+        ├── WorkflowBusyError                  a workflow already runs under the id; ``workflow_id``
+        └── WorkflowFailedError                the workflow failed on the workers; says the node's reason
 
 Control-flow signals (a tool interrupting for a human, a handoff) are not errors and do not live here.
 
@@ -75,6 +80,10 @@ __all__ = [
     "StorageSecurityError",
     "StorageUnavailableError",
     "StructuredOutputError",
+    "TemporalError",
+    "TemporalUnavailableError",
+    "WorkflowBusyError",
+    "WorkflowFailedError",
 ]
 
 
@@ -271,3 +280,37 @@ class BudgetExceededError(RunError):
         self.allowed = allowed
         self.spent = spent
         self.scope = scope
+
+
+class TemporalError(OrchestraError, RuntimeError):
+    """A run's Temporal workflow could not be started, followed or stopped (``orchestra.temporal``)."""
+
+
+class TemporalUnavailableError(TemporalError):
+    """Temporal was not reached, or refused the request.
+
+    Attributes:
+        address: where Temporal was asked (``HOST:PORT``).
+        reason: what it (or the way to it) answered, in one line.
+    """
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"Temporal at {address} cannot be reached or refused: {reason}")
+        self.address = address
+        self.reason = reason
+
+
+class WorkflowBusyError(TemporalError):
+    """A workflow already runs under the id a run would start (another client started it first).
+
+    Attributes:
+        workflow_id: the running workflow's id.
+    """
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(f"workflow {workflow_id} is already running")
+        self.workflow_id = workflow_id
+
+
+class WorkflowFailedError(TemporalError):
+    """The run's workflow failed on the workers (or was terminated); the message says why."""

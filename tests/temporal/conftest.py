@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,53 @@ def worker_process(address: str, queue: str, *specs: Path) -> subprocess.Popen[b
     line = process.stderr.readline().decode()
     assert "worker ready" in line, line
     return process
+
+
+def stop_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    """Stop a worker: SIGKILL (``kill``: as a crash), else SIGTERM, which lets its running nodes finish
+    and commit first (``create_worker``'s graceful shutdown); waits until it has exited."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+    process.communicate(timeout=60)  # also closes its stderr pipe
+
+
+class WorkerProcesses:
+    """The ``orchestra worker`` processes of one task queue in a test: started, SIGKILLed and started
+    again; those left are stopped (SIGTERM) when the ``with`` block ends, whatever the test did."""
+
+    def __init__(self, address: str, queue: str, *specs: Path) -> None:
+        self.address, self.queue, self.specs = address, queue, specs
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, count: int = 1) -> list[subprocess.Popen[bytes]]:
+        started = [worker_process(self.address, self.queue, *self.specs) for _ in range(count)]
+        self.running.extend(started)
+        return started
+
+    def kill(self, *victims: subprocess.Popen[bytes]) -> None:
+        """SIGKILL ``victims`` (default: every running worker) and wait until they are gone."""
+        for victim in victims or list(self.running):
+            self.running.remove(victim)
+            stop_process(victim, kill=True)
+
+    def by_pid(self, pid: int) -> subprocess.Popen[bytes]:
+        (found,) = [process for process in self.running if process.pid == pid]
+        return found
+
+    def stop(self) -> None:
+        while self.running:
+            stop_process(self.running.pop())
+
+    def __enter__(self) -> WorkerProcesses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def workers(address: str, queue: str, *specs: Path, count: int = 1) -> Iterator[WorkerProcesses]:
+    """``count`` workers of ``queue`` hosting ``specs`` for the block (``WorkerProcesses``)."""
+    with WorkerProcesses(address, queue, *specs) as processes:
+        processes.start(count)
+        yield processes

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from orchestra.cli import app
 from orchestra.errors import ConfigurationError
-from tests.temporal.conftest import worker_process
+from tests.temporal.conftest import workers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -123,7 +123,6 @@ def test_a_worker_stopped_for_a_deploy_finishes_its_node_first(temporal_address,
     calls = tmp_path / "calls"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
     monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "3")
-    old = worker_process(temporal_address, "q-deploy", spec)
 
     async def start():
         target = t.TemporalTarget(temporal_address, "default", "q-deploy")
@@ -137,20 +136,16 @@ def test_a_worker_stopped_for_a_deploy_finishes_its_node_first(temporal_address,
         )
         return await t.start_run(client, target, request)
 
-    handle = anyio.run(start)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (calls.exists() and "long" in calls.read_text()):
-        time.sleep(0.05)
-    old.send_signal(signal.SIGTERM)  # the deploy: the node is 3 s long and has just started
-    new = worker_process(temporal_address, "q-deploy", spec)
-    try:
+    with workers(temporal_address, "q-deploy", spec) as pool:
+        (old,) = pool.running
+        handle = anyio.run(start)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (calls.exists() and "long" in calls.read_text()):
+            time.sleep(0.05)
+        old.send_signal(signal.SIGTERM)  # the deploy: the node is 3 s long and has just started
+        pool.start()
         assert old.wait(60) == 0  # it waited for its node, then exited cleanly
         summary = anyio.run(handle.result)
-    finally:
-        new.terminate()
-        new.wait(30)
-        for process in (old, new):
-            process.stderr.close()
     assert summary["status"] == "completed", summary
     assert Counter(calls.read_text().split()) == {"long": 1, "after": 1}  # nothing ran twice
 
@@ -234,10 +229,9 @@ def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
     temporal_address, tmp_path, moto_url
 ):
     example = Path(__file__).parent.parent.parent / "examples" / "graphs" / "fan_out.yaml"
-    worker = worker_process(temporal_address, "q-no-bucket", example)
     on = f"temporal://{temporal_address}/default?task_queue=q-no-bucket"
     storage = f"s3://no-such-bucket/runs?endpoint_url={moto_url}"
-    try:
+    with workers(temporal_address, "q-no-bucket", example):
         started = time.monotonic()
         # A new run stores its task before it starts: that write fails, and nothing starts.
         run = CliRunner().invoke(
@@ -248,10 +242,6 @@ def test_storage_that_cannot_work_fails_the_run_at_once_with_its_message(
             app, ["resume", str(example), "--on", on, "--storage", storage, "--session-id", "s1"]
         )
         assert time.monotonic() - started < 60  # not hours of retries
-    finally:
-        worker.terminate()
-        worker.wait(30)
-        worker.stderr.close()
     assert run.exit_code == 1
     assert run.stderr.count("\n") == 1
     assert "The specified bucket does not exist" in run.stderr
@@ -265,8 +255,7 @@ def test_a_task_over_temporals_payload_warning_size_keeps_json_output_clean(temp
     """A 700 KB task goes to storage, not into the workflow's input: temporalio has no payload to warn
     about on stdout (it did above 512 KB), and ``--json`` stays one parseable document."""
     example = Path(__file__).parent.parent.parent / "examples" / "graphs" / "fan_out.yaml"
-    worker = worker_process(temporal_address, "q-big-json", example)
-    try:
+    with workers(temporal_address, "q-big-json", example):
         result = CliRunner().invoke(
             app,
             [
@@ -284,9 +273,5 @@ def test_a_task_over_temporals_payload_warning_size_keeps_json_output_clean(temp
             ],
             input="x" * 700_000,
         )
-    finally:
-        worker.terminate()
-        worker.wait(30)
-        worker.stderr.close()
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["status"] == "completed"

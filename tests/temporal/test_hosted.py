@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -27,7 +28,7 @@ from orchestra.session.admin import load_scope
 from orchestra.storage import storage_from_uri
 from tests.server.conftest import Server
 from tests.server.test_concurrency import free_port, start_server
-from tests.temporal.conftest import worker_process
+from tests.temporal.conftest import workers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -133,6 +134,18 @@ async def workflow_status(address: str, workflow_id: str) -> str:
     return description.status.name
 
 
+@contextlib.contextmanager
+def serving(config: Path) -> Iterator[str]:
+    """``orchestra serve`` of ``config`` in a process of its own, for the block: its URL."""
+    port = free_port()
+    server = start_server(config, port)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+
+
 @pytest.fixture
 def calls(tmp_path, monkeypatch):
     """The file every node records to, in the server's and the worker's process alike."""
@@ -154,90 +167,84 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
         f"temporal://{temporal_address}/default?task_queue={queue}",
         more="  - {id: long, spec: long.yaml, workspace: acme}\n",
     )
-    worker = worker_process(
-        temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "approval.yaml", tmp_path / "long.yaml"
-    )
-    port = free_port()
-    server = start_server(config, port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(timeout=120) as http:
-            answer = http.post(
-                f"{url}/api/v1/agents/pipe/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
-            )
-            assert answer.status_code == 200, answer.text
-            body = answer.json()
-            assert body["status"] == "completed"
-            assert body["output"] == "n3 done"
-            record = http.get(f"{url}/api/v1/runs/{body['run_id']}", headers=AUTH).json()
-            assert record["status"] == "completed"
-            assert record["workflow_id"] == "orchestra/acme/pipe/s1"
-            assert {n: r["status"] for n, r in record["nodes"].items()} == dict.fromkeys(NODES, "completed")
-            assert nodes_by(calls) == {n: [worker.pid] for n in NODES}
+    specs = (tmp_path / "hosted.yaml", tmp_path / "approval.yaml", tmp_path / "long.yaml")
+    with (
+        workers(temporal_address, queue, *specs) as pool,
+        serving(config) as url,
+        httpx.Client(timeout=120) as http,
+    ):
+        (worker,) = pool.running
+        answer = http.post(
+            f"{url}/api/v1/agents/pipe/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
+        )
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["status"] == "completed"
+        assert body["output"] == "n3 done"
+        record = http.get(f"{url}/api/v1/runs/{body['run_id']}", headers=AUTH).json()
+        assert record["status"] == "completed"
+        assert record["workflow_id"] == "orchestra/acme/pipe/s1"
+        assert {n: r["status"] for n, r in record["nodes"].items()} == dict.fromkeys(NODES, "completed")
+        assert nodes_by(calls) == {n: [worker.pid] for n in NODES}
 
-            started = http.post(
-                f"{url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s2"}, headers=AUTH
-            )
-            assert started.status_code == 202, started.text
-            run_id = started.json()["run_id"]
-            events = []
-            with http.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", headers=AUTH) as stream:
-                name = None
-                for line in stream.iter_lines():
-                    if line.startswith("event: "):
-                        name = line[len("event: ") :]
-                    elif line.startswith("data: ") and name is not None:
-                        events.append((name, json.loads(line[len("data: ") :])))
-                        if name in ("result", "error"):
-                            break
-            assert events[-1][0] == "result", events
-            assert events[-1][1]["status"] == "completed"
-            stops = [data["node_id"] for name, data in events if name == "node_stop"]
-            assert stops == NODES, events
-            assert [data["output"] for name, data in events if name == "node_stop"] == [
-                f"{n} done" for n in NODES
-            ]
-            assert final(http, url, run_id)["status"] == "completed"
+        started = http.post(
+            f"{url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s2"}, headers=AUTH
+        )
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        events = []
+        with http.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", headers=AUTH) as stream:
+            name = None
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    name = line[len("event: ") :]
+                elif line.startswith("data: ") and name is not None:
+                    events.append((name, json.loads(line[len("data: ") :])))
+                    if name in ("result", "error"):
+                        break
+        assert events[-1][0] == "result", events
+        assert events[-1][1]["status"] == "completed"
+        stops = [data["node_id"] for name, data in events if name == "node_stop"]
+        assert stops == NODES, events
+        assert [data["output"] for name, data in events if name == "node_stop"] == [
+            f"{n} done" for n in NODES
+        ]
+        assert final(http, url, run_id)["status"] == "completed"
 
-            # A human's answer goes to the workflow that waits for it, which goes on where it stopped.
-            asked = http.post(
-                f"{url}/api/v1/agents/approval/invoke", json={"input": "go", "session_id": "a1"}, headers=AUTH
-            ).json()
-            assert asked["status"] == "interrupted", asked
-            question = asked["interrupts"][0]
-            assert question["reason"] == "ship it?"
-            answered = http.post(
-                f"{url}/api/v1/agents/approval/invoke",
-                json={"session_id": "a1", "responses": [{"interrupt_id": question["id"], "response": "yes"}]},
-                headers=AUTH,
-            ).json()
-            assert answered["status"] == "completed", answered
-            assert answered["output"] == "human said yes"
+        # A human's answer goes to the workflow that waits for it, which goes on where it stopped.
+        asked = http.post(
+            f"{url}/api/v1/agents/approval/invoke", json={"input": "go", "session_id": "a1"}, headers=AUTH
+        ).json()
+        assert asked["status"] == "interrupted", asked
+        question = asked["interrupts"][0]
+        assert question["reason"] == "ship it?"
+        answered = http.post(
+            f"{url}/api/v1/agents/approval/invoke",
+            json={"session_id": "a1", "responses": [{"interrupt_id": question["id"], "response": "yes"}]},
+            headers=AUTH,
+        ).json()
+        assert answered["status"] == "completed", answered
+        assert answered["output"] == "human said yes"
 
-            # A cancel stops the workflow where it is; a resume goes on from the nodes it completed.
-            cancelled = http.post(
-                f"{url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "c1"}, headers=AUTH
-            ).json()["run_id"]
-            sessions = f"sqlite:{tmp_path}/server.db?prefix=ws/acme/agents/long"
-            while len(completed_in_session(sessions, "c1", "long")) < 2:
-                time.sleep(0.02)
-            assert http.post(f"{url}/api/v1/runs/{cancelled}/cancel", headers=AUTH).status_code == 202
-            stopped = final(http, url, cancelled)
-            assert stopped["status"] == "interrupted", stopped
-            assert stopped["stored"] is True  # its completed nodes are kept
-            assert anyio.run(workflow_status, temporal_address, "orchestra/acme/long/c1") == "TERMINATED"
-            done_before = completed_in_session(sessions, "c1", "long")
-            assert len(done_before) < len(LONG_NODES)
-            resumed = http.post(f"{url}/api/v1/runs/{cancelled}/resume", headers=AUTH)
-            assert resumed.status_code == 202, resumed.text
-            record = final(http, url, resumed.json()["run_id"])
-            assert record["status"] == "completed", record
-            assert record["output"] == "l5 done"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=30)
-        worker.terminate()
-        worker.communicate(timeout=30)
+        # A cancel stops the workflow where it is; a resume goes on from the nodes it completed.
+        cancelled = http.post(
+            f"{url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "c1"}, headers=AUTH
+        ).json()["run_id"]
+        sessions = f"sqlite:{tmp_path}/server.db?prefix=ws/acme/agents/long"
+        while len(completed_in_session(sessions, "c1", "long")) < 2:
+            time.sleep(0.02)
+        assert http.post(f"{url}/api/v1/runs/{cancelled}/cancel", headers=AUTH).status_code == 202
+        stopped = final(http, url, cancelled)
+        assert stopped["status"] == "interrupted", stopped
+        assert stopped["stored"] is True  # its completed nodes are kept
+        assert anyio.run(workflow_status, temporal_address, "orchestra/acme/long/c1") == "TERMINATED"
+        done_before = completed_in_session(sessions, "c1", "long")
+        assert len(done_before) < len(LONG_NODES)
+        resumed = http.post(f"{url}/api/v1/runs/{cancelled}/resume", headers=AUTH)
+        assert resumed.status_code == 202, resumed.text
+        record = final(http, url, resumed.json()["run_id"])
+        assert record["status"] == "completed", record
+        assert record["output"] == "l5 done"
     ran_long = {n: pids for n, pids in nodes_by(calls).items() if n.startswith("l")}
     assert set(ran_long) == set(LONG_NODES)
     assert all(ran_long[n] == [worker.pid] for n in done_before), ran_long  # completed: never again
@@ -258,33 +265,28 @@ def test_two_agents_hosting_one_spec_run_one_session_id_apart(temporal_address, 
         f"temporal://{temporal_address}/default?task_queue={queue}",
         more="  - {id: twin, spec: hosted.yaml, workspace: acme}\n",
     )
-    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml")
-    port = free_port()
-    server = start_server(config, port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(timeout=120) as http:
-            started = http.post(
-                f"{url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s1"}, headers=AUTH
-            )
-            assert started.status_code == 202, started.text
-            twin = http.post(
-                f"{url}/api/v1/agents/twin/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
-            )
-            assert twin.status_code == 200, twin.text
-            assert twin.json()["output"] == "n3 done"
-            first = final(http, url, started.json()["run_id"])
-            assert first["status"] == "completed", first
-            twin_record = http.get(f"{url}/api/v1/runs/{twin.json()['run_id']}", headers=AUTH).json()
-            assert {first["workflow_id"], twin_record["workflow_id"]} == {
-                "orchestra/acme/pipe/s1",
-                "orchestra/acme/twin/s1",
-            }
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=30)
-        worker.terminate()
-        worker.communicate(timeout=30)
+    with (
+        workers(temporal_address, queue, tmp_path / "hosted.yaml") as pool,
+        serving(config) as url,
+        httpx.Client(timeout=120) as http,
+    ):
+        (worker,) = pool.running
+        started = http.post(
+            f"{url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s1"}, headers=AUTH
+        )
+        assert started.status_code == 202, started.text
+        twin = http.post(
+            f"{url}/api/v1/agents/twin/invoke", json={"input": "go", "session_id": "s1"}, headers=AUTH
+        )
+        assert twin.status_code == 200, twin.text
+        assert twin.json()["output"] == "n3 done"
+        first = final(http, url, started.json()["run_id"])
+        assert first["status"] == "completed", first
+        twin_record = http.get(f"{url}/api/v1/runs/{twin.json()['run_id']}", headers=AUTH).json()
+        assert {first["workflow_id"], twin_record["workflow_id"]} == {
+            "orchestra/acme/pipe/s1",
+            "orchestra/acme/twin/s1",
+        }
     assert ran(calls) == Counter({f"{n}@{worker.pid}": 2 for n in NODES})  # each agent's run, once
 
 
@@ -304,72 +306,73 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
         ", runs_on: server",
         "  - {id: long, spec: long.yaml, workspace: acme}\n",
     )
-    worker = worker_process(temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "long.yaml")
-    first, second = free_port(), free_port()
-    killed = start_server(config, first)
-    servers = [killed]
-    try:
-        with httpx.Client(timeout=60) as http:
-            sessions = f"{storage}?prefix=ws/acme/agents"
+    with workers(temporal_address, queue, tmp_path / "hosted.yaml", tmp_path / "long.yaml") as pool:
+        (worker,) = pool.running
+        first, second = free_port(), free_port()
+        killed = start_server(config, first)
+        servers = [killed]
+        try:
+            with httpx.Client(timeout=60) as http:
+                sessions = f"{storage}?prefix=ws/acme/agents"
 
-            def follow_long() -> None:
-                with contextlib.suppress(httpx.TransportError):  # its server is killed while it waits
-                    http.post(
-                        f"http://127.0.0.1:{first}/api/v1/agents/long/invoke",
-                        json={"input": "go", "session_id": "p1"},
-                        headers=AUTH,
-                    )
+                def follow_long() -> None:
+                    with contextlib.suppress(httpx.TransportError):  # its server is killed while it waits
+                        http.post(
+                            f"http://127.0.0.1:{first}/api/v1/agents/long/invoke",
+                            json={"input": "go", "session_id": "p1"},
+                            headers=AUTH,
+                        )
 
-            following = threading.Thread(target=follow_long)
-            following.start()
-            while not completed_in_session(f"{sessions}/long", "p1", "long"):
-                time.sleep(0.05)
-            started = http.post(
-                f"http://127.0.0.1:{first}/api/v1/agents/pipe/runs",
-                json={"input": "go", "session_id": "s1"},
-                headers=AUTH,
-            )
-            assert started.status_code == 202, started.text
-            run_id = started.json()["run_id"]
-            while len(completed_in_session(f"{sessions}/pipe", "s1")) < 2:
-                assert killed.poll() is None
-                time.sleep(0.05)
-            assert len(completed_in_session(f"{sessions}/long", "p1", "long")) < len(LONG_NODES)  # followed
-            killed.send_signal(signal.SIGKILL)
-            killed.wait(30)
-            following.join(30)
-            before = {n: pids for n, pids in nodes_by(calls).items() if n.startswith("n")}
-            assert all(pids == [killed.pid] for pids in before.values()), before
-            assert 2 <= len(before) < len(NODES)
-            servers.append(start_server(config, second))
-            url = f"http://127.0.0.1:{second}"
-            stranded = final(http, url, run_id)
-            assert stranded["status"] == "interrupted", stranded
-            assert stranded["needs_resume"], stranded
-            moved = http.post(f"{url}/api/v1/runs/{run_id}/move", headers=AUTH)
-            assert moved.status_code == 202, moved.text
-            record = final(http, url, moved.json()["run_id"])
-            assert record["status"] == "completed", record
-            assert record["workflow_id"] == "orchestra/acme/pipe/s1"
-            assert record["output"] == "n3 done"
-            assert (
-                http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()["resumed_by"] == record["run_id"]
-            )
-            # The plain invoke the killed server followed went on on the worker; its record is settled
-            # from the session once it ended there.
-            while len(completed_in_session(f"{sessions}/long", "p1", "long")) < len(LONG_NODES):
-                time.sleep(0.05)
-            (followed,) = http.get(f"{url}/api/v1/runs?agent_id=long", headers=AUTH).json()["runs"]
-            settled = final(http, url, followed["run_id"])
-            assert settled["status"] == "completed", settled
-            assert settled["output"] == "l5 done"
-    finally:
-        for process in servers:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            process.communicate(timeout=30)
-        worker.terminate()
-        worker.communicate(timeout=30)
+                following = threading.Thread(target=follow_long)
+                following.start()
+                while not completed_in_session(f"{sessions}/long", "p1", "long"):
+                    time.sleep(0.05)
+                started = http.post(
+                    f"http://127.0.0.1:{first}/api/v1/agents/pipe/runs",
+                    json={"input": "go", "session_id": "s1"},
+                    headers=AUTH,
+                )
+                assert started.status_code == 202, started.text
+                run_id = started.json()["run_id"]
+                while len(completed_in_session(f"{sessions}/pipe", "s1")) < 2:
+                    assert killed.poll() is None
+                    time.sleep(0.05)
+                followed_done = completed_in_session(f"{sessions}/long", "p1", "long")
+                assert len(followed_done) < len(LONG_NODES)  # still going on when its server dies
+                killed.send_signal(signal.SIGKILL)
+                killed.wait(30)
+                following.join(30)
+                before = {n: pids for n, pids in nodes_by(calls).items() if n.startswith("n")}
+                assert all(pids == [killed.pid] for pids in before.values()), before
+                assert 2 <= len(before) < len(NODES)
+                servers.append(start_server(config, second))
+                url = f"http://127.0.0.1:{second}"
+                stranded = final(http, url, run_id)
+                assert stranded["status"] == "interrupted", stranded
+                assert stranded["needs_resume"], stranded
+                moved = http.post(f"{url}/api/v1/runs/{run_id}/move", headers=AUTH)
+                assert moved.status_code == 202, moved.text
+                record = final(http, url, moved.json()["run_id"])
+                assert record["status"] == "completed", record
+                assert record["workflow_id"] == "orchestra/acme/pipe/s1"
+                assert record["output"] == "n3 done"
+                assert (
+                    http.get(f"{url}/api/v1/runs/{run_id}", headers=AUTH).json()["resumed_by"]
+                    == record["run_id"]
+                )
+                # The plain invoke the killed server followed went on on the worker; its record is settled
+                # from the session once it ended there.
+                while len(completed_in_session(f"{sessions}/long", "p1", "long")) < len(LONG_NODES):
+                    time.sleep(0.05)
+                (followed,) = http.get(f"{url}/api/v1/runs?agent_id=long", headers=AUTH).json()["runs"]
+                settled = final(http, url, followed["run_id"])
+                assert settled["status"] == "completed", settled
+                assert settled["output"] == "l5 done"
+        finally:
+            for process in servers:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=30)
     after = nodes_by(calls)
     assert {n: after.pop(n) for n in LONG_NODES} == {n: [worker.pid] for n in LONG_NODES}
     assert set(after) == set(NODES)
@@ -438,7 +441,8 @@ def test_what_a_server_refuses_is_one_line(tmp_path):
 
 def test_an_unreachable_temporal_is_a_503_that_says_where(tmp_path):
     """A run sent to a Temporal nobody listens on is answered 503 ``temporal_unavailable`` in one line
-    naming the address; a run without a session is refused (400), as the workflow keeps it in one."""
+    naming the address, and so is a session delete, which deletes nothing then; a run without a session
+    is refused (400), as the workflow keeps it in one."""
     config = write_config(tmp_path, f"file:{tmp_path}/store", "temporal://127.0.0.1:1/default?task_queue=q")
     with Server(config) as server, httpx.Client(timeout=60) as http:
         answer = http.post(
@@ -462,6 +466,16 @@ def test_an_unreachable_temporal_is_a_503_that_says_where(tmp_path):
         assert replacing.json()["error"]["code"] == "policy_not_on_workers"
         chat = http.post(f"{server.url}/api/v1/agents/chat/invoke", json={"input": "hi"}, headers=AUTH)
         assert chat.status_code == 200, chat.text  # an agent stays on the server
+        # A session delete cannot tell whether the workers still run the session: nothing is deleted.
+        delete = http.delete(f"{server.url}/api/v1/agents/pipe/sessions/s1", headers=AUTH)
+        assert delete.status_code == 503, delete.text
+        error = delete.json()["error"]
+        assert error["code"] == "temporal_unavailable"
+        assert "cannot stop the workflow orchestra/acme/pipe/s1" in error["message"]
+        assert "the session is not deleted" in error["message"]
+        assert len(error["message"].splitlines()) == 1
+        # An agent's session never asks Temporal (its turns never run there).
+        assert http.delete(f"{server.url}/api/v1/agents/chat/sessions/s9", headers=AUTH).status_code == 404
 
 
 def test_workflow_ids_of_two_tenants_never_meet():
@@ -475,3 +489,146 @@ def test_workflow_ids_of_two_tenants_never_meet():
     other = Invocation(HostedSpec(id="bot", spec="p.yaml", workspace="acme-eu"), "go", "42", None)
     assert Workers.workflow_of(one) != Workers.workflow_of(other)
     assert Workers.workflow_of(one) == "orchestra/acme/eu/bot-42"
+
+
+def test_deleting_a_session_terminates_its_workflow_first(temporal_address, tmp_path, calls):
+    """A session whose run waits on the workers (for a human) is deleted: its workflow is terminated
+    before the session's data goes, so it never goes on into the deleted session; once the worker has
+    stopped, nothing of the session is stored (its journal's tombstones hold nothing but a time), and its
+    words are nowhere in the storage."""
+    from tests.server.test_deleted_sessions import stored_values
+
+    queue = "q-hosted-delete"
+    storage = f"sqlite:{tmp_path}/server.db"
+    config = write_config(tmp_path, storage, f"temporal://{temporal_address}/default?task_queue={queue}")
+    sessions = f"{storage}?prefix=ws/acme/agents/approval"
+    secret = "card-4111-deleted"
+    # The worker stops (SIGTERM: whatever it still ran ends, and writes, first) before the storage is read.
+    with (
+        workers(temporal_address, queue, tmp_path / "approval.yaml") as pool,
+        Server(config) as server,
+        httpx.Client(timeout=60) as http,
+    ):
+        (worker,) = pool.running
+        asked = http.post(
+            f"{server.url}/api/v1/agents/approval/invoke",
+            json={"input": secret, "session_id": "d1"},
+            headers=AUTH,
+        )
+        assert asked.json()["status"] == "interrupted", asked.text
+        assert any(secret.encode() in value for _, value in stored_values(sessions))  # the check sees it
+        workflow = "orchestra/acme/approval/d1"
+        assert anyio.run(workflow_status, temporal_address, workflow) == "RUNNING"
+        deleted = http.delete(f"{server.url}/api/v1/agents/approval/sessions/d1", headers=AUTH)
+        assert deleted.status_code == 204, deleted.text
+        assert anyio.run(workflow_status, temporal_address, workflow) == "TERMINATED"
+    left = [key for key, value in stored_values(sessions) if json.loads(value).keys() != {"t", "deleted"}]
+    assert left == [], f"the deleted session is stored again: {left}"
+    left = [key for key, value in stored_values(storage) if secret.encode() in value]
+    assert left == [], f"the deleted session's words are still stored under {left}"
+    assert ran(calls) == Counter({f"draft@{worker.pid}": 1})
+
+
+def test_a_followed_run_whose_session_is_deleted_says_so(temporal_address, tmp_path, calls, monkeypatch):
+    """A run the server follows on the workers when its session is deleted ends ``failed``, saying that
+    its workflow was terminated because the session was deleted (not who else might have ended it)."""
+    monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.3")
+    queue = "q-hosted-delete-followed"
+    storage = f"sqlite:{tmp_path}/server.db"
+    config = write_config(
+        tmp_path,
+        storage,
+        f"temporal://{temporal_address}/default?task_queue={queue}",
+        more="  - {id: long, spec: long.yaml, workspace: acme}\n",
+    )
+    with (
+        workers(temporal_address, queue, tmp_path / "long.yaml"),
+        Server(config) as server,
+        httpx.Client(timeout=60) as http,
+    ):
+        run = http.post(
+            f"{server.url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "d2"}, headers=AUTH
+        )
+        assert run.status_code == 202, run.text
+        while not completed_in_session(f"{storage}?prefix=ws/acme/agents/long", "d2", "long"):
+            time.sleep(0.02)
+        deleted = http.delete(f"{server.url}/api/v1/agents/long/sessions/d2", headers=AUTH)
+        assert deleted.status_code == 204, deleted.text
+        record = final(http, server.url, run.json()["run_id"])
+    assert record["status"] == "failed", record
+    assert "the run failed on the Temporal workers: session d2 of 'long' was deleted" in record["error"]
+
+
+async def start_elsewhere(address: str, workflow_id: str) -> None:
+    """Start a workflow under ``workflow_id`` as another client would (on a queue no worker polls: it
+    stays running)."""
+    from orchestra import temporal
+
+    client = await temporal.connect(temporal.TemporalTarget(address, "default", "any"))
+    await client.start_workflow("someone-elses", id=workflow_id, task_queue="q-nobody-polls")
+
+
+def test_a_workflow_started_elsewhere_under_a_runs_id_is_a_409(temporal_address, tmp_path, monkeypatch):
+    """A workflow that another client runs under a hosted run's id is not followed nor started twice: the
+    run is refused 409 ``session_busy`` naming it, whether it was running before the run looked (b1) or
+    was started between the look and the start (b2: Temporal refuses the start)."""
+    from temporalio.client import Client
+
+    queue = "q-hosted-busy"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    anyio.run(start_elsewhere, temporal_address, "orchestra/acme/pipe/b1")
+    original = Client.start_workflow
+
+    async def started_first_elsewhere(self, *args, **kwargs):
+        if kwargs.get("id") == "orchestra/acme/pipe/b2":  # another client's start, just before
+            await original(self, "someone-elses", id=kwargs["id"], task_queue="q-nobody-polls")
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "start_workflow", started_first_elsewhere)
+    with Server(config) as server, httpx.Client(timeout=60) as http:
+        for session in ("b1", "b2"):
+            answer = http.post(
+                f"{server.url}/api/v1/agents/pipe/invoke",
+                json={"input": "go", "session_id": session},
+                headers=AUTH,
+            )
+            assert answer.status_code == 409, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "session_busy", error
+            assert f"workflow orchestra/acme/pipe/{session}" in error["message"], error
+
+
+def test_a_stop_while_the_workflow_starts_terminates_it_once_started(temporal_address, tmp_path, monkeypatch):
+    """A cancel that lands while Temporal is starting the run's workflow (the start made there, its answer
+    not yet back) does not leave the workflow running with nothing to stop it: it is terminated once its
+    start returns, and the run ends interrupted."""
+    from temporalio.client import Client
+
+    queue = "q-hosted-stop-start"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    original = Client.start_workflow
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def slow_answer(self, *args, **kwargs):
+        handle = await original(self, *args, **kwargs)  # made on Temporal; its answer "on the way back"
+        started.set()
+        await anyio.to_thread.run_sync(cancelled.wait, abandon_on_cancel=True)  # a cancel may end the wait
+        return handle
+
+    monkeypatch.setattr(Client, "start_workflow", slow_answer)
+    with Server(config) as server, httpx.Client(timeout=60) as http:
+        run = http.post(
+            f"{server.url}/api/v1/agents/pipe/runs", json={"input": "go", "session_id": "s1"}, headers=AUTH
+        )
+        assert run.status_code == 202, run.text
+        run_id = run.json()["run_id"]
+        assert started.wait(60)
+        assert http.post(f"{server.url}/api/v1/runs/{run_id}/cancel", headers=AUTH).status_code == 202
+        cancelled.set()
+        record = final(http, server.url, run_id)
+        assert record["status"] == "interrupted", record
+    assert anyio.run(workflow_status, temporal_address, "orchestra/acme/pipe/s1") == "TERMINATED"

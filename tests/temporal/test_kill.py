@@ -3,7 +3,6 @@ again (an in-flight node at most twice). 3 rounds in CI; ORCHESTRA_STRESS=1 runs
 
 import os
 import random
-import signal
 import time
 from collections import Counter
 
@@ -14,7 +13,7 @@ from orchestra.session._journal import Journal
 from orchestra.session._layout import ScopeLayout
 from orchestra.spec import parse_text
 from orchestra.storage import LocalFileStorage
-from tests.temporal.conftest import worker_process
+from tests.temporal.conftest import workers
 
 ROUNDS = 10 if os.environ.get("ORCHESTRA_STRESS") else 3
 NODES = ["start", "a1", "a2", "a3", "a4", "join", "c1", "c2", "c3", "c4", "c5"]
@@ -87,27 +86,17 @@ def test_a_killed_worker_costs_a_retry_and_nothing_more(temporal_address, tmp_pa
         calls = tmp_path / f"calls-{round_number}"
         monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
         queue = f"q-kill-{round_number}"
-        workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
         session = f"k{round_number}"
-
-        handle = start_run(temporal_address, queue, "kill-temporal", session, root, "go")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (
-            not calls.exists() or len(calls.read_text().split()) < 3 + rng.randint(0, 5)
-        ):
-            time.sleep(0.05)
-        victim = workers.pop(rng.randrange(2))
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        victim.stderr.close()
-        done_before = completed(root, session)
-        try:
+        with workers(temporal_address, queue, spec, count=2) as pool:
+            handle = start_run(temporal_address, queue, "kill-temporal", session, root, "go")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (
+                not calls.exists() or len(calls.read_text().split()) < 3 + rng.randint(0, 5)
+            ):
+                time.sleep(0.05)
+            pool.kill(pool.running[rng.randrange(2)])
+            done_before = completed(root, session)
             summary = anyio.run(handle.result)
-        finally:
-            for worker in workers:
-                worker.terminate()
-                worker.wait(30)
-                worker.stderr.close()
         assert summary["status"] == "completed", summary
         runs = Counter(calls.read_text().split())
         assert set(runs) == set(NODES)
@@ -145,27 +134,17 @@ def test_a_side_effecting_tool_runs_once_when_its_worker_is_killed(temporal_addr
         for round_number in range(2 if ROUNDS == 3 else ROUNDS):
             service.reset()
             queue = f"q-effects-{round_number}"
-            workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
             session = f"e{round_number}"
-
-            handle = start_run(temporal_address, queue, "kill-effects", session, root, "send them")
-            wanted = 1 + rng.randint(0, 1)  # kill after one or two effects
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and sum(service.effects.values()) < wanted:
-                time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 0.3))
-            for worker in workers:  # the one running the node (the other is idle)
-                worker.send_signal(signal.SIGKILL)
-                worker.wait()
-                worker.stderr.close()
-            workers = [worker_process(temporal_address, queue, spec)]
-            try:
+            with workers(temporal_address, queue, spec, count=2) as pool:
+                handle = start_run(temporal_address, queue, "kill-effects", session, root, "send them")
+                wanted = 1 + rng.randint(0, 1)  # kill after one or two effects
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and sum(service.effects.values()) < wanted:
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(0.0, 0.3))
+                pool.kill()  # both: the one running the node (the other is idle)
+                pool.start()
                 summary = anyio.run(handle.result)
-            finally:
-                for worker in workers:
-                    worker.terminate()
-                    worker.wait(30)
-                    worker.stderr.close()
             assert summary["status"] == "completed", summary
             assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}, f"round {round_number}"
 
@@ -215,29 +194,20 @@ def test_a_killed_worker_in_a_fan_out_reruns_no_completed_item(temporal_address,
         calls = tmp_path / f"map-calls-{round_number}"
         monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
         queue = f"q-kill-map-{round_number}"
-        workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
         session = f"m{round_number}"
-
-        handle = start_run(temporal_address, queue, "kill-map", session, root, "go")
-        deadline = time.monotonic() + 60
-        wanted = 3 + rng.randint(0, 6)
-        while time.monotonic() < deadline and (
-            not calls.exists() or len([c for c in calls.read_text().split() if c.startswith("each")]) < wanted
-        ):
-            time.sleep(0.05)
-        victim = workers.pop(rng.randrange(2))
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        victim.stderr.close()
-        done_before = completed_items(root, session)
-        mid_map += 0 < len(done_before) < len(items)
-        try:
+        with workers(temporal_address, queue, spec, count=2) as pool:
+            handle = start_run(temporal_address, queue, "kill-map", session, root, "go")
+            deadline = time.monotonic() + 60
+            wanted = 3 + rng.randint(0, 6)
+            while time.monotonic() < deadline and (
+                not calls.exists()
+                or len([c for c in calls.read_text().split() if c.startswith("each")]) < wanted
+            ):
+                time.sleep(0.05)
+            pool.kill(pool.running[rng.randrange(2)])
+            done_before = completed_items(root, session)
+            mid_map += 0 < len(done_before) < len(items)
             summary = anyio.run(handle.result)
-        finally:
-            for worker in workers:
-                worker.terminate()
-                worker.wait(30)
-                worker.stderr.close()
         assert summary["status"] == "completed", summary
         runs = Counter(calls.read_text().split())
         assert set(runs) == {"split", "total", *items}

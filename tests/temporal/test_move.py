@@ -95,7 +95,7 @@ async def saved_or_empty(storage: str) -> dict[str, str]:
 def test_the_cli_resumes_a_killed_local_run_on_temporal(temporal_address, tmp_path, monkeypatch):
     """``orchestra resume --on temporal://...`` of a run SIGKILLed locally: it completes on a worker, and
     no node that had completed ran again."""
-    from tests.temporal.conftest import worker_process
+    from tests.temporal.conftest import workers
 
     calls = tmp_path / "calls"
     spec = tmp_path / "moving.yaml"
@@ -119,15 +119,11 @@ def test_the_cli_resumes_a_killed_local_run_on_temporal(temporal_address, tmp_pa
     before = ran(calls)
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))  # the worker process inherits them
     monkeypatch.setenv("ORCHESTRA_TEST_STEP_SECONDS", "0.15")
-    worker = worker_process(temporal_address, "q-move-cli", spec)
-    try:
+    with workers(temporal_address, "q-move-cli", spec):
         on = f"temporal://{temporal_address}/default?task_queue=q-move-cli"
         resumed = subprocess.run(
             [*cli, "resume", str(spec), *where, "--on", on], env=env, capture_output=True, timeout=240
         )
-    finally:
-        worker.terminate()
-        worker.communicate(timeout=30)
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert json.loads(resumed.stdout)["status"] == "completed"
     after = ran(calls)
@@ -172,7 +168,7 @@ def test_a_killed_local_runs_open_turn_resumes_on_temporal(
     the session) is resumed with ``orchestra resume --on``: the worker resumes the open turn, so each
     effect happened once, and the node before it ran once."""
     from tests.effects_service import EffectService
-    from tests.temporal.conftest import worker_process
+    from tests.temporal.conftest import workers
 
     calls = tmp_path / "calls"
     spec = tmp_path / "turn.yaml"
@@ -193,15 +189,11 @@ def test_a_killed_local_runs_open_turn_resumes_on_temporal(
         local.send_signal(signal.SIGKILL)  # in the middle of the first sends (each takes 0.4 s)
         local.wait()
         assert sum(service.effects.values()) in (1, 2)
-        worker = worker_process(temporal_address, "q-move-turn", spec)
-        try:
+        with workers(temporal_address, "q-move-turn", spec):
             on = f"temporal://{temporal_address}/default?task_queue=q-move-turn"
             resumed = subprocess.run(
                 [*cli, "resume", str(spec), *where, "--on", on], env=env, capture_output=True, timeout=240
             )
-        finally:
-            worker.terminate()
-            worker.communicate(timeout=30)
         assert resumed.returncode == 0, resumed.stderr.decode()
         assert json.loads(resumed.stdout)["status"] == "completed"
         assert dict(service.effects) == {"a": 1, "b": 1, "c": 1}
@@ -216,7 +208,7 @@ def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path,
     checkpointed open in the run's turn blob), then terminated, is resumed with ``orchestra resume``: the
     local run resumes the open turn (each effect once), completes, and the blob is cleaned up."""
     from tests.effects_service import EffectService
-    from tests.temporal.conftest import worker_process
+    from tests.temporal.conftest import workers
     from tests.temporal.test_kill import start_run
 
     calls = tmp_path / "calls"
@@ -228,13 +220,11 @@ def test_a_stopped_workers_open_turn_resumes_locally(temporal_address, tmp_path,
     cli = [sys.executable, "-c", "from orchestra.cli import main; main()"]
     with EffectService() as service:
         monkeypatch.setenv("ORCHESTRA_TEST_EFFECTS_URL", service.url)
-        worker = worker_process(temporal_address, "q-move-turn-back", spec)
-        handle = start_run(temporal_address, "q-move-turn-back", "moving-turn", "s1", root, "send them")
-        while sum(service.effects.values()) < 1 and worker.poll() is None:
-            time.sleep(0.02)
-        worker.send_signal(signal.SIGKILL)  # in the middle of the first sends (each takes 0.4 s)
-        worker.wait()
-        worker.stderr.close()
+        with workers(temporal_address, "q-move-turn-back", spec) as pool:
+            handle = start_run(temporal_address, "q-move-turn-back", "moving-turn", "s1", root, "send them")
+            while sum(service.effects.values()) < 1 and pool.running[0].poll() is None:
+                time.sleep(0.02)
+            pool.kill()  # in the middle of the first sends (each takes 0.4 s)
         anyio.run(handle.terminate, "moved to a local run")
         assert sum(service.effects.values()) in (1, 2)
         assert list(root.rglob("*-turn.json")), "the worker checkpointed no open turn"

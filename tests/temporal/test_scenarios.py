@@ -229,12 +229,11 @@ def test_spending_survives_a_worker_sigkill(temporal_address, tmp_path, monkeypa
     SIGKILLed in the tool, after the first call was charged: the retried attempt starts the turn over
     (the tool has no recorded effects) and must count that call, so its second call is refused, as a
     local run resumed after a kill refuses it (the call was saved with the run there)."""
-    import signal
 
     import anyio
 
     from orchestra import temporal
-    from tests.temporal.conftest import worker_process
+    from tests.temporal.conftest import workers
 
     calls = tmp_path / "calls"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
@@ -242,7 +241,6 @@ def test_spending_survives_a_worker_sigkill(temporal_address, tmp_path, monkeypa
     spec.write_text(KILLED)
     storage = f"file:{tmp_path}/store"
     queue = "q-scenario-killed"
-    workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
 
     async def start() -> Any:
         target = temporal.TemporalTarget(temporal_address, "default", queue)
@@ -252,22 +250,13 @@ def test_spending_survives_a_worker_sigkill(temporal_address, tmp_path, monkeypa
         )
         return await temporal.start_run(client, target, request)
 
-    try:
+    with workers(temporal_address, queue, spec, count=2) as pool:
         handle = anyio.run(start)
         while not (tools := [c for c in (calls.read_text().split() if calls.exists() else []) if "@" in c]):
             time.sleep(0.05)
         running = int(tools[0].split("@")[1])  # the worker running the node: SIGKILL it in the tool
-        (victim,) = [w for w in workers if w.pid == running]
-        workers.remove(victim)
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        victim.stderr.close()
+        pool.kill(pool.by_pid(running))
         summary = anyio.run(handle.result)
-    finally:
-        for worker in workers:
-            worker.terminate()
-            worker.wait(30)
-            worker.stderr.close()
     ran = [c.split("@")[0] for c in calls.read_text().split()]
     assert summary["status"] == "interrupted", summary
     assert "agent 'researcher' spent its model_calls budget (2 of 2)" in summary["reason"]
@@ -383,13 +372,12 @@ def test_a_worker_sigkill_in_a_nested_map_reruns_no_completed_inner_item(
     outer item (its group) was still running, and a new worker goes on. No inner item that completed
     runs again (each is an activity of its own, committed as it ends), and the result is the local
     run's."""
-    import signal
     from collections import Counter
 
     import anyio
 
     from orchestra import load, temporal
-    from tests.temporal.conftest import worker_process
+    from tests.temporal.conftest import workers
 
     calls = tmp_path / "calls"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
@@ -400,7 +388,6 @@ def test_a_worker_sigkill_in_a_nested_map_reruns_no_completed_inner_item(
     spec.write_text(NESTED_MAP)
     root = tmp_path / "store"
     queue = "q-scenario-nested-kill"
-    workers = [worker_process(temporal_address, queue, spec) for _ in range(2)]
 
     async def start() -> Any:
         target = temporal.TemporalTarget(temporal_address, "default", queue)
@@ -418,25 +405,17 @@ def test_a_worker_sigkill_in_a_nested_map_reruns_no_completed_inner_item(
     def inner_calls() -> list[str]:
         return [c for c in (calls.read_text().split() if calls.exists() else []) if c.startswith("each<")]
 
-    try:
+    with workers(temporal_address, queue, spec, count=2) as pool:
         handle = anyio.run(start)
         deadline = time.monotonic() + 60
         # Before the fix an item's nested map ran inside its activity: no inner item was ever committed
         # on its own, and this waits in vain.
         while time.monotonic() < deadline and not _done_inner_items(root, "s1", groups)[1]:
             time.sleep(0.05)
-        for victim in list(workers):  # both: the run goes on on a new worker, from what was committed
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
-            victim.stderr.close()
-        workers = [worker_process(temporal_address, queue, spec)]
+        pool.kill()  # both: the run goes on on a new worker, from what was committed
+        pool.start()
         done_before, alone = _done_inner_items(root, "s1", groups)  # committed before the kill landed
         summary = anyio.run(handle.result)
-    finally:
-        for worker in workers:
-            worker.terminate()
-            worker.wait(30)
-            worker.stderr.close()
     assert summary["status"] == "completed", summary
     assert alone, "the kill should land while a group had inner items committed and others running"
     runs = Counter(inner_calls())

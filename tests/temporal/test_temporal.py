@@ -12,7 +12,7 @@ from orchestra.session.admin import load_scope
 from orchestra.spec import parse_file, parse_text
 from orchestra.storage import storage_from_uri
 from tests.cli.pipelines import FAILING, HUMAN
-from tests.temporal.conftest import worker_process
+from tests.temporal.conftest import workers
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples" / "graphs"
 pytestmark = pytest.mark.timeout(300)
@@ -113,8 +113,7 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
 
     monkeypatch.setattr("orchestra.cli._temporal.live_display", lambda: True)  # the table, as on a terminal
 
-    worker = worker_process(temporal_address, "q-cli", EXAMPLES / "review_loop.yaml")
-    try:
+    with workers(temporal_address, "q-cli", EXAMPLES / "review_loop.yaml"):
         on = f"temporal://{temporal_address}/default?task_queue=q-cli"
         storage = f"file:{tmp_path}/store"
         spec = str(EXAMPLES / "review_loop.yaml")
@@ -147,10 +146,6 @@ def test_the_cli_runs_and_follows_a_pipeline_on_temporal(temporal_address, tmp_p
         assert again.exit_code == 1
         assert "the run of session c1 already completed: nothing to resume" in again.stderr
         assert "orchestra result" in again.stderr
-    finally:
-        worker.terminate()
-        worker.wait(30)
-        worker.stderr.close()
 
 
 async def test_structured_output_routes_the_same_on_temporal(temporal_address, tmp_path):

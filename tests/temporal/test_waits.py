@@ -71,13 +71,12 @@ def test_the_cli_on_temporal_says_the_run_waits_and_exits_5(temporal_address, tm
     from typer.testing import CliRunner
 
     from orchestra.cli import app
-    from tests.temporal.conftest import worker_process
+    from tests.temporal.conftest import workers
 
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(tmp_path / "calls"))  # the worker's nodes write there
     spec = tmp_path / "order.yaml"
     spec.write_text(PIPELINE.replace("{for: 1s}", "{for: 1h}"))
-    worker = worker_process(temporal_address, "q-cli-waits", spec)
-    try:
+    with workers(temporal_address, "q-cli-waits", spec):
         on = f"temporal://{temporal_address}/default?task_queue=q-cli-waits"
         result = CliRunner().invoke(
             app,
@@ -98,10 +97,6 @@ def test_the_cli_on_temporal_says_the_run_waits_and_exits_5(temporal_address, tm
         assert "waiting" in result.stderr
         assert "a timer until" in result.stderr
         assert calls(tmp_path / "calls") == ["before"]
-    finally:
-        worker.terminate()
-        worker.wait(30)
-        worker.stderr.close()
 
 
 async def test_an_event_sent_before_its_wait_survives_a_continue_as_new(

@@ -294,7 +294,7 @@ def _temporal_problems(config: ServerConfig) -> list[tuple[tuple[str | int, ...]
     if config.temporal is None:
         return problems
     try:
-        import temporalio  # noqa: F401  (an optional extra)
+        from orchestra.temporal import parse_target  # needs temporalio, an optional extra
     except ImportError:
         problems.append(
             (
@@ -303,7 +303,6 @@ def _temporal_problems(config: ServerConfig) -> list[tuple[tuple[str | int, ...]
             )
         )
         return problems
-    from orchestra.temporal import parse_target
 
     shared = True
     try:

@@ -391,6 +391,9 @@ class RunService:
     async def delete_session(self, workspace: str, agent_id: str, session_id: str) -> None:
         if not await self.may_use_session(workspace, agent_id, session_id, create=False):
             raise UnknownSession(agent_id, session_id)
+        # The session's workflow on the workers ends first: else it would go on committing into the
+        # session once deleted (a 503 if Temporal cannot say, and nothing is deleted).
+        await self.executor.workers.stop_session(workspace, agent_id, session_id)
         await self.session_views.delete(workspace, agent_id, session_id)
         if self.tenancy:
             await self.owners(workspace).forget(agent_id, session_id)

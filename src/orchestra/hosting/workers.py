@@ -13,11 +13,15 @@ the workers open the very keys this server reads). The server follows it as ``or
   one runs there is refused (409);
 - a stop (cancel, a newer message) terminates the workflow: the session keeps the completed nodes, and a
   resume or a move goes on from them;
+- a session deleted here has its running workflow terminated first (``stop_session``), so no worker
+  writes into the session once it is gone;
 - a Temporal that cannot be reached or refuses is a 503 (``temporal_unavailable``) that says where; a
   run the workers ended that the session here does not show ended (workers on other storage) fails
   saying so.
 
-temporalio is imported here, when a run goes to workers; the config checked at start that it is there.
+Temporal is reached through ``orchestra.temporal``'s ``WorkflowRuns``, which raises orchestra's own
+errors (``TemporalError``); it is imported here when a run goes to workers (the config checked at start
+that the extra is there), so a server without workers never loads it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from orchestra.errors import OrchestraError
+from orchestra.errors import (
+    OrchestraError,
+    TemporalUnavailableError,
+    WorkflowBusyError,
+    WorkflowFailedError,
+)
 from orchestra.hosting.config import ServerConfig
 from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.stopping import Stopped
@@ -42,6 +51,7 @@ if TYPE_CHECKING:
     from orchestra.hosting.records import RunRecord
     from orchestra.hosting.stops import Stop
     from orchestra.storage import Storage
+    from orchestra.temporal import RunWorkflow, WorkflowRuns
 
 __all__ = ["Workers", "no_session", "not_replacing", "sessions_prefix"]
 
@@ -77,25 +87,54 @@ class Workers:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self._client: Any = None
-        self._connecting = anyio.Lock()
+        self._runs: WorkflowRuns | None = None
 
     @staticmethod
     def workflow_of(invocation: Invocation) -> str:
-        """The id of the workflow that runs ``invocation``: one per hosted agent and session. Sessions are
-        per workspace and agent, so two agents (or workspaces) hosting one spec must not share one
-        workflow for a session id they both use. Ids hold no "/": the parts cannot run into each other."""
-        hosted = invocation.hosted
-        return f"orchestra/{hosted.workspace}/{hosted.id}/{invocation.session_id or ''}"
+        """The id of the workflow that runs ``invocation``: one per hosted agent and session."""
+        return Workers.session_workflow(
+            invocation.hosted.workspace, invocation.hosted.id, invocation.session_id or ""
+        )
 
-    async def client(self) -> Any:
-        from orchestra.temporal import connect, parse_target
+    @staticmethod
+    def session_workflow(workspace: str, agent_id: str, session_id: str) -> str:
+        """The id of the workflow of a hosted agent's session. Sessions are per workspace and agent, so two
+        agents (or workspaces) hosting one spec must not share one workflow for a session id they both
+        use. Ids hold no "/": the parts cannot run into each other."""
+        return f"orchestra/{workspace}/{agent_id}/{session_id}"
 
-        async with self._connecting:
-            if self._client is None:
-                assert self.config.temporal is not None
-                self._client = await connect(parse_target(self.config.temporal))
-            return self._client
+    def runs(self) -> WorkflowRuns:
+        """The workflows on the config's Temporal target (one client, connected on first use)."""
+        if self._runs is None:
+            from orchestra.temporal import WorkflowRuns, parse_target
+
+            assert self.config.temporal is not None
+            self._runs = WorkflowRuns(parse_target(self.config.temporal))
+        return self._runs
+
+    async def stop_session(self, workspace: str, agent_id: str, session_id: str) -> bool:
+        """Terminate the running workflow of a session that is being deleted; whether one ran. Terminated,
+        not cancelled: a cancel lets the workflow go on (to its next command, a commit into the session)
+        until it handles it, and a terminate ends it at once, so no further activity is scheduled.
+
+        Raises:
+            Refused: 503 ``temporal_unavailable``: Temporal did not answer, so the workflow may still run
+                (the session is not deleted: the delete can be made again).
+        """
+        loaded = self.config.loaded.get(agent_id)
+        if self.config.temporal is None or loaded is None or loaded.spec.kind == "agent":
+            return False  # an agent's turns never run on workers
+        workflow = self.session_workflow(workspace, agent_id, session_id)
+        try:
+            return await self.runs().stop(workflow, f"session {session_id} of {agent_id!r} was deleted")
+        except TemporalUnavailableError as exc:
+            raise Refused(
+                503,
+                "temporal_unavailable",
+                f"cannot stop the workflow {workflow} of session {session_id} on the Temporal workers at "
+                f"{self.config.temporal}: {exc.reason}; the session is not deleted, try again",
+                retry_after=5,
+            ) from None
 
     async def run(
         self,
@@ -111,19 +150,31 @@ class Workers:
         """Run ``invocation`` on the workers and follow it (see the module docstring); its outcome as
         ``run_target`` gives it: the run's result, or ``Stopped``. ``storage`` holds the pipeline's
         sessions (this server's view of the keys the workers open)."""
-        address = self.config.temporal or ""
-        handle: Any = None
+        handle: RunWorkflow | None = None
         with stop.scope():
             try:
                 # A stop that comes while the workflow starts takes effect once it has a handle: else
                 # the workflow would be started, and run on, with nothing left to terminate it.
                 with anyio.CancelScope(shield=True):
-                    handle = await self._start(workspace, invocation, record, task)
-                return await self._follow(handle, target, invocation, log, storage)
-            except (Refused, OrchestraError):
-                raise
-            except Exception as exc:
-                raise _unavailable(exc, address, record.run_id) from None
+                    handle = started = await self._start(workspace, invocation, record, task)
+                return await self._follow(started, target, invocation, log, storage)
+            except WorkflowBusyError as exc:  # a run the request does not follow, or another server's
+                raise Refused(
+                    409,
+                    "session_busy",
+                    f"a run of session {invocation.session_id} is going on on the Temporal workers "
+                    f"(workflow {exc.workflow_id}): answer its interrupts, or wait for it to end",
+                ) from None
+            except WorkflowFailedError as exc:
+                raise OrchestraError(f"the run failed on the Temporal workers: {exc}") from None
+            except TemporalUnavailableError as exc:
+                raise Refused(
+                    503,
+                    "temporal_unavailable",
+                    f"cannot run it on the Temporal workers at {self.config.temporal}: {exc.reason} "
+                    f"(run {record.run_id}); is Temporal up?",
+                    retry_after=5,
+                ) from None
         assert stop.request is not None
         if handle is None:
             return Stopped(stop.request)
@@ -131,41 +182,22 @@ class Workers:
         with anyio.CancelScope(shield=True):
             try:
                 await handle.terminate(f"stopped on the server ({stop.request.mode} by {stop.request.by})")
-            except Exception as exc:  # ended meanwhile, or Temporal is gone: the record says so
+            except OrchestraError as exc:  # Temporal is gone: the record says so
                 return Stopped(stop.request, stored=None, note=f"its workflow was not terminated: {exc}")
             stored = await _completed_any(
                 storage, invocation.session_id or "", target.scope_id, record.run_id
             )
         return Stopped(stop.request, stored=stored)
 
-    async def _start(self, workspace: str, invocation: Invocation, record: RunRecord, task: Any) -> Any:
+    async def _start(
+        self, workspace: str, invocation: Invocation, record: RunRecord, task: Any
+    ) -> RunWorkflow:
         """The workflow of the run: the session's running one (followed), else a new one."""
-        from orchestra.temporal import (
-            PipelineWorkflow,
-            RunRequest,
-            parse_target,
-            running_handle,
-            spec_hash,
-            start_run,
-        )
+        from orchestra.temporal import RunRequest, spec_hash
 
         loaded = self.config.spec_of(invocation.hosted.id)
         session_id = invocation.session_id
         assert session_id is not None  # refused at admission (RunService.admit)
-        client = await self.client()
-        workflow = self.workflow_of(invocation)
-        handle = await running_handle(client, loaded.spec.id, session_id, workflow=workflow)
-        if handle is not None:
-            if invocation.responses:
-                await handle.signal(PipelineWorkflow.respond, invocation.responses)
-            elif invocation.prior is None and not invocation.resume:
-                raise Refused(
-                    409,
-                    "session_busy",
-                    f"a run of session {session_id} is going on on the Temporal workers (workflow "
-                    f"{handle.id}): answer its interrupts, or wait for it to end",
-                )
-            return handle
         request = RunRequest(
             spec_id=loaded.spec.id,
             spec_hash=spec_hash(loaded),
@@ -176,20 +208,19 @@ class Workers:
             resume=invocation.resume,
             responses=dict(invocation.responses or {}),
         )
-        assert self.config.temporal is not None
-        return await start_run(client, parse_target(self.config.temporal), request, workflow=workflow)
+        # A run taken over from a gone server, or a resume, follows the running workflow.
+        join = invocation.prior is not None or invocation.resume
+        return await self.runs().start_or_join(request, workflow=self.workflow_of(invocation), join=join)
 
     async def _follow(
         self,
-        handle: Any,
+        handle: RunWorkflow,
         target: MultiAgentBase,
         invocation: Invocation,
         log: EventLog | None,
         storage: Storage,
     ) -> MultiAgentResult:
         """Follow the workflow until it ends or asks a human; the run's result, read from its session."""
-        from orchestra.temporal import PipelineWorkflow
-
         ended: list[Any] = []
         done = anyio.Event()
         events = _Progress(log, storage, invocation.session_id or "", target.scope_id)
@@ -207,8 +238,8 @@ class Workers:
                 with anyio.move_on_after(_POLL_S):
                     await done.wait()
                 try:
-                    progress = await handle.query(PipelineWorkflow.progress)
-                except Exception:
+                    progress = await handle.progress()
+                except OrchestraError:
                     if not done.is_set():
                         raise
                     break  # the workflow's end says why, not a query of the ended workflow
@@ -308,33 +339,3 @@ async def _stored_result(target: MultiAgentBase, storage: Storage, session_id: s
         last = result.results.get(result.execution_order[-1])
         result.output = last.output if last is not None else None
     return result
-
-
-def _unavailable(exc: Exception, address: str, run_id: str) -> Exception:
-    """What Temporal (or the way to it) answered, as one line: a 503 when it was not reached or refused,
-    else the run's failure on the workers."""
-    from temporalio.client import WorkflowFailureError
-    from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-    from temporalio.service import RPCError
-
-    if isinstance(exc, WorkflowFailureError):
-        cause: BaseException = exc
-        while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
-            cause = cause.__cause__  # the workflow's failure wraps the activity's, which says why
-        return OrchestraError(f"the run failed on the Temporal workers: {str(cause).splitlines()[0]}")
-    if isinstance(exc, WorkflowAlreadyStartedError):  # another server started the session's run first
-        return Refused(
-            409,
-            "session_busy",
-            f"a run of this session is going on on the Temporal workers (workflow {exc.workflow_id}): "
-            "answer its interrupts, or wait for it to end",
-        )
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, RPCError):
-        first = f"{exc.message} ({exc.status.name})"
-    return Refused(
-        503,
-        "temporal_unavailable",
-        f"cannot run it on the Temporal workers at {address}: {first} (run {run_id}); is Temporal up?",
-        retry_after=5,
-    )

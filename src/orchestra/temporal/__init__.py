@@ -13,6 +13,7 @@ from orchestra.temporal._types import (
     StateRequest,
 )
 from orchestra.temporal.activities import PipelineActivities, spec_hash
+from orchestra.temporal.runs import RunWorkflow, WorkflowRuns
 from orchestra.temporal.worker import (
     DEFAULT_GRACEFUL_SHUTDOWN,
     TemporalConnection,
@@ -21,6 +22,7 @@ from orchestra.temporal.worker import (
     create_worker,
     parse_target,
     running_handle,
+    running_workflow,
     start_run,
     stored_output,
     workflow_id,
@@ -36,13 +38,16 @@ __all__ = [
     "PipelineActivities",
     "PipelineWorkflow",
     "RunRequest",
+    "RunWorkflow",
     "StateRequest",
     "TemporalConnection",
     "TemporalTarget",
+    "WorkflowRuns",
     "connect",
     "create_worker",
     "parse_target",
     "running_handle",
+    "running_workflow",
     "spec_hash",
     "start_run",
     "stored_output",

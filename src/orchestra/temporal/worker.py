@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import TLSConfig
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from temporalio.worker import Worker
 
 from orchestra import tracing
@@ -32,6 +32,7 @@ __all__ = [
     "create_worker",
     "parse_target",
     "running_handle",
+    "running_workflow",
     "start_run",
     "stored_output",
     "workflow_id",
@@ -205,16 +206,25 @@ async def by_reference(request: RunRequest) -> RunRequest:
     return dataclasses.replace(request, **changes)
 
 
-async def running_handle(
-    client: Client, spec_id: str, session_id: str, *, workflow: str | None = None
-) -> WorkflowHandle[Any, Any] | None:
-    """The session's workflow (``workflow``: its id, as given to ``start_run``) if it is still running
-    (for example waiting for interrupt responses)."""
-    handle = client.get_workflow_handle(workflow or workflow_id(spec_id, session_id))
+async def running_handle(client: Client, spec_id: str, session_id: str) -> WorkflowHandle[Any, Any] | None:
+    """The session's workflow (``workflow_id(spec_id, session_id)``) if it is still running (for example
+    waiting for interrupt responses)."""
+    return await running_workflow(client, workflow_id(spec_id, session_id))
+
+
+async def running_workflow(client: Client, workflow: str) -> WorkflowHandle[Any, Any] | None:
+    """The workflow with id ``workflow`` (as given to ``start_run``) if it is still running.
+
+    Raises:
+        RPCError: Temporal did not answer whether there is one (not reached, refused).
+    """
+    handle = client.get_workflow_handle(workflow)
     try:
         description = await handle.describe()
-    except Exception:  # no such workflow
-        return None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
     return handle if description.status == WorkflowExecutionStatus.RUNNING else None
 
 
