@@ -486,6 +486,55 @@ async def test_a_node_reads_nothing_when_its_worker_holds_the_commit_it_depends_
     assert first.of_journal()
 
 
+def fan_spec(width: int) -> str:
+    nodes = "".join(f"  - {{id: n{i}, function: 'tests.support:set_own_key'}}\n" for i in range(width))
+    edges = "".join(f"  - {{from: start, to: n{i}}}\n  - {{from: n{i}, to: join}}\n" for i in range(width))
+    return (
+        "version: 1\nkind: graph\nid: fan\nnodes:\n  - {id: start, function: 'tests.support:set_own_key'}\n"
+        f"{nodes}  - {{id: join, function: 'tests.support:report_state'}}\nedges:\n{edges}"
+    )
+
+
+async def test_a_fan_outs_nodes_on_temporal_share_one_read_of_the_run(temporal_address, tmp_path):
+    """On a worker running one node at a time, each of a fan-out's nodes starts after the one before it
+    ended (and after commits of the nodes that ended): told the commit they depend on, they read the
+    run once between them, not once each. The join still sees every branch."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from orchestra import temporal
+    from orchestra.temporal import PipelineActivities, PipelineWorkflow
+
+    width = 12
+    loaded = parse_text(fan_spec(width), "fan.yaml")
+    uri = f"file:{tmp_path}/store"
+    reads = _Reads(tmp_path)
+    nodes = PipelineActivities({"fan": loaded})  # the nodes' reads are counted, not the commits'
+    nodes._storages[uri] = reads.storage
+    rest = PipelineActivities({"fan": loaded})
+    client = await Client.connect(temporal_address)
+    worker = Worker(
+        client,
+        task_queue="q-fan-reads",
+        workflows=[PipelineWorkflow],
+        activities=[rest.describe, rest.load_state, nodes.execute_node, rest.commit],
+        max_concurrent_activities=1,
+    )
+    target = temporal.TemporalTarget(temporal_address, "default", "q-fan-reads")
+    request = temporal.RunRequest(spec_id="fan", session_id="s1", storage=uri, task="go", run_id="r1")
+    async with worker:
+        summary = await (await temporal.start_run(client, target, request)).result()
+    assert summary["status"] == "completed"
+    # The start node's load (a list, a segment), one catch-up for the fan-out's 12 nodes, the join's (a
+    # new segment may have begun: a list and its read), and room for a compaction's reload; before, a
+    # catch-up per node of the fan-out (18-19 reads in all).
+    journal = reads.of_journal()
+    assert len(journal) <= 9, journal
+    doc = await load_scope(storage_from_uri(uri), "s1", "multiAgent", "fan")
+    seen = json.loads(doc.fields["node/join"]["result"]["output"])
+    assert seen == {n: f"set by {n}" for n in ["start", *(f"n{i}" for i in range(width))]}
+
+
 async def test_a_worker_holding_a_commit_saved_again_reads_the_version_its_node_depends_on(tmp_path):
     """A workflow task saved commits 2 and 3, then failed before Temporal heard of them; a worker read
     the run meanwhile (for a node depending on commit 1). The task replayed with the results that came
