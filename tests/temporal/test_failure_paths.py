@@ -373,6 +373,198 @@ async def test_parallel_nodes_share_the_read_of_the_commits_they_depend_on(tmp_p
     assert len(outcomes) == 6
 
 
+class _Reads:
+    """A worker's storage (local files) that notes what it reads of the run's journal."""
+
+    def __init__(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        from orchestra.storage import LocalFileStorage
+
+        self.reads: list[str] = []
+        reads = self.reads
+
+        class CountingStorage(LocalFileStorage):
+            def _list(self, prefix, start_after, limit):  # type: ignore[no-untyped-def]
+                reads.append(f"list {prefix}")
+                return super()._list(prefix, start_after, limit)
+
+            def _read(self, key: str):  # type: ignore[no-untyped-def]
+                reads.append(key)
+                return super()._read(key)
+
+            def _read_from(self, key: str, offset: int):  # type: ignore[no-untyped-def]
+                reads.append(f"{key} from {offset}")
+                return super()._read_from(key, offset)
+
+        self.storage = CountingStorage(tmp_path / "store")
+
+    def of_journal(self) -> list[str]:
+        found = [key for key in self.reads if "/journal/" in key]
+        self.reads.clear()
+        return found
+
+
+class _Workflow:
+    """A workflow run's commits and nodes, driven by hand: each commit numbered and versioned as the
+    workflow does it, each node on a worker given the key of the commit it depends on."""
+
+    def __init__(self, tmp_path, loaded, run: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+        from temporalio.testing import ActivityEnvironment
+
+        from orchestra.temporal import PipelineActivities
+
+        self.uri = f"file:{tmp_path}/store"
+        self.loaded = loaded
+        self.run = run
+        self.committer = PipelineActivities({"chain": loaded})  # the worker running the workflow
+        self.env = ActivityEnvironment()
+
+    async def commit(self, commit_id: str, after: str, fields: dict[str, object]) -> tuple[str, str]:
+        """Commit ``fields`` as commit ``commit_id`` following the commit of version ``after``: its version
+        and its key."""
+        from orchestra.temporal import CommitRequest
+        from orchestra.temporal._commits import commit_key, commit_version
+
+        request = CommitRequest("s1", self.uri, "chain", {"run": self.run, **fields}, {}, commit_id=commit_id)
+        request.version = commit_version(after, request)
+        await self.committer.commit(request)
+        return request.version, commit_key(commit_id, request.version)
+
+    async def node(self, worker, node_id: str, after_commit: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+        """Run ``node_id`` on ``worker``: the shared state it saw."""
+        from orchestra.temporal import NodeRequest
+
+        request = NodeRequest(
+            "chain", "s1", self.uri, "chain", str(self.run["run_id"]), node_id, 2, after_commit=after_commit
+        )
+        outcome = await self.env.run(worker.execute_node, request)
+        found = await storage_from_uri(self.uri).read(outcome.blob)
+        assert found is not None
+        base: dict[str, object] = json.loads(found[0])["state_base"]
+        return base
+
+
+async def test_a_node_reads_nothing_when_its_worker_holds_the_commit_it_depends_on(tmp_path):
+    """The workflow tells each node the key of its last commit saved before it (``after_commit``): a worker
+    whose copy of the run holds it reads nothing of the journal, so the nodes of a fan-out that start one
+    after another share one read. The copy holds the last commit each read found and the commit each
+    node depended on whose read began after it started (on a second worker, whose first read finds
+    commits made since). A commit it has not read, or another workflow run's, is read."""
+    from orchestra.spec import build
+    from orchestra.temporal import PipelineActivities
+
+    loaded = parse_text(chain_spec(12), "chain.yaml")
+    local = build(loaded, session_id="s1", storage=f"file:{tmp_path}/store")
+    await local.invoke_async("go")
+    flow = _Workflow(tmp_path, loaded, local.run)
+    first, second = _Reads(tmp_path), _Reads(tmp_path)
+    worker = PipelineActivities({"chain": loaded})
+    worker._storages[flow.uri] = first.storage
+    other = PipelineActivities({"chain": loaded})
+    other._storages[flow.uri] = second.storage
+
+    v1, k1 = await flow.commit("w1/1", "", {"state": {"seen": "commit 1"}})
+    assert await flow.node(worker, "n1", k1) == {"seen": "commit 1"}  # the worker's first read of the run
+    assert first.of_journal()
+    for index in range(2, 7):  # one after another, as a fan-out's activities start
+        assert await flow.node(worker, f"n{index}", k1) == {"seen": "commit 1"}
+    assert first.of_journal() == []
+
+    _, k2 = await flow.commit("w1/2", v1, {"state": {"seen": "commit 2"}})  # nodes of the fan-out ended
+    # The second worker's first read finds commit 2: it holds commit 1 too, and reads no more for either.
+    assert await flow.node(other, "n7", k1) == {"seen": "commit 2"}
+    assert second.of_journal()
+    assert await flow.node(other, "n8", k1) == {"seen": "commit 2"}
+    assert await flow.node(other, "n9", k2) == {"seen": "commit 2"}
+    assert second.of_journal() == []
+
+    assert await flow.node(worker, "n10", k1) == {"seen": "commit 1"}  # all it depends on: nothing read
+    assert first.of_journal() == []
+    assert await flow.node(worker, "n11", k2) == {"seen": "commit 2"}  # not read yet: read
+    assert first.of_journal()
+    _, next_run = await flow.commit("w2/1", "", {"state": {"seen": "the next workflow run's commit 1"}})
+    assert await flow.node(worker, "n1", next_run) == {"seen": "the next workflow run's commit 1"}
+    assert first.of_journal()
+
+
+def fan_spec(width: int) -> str:
+    nodes = "".join(f"  - {{id: n{i}, function: 'tests.support:set_own_key'}}\n" for i in range(width))
+    edges = "".join(f"  - {{from: start, to: n{i}}}\n  - {{from: n{i}, to: join}}\n" for i in range(width))
+    return (
+        "version: 1\nkind: graph\nid: fan\nnodes:\n  - {id: start, function: 'tests.support:set_own_key'}\n"
+        f"{nodes}  - {{id: join, function: 'tests.support:report_state'}}\nedges:\n{edges}"
+    )
+
+
+async def test_a_fan_outs_nodes_on_temporal_share_one_read_of_the_run(temporal_address, tmp_path):
+    """On a worker running one node at a time, each of a fan-out's nodes starts after the one before it
+    ended (and after commits of the nodes that ended): told the commit they depend on, they read the
+    run once between them, not once each. The join still sees every branch."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from orchestra import temporal
+    from orchestra.temporal import PipelineActivities, PipelineWorkflow
+
+    width = 12
+    loaded = parse_text(fan_spec(width), "fan.yaml")
+    uri = f"file:{tmp_path}/store"
+    reads = _Reads(tmp_path)
+    nodes = PipelineActivities({"fan": loaded})  # the nodes' reads are counted, not the commits'
+    nodes._storages[uri] = reads.storage
+    rest = PipelineActivities({"fan": loaded})
+    client = await Client.connect(temporal_address)
+    worker = Worker(
+        client,
+        task_queue="q-fan-reads",
+        workflows=[PipelineWorkflow],
+        activities=[rest.describe, rest.load_state, nodes.execute_node, rest.commit],
+        max_concurrent_activities=1,
+    )
+    target = temporal.TemporalTarget(temporal_address, "default", "q-fan-reads")
+    request = temporal.RunRequest(spec_id="fan", session_id="s1", storage=uri, task="go", run_id="r1")
+    async with worker:
+        summary = await (await temporal.start_run(client, target, request)).result()
+    assert summary["status"] == "completed"
+    # The start node's load (a list, a segment), one catch-up for the fan-out's 12 nodes, the join's (a
+    # new segment may have begun: a list and its read), and room for a compaction's reload; before, a
+    # catch-up per node of the fan-out (18-19 reads in all).
+    journal = reads.of_journal()
+    assert len(journal) <= 9, journal
+    doc = await load_scope(storage_from_uri(uri), "s1", "multiAgent", "fan")
+    seen = json.loads(doc.fields["node/join"]["result"]["output"])
+    assert seen == {n: f"set by {n}" for n in ["start", *(f"n{i}" for i in range(width))]}
+
+
+async def test_a_worker_holding_a_commit_saved_again_reads_the_version_its_node_depends_on(tmp_path):
+    """A workflow task saved commits 2 and 3, then failed before Temporal heard of them; a worker read
+    the run meanwhile (for a node depending on commit 1). The task replayed with the results that came
+    since saves commit 2 again holding more, and commit 3 again holding what it held before. A node
+    depending on commit 3 is on a worker whose copy holds commit 3 as first saved, without the replayed
+    commit 2: its key (number and version, which chains every commit before) differs, so the worker
+    reads, and the node sees what the replayed commits hold."""
+    from orchestra.spec import build
+    from orchestra.temporal import PipelineActivities
+
+    loaded = parse_text(chain_spec(12), "chain.yaml")
+    local = build(loaded, session_id="s1", storage=f"file:{tmp_path}/store")
+    await local.invoke_async("go")
+    flow = _Workflow(tmp_path, loaded, local.run)
+    reads = _Reads(tmp_path)
+    worker = PipelineActivities({"chain": loaded})
+    worker._storages[flow.uri] = reads.storage
+
+    v1, k1 = await flow.commit("w1/1", "", {"state": {"seen": "commit 1"}})
+    v2, _ = await flow.commit("w1/2", v1, {"state": {"seen": "commit 2 as first saved"}})
+    _, k3 = await flow.commit("w1/3", v2, {"marker": "commit 3"})
+    assert await flow.node(worker, "n1", k1) == {"seen": "commit 2 as first saved"}  # it read them
+
+    v2, _ = await flow.commit("w1/2", v1, {"state": {"seen": "commit 2 as replayed, holding more"}})
+    _, replayed_k3 = await flow.commit("w1/3", v2, {"marker": "commit 3"})
+    assert await flow.node(worker, "n2", replayed_k3) == {"seen": "commit 2 as replayed, holding more"}
+    assert reads.of_journal()
+    assert k3 != replayed_k3
+
+
 async def test_nodes_that_finished_together_are_committed_in_one_record_in_order(tmp_path):
     """Parallel nodes that finish in one workflow activation are committed together: one journal record,
     their state changes applied in the order given (the later writer of a key wins, as locally). A retry

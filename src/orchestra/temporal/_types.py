@@ -122,6 +122,10 @@ class NodeRequest:
     # A run with a budget: the budget in effect (JSON) and the run's time so far (its wall_seconds).
     budget: dict[str, Any] | None = None
     elapsed_s: float = 0.0
+    # The key of the workflow's last commit saved before it scheduled the node (``<commit id>#<version>``,
+    # see ``_commits.py``): a worker whose copy of the run holds it reads nothing more. Empty (histories
+    # recorded before): the node reads what was committed since its worker last read.
+    after_commit: str = ""
 
 
 @dataclass
@@ -175,3 +179,7 @@ class CommitRequest:
     # Logs sent as their new items only: ``{log: the index its items in logs start at}``. The items
     # before it are the ones committed (a whole log each commit would grow with the run).
     log_from: dict[str, int] = field(default_factory=dict)
+    # The commit's version (``commit_version``: its digest chained to the workflow run's commits before
+    # it), saved with it so a worker's copy of the run says which version of the commit it holds. Empty:
+    # histories recorded before.
+    version: str = ""

@@ -53,6 +53,7 @@ from orchestra.session.run_folder import COMMIT_FIELD, run_folder, turn_key
 from orchestra.session.scopes import Document, Journal, ScopeLayout, decode_messages
 from orchestra.spec import LoadedSpec, build
 from orchestra.storage import ABSENT, Storage, delete_many, read_many, storage_from_uri
+from orchestra.temporal._commits import commit_digest, commit_key
 from orchestra.temporal._types import CommitRequest, NodeOutcome, NodeRequest, StateRequest, pack
 from orchestra.temporal.budgets import NodeMeter, budgets_of
 
@@ -185,6 +186,27 @@ class _RunReader:
         self.doc: Document | None = None
         self.lock = anyio.Lock()
         self.read_began = -math.inf  # when the read that made ``doc`` began (time.monotonic())
+        # The commits ``doc`` is known to hold, by key (``commit_key``), the most recent last.
+        self.held: dict[str, None] = {}
+
+    def hold(self, key: str) -> None:
+        if key:
+            self.held.pop(key, None)
+            self.held[key] = None
+            if len(self.held) > 64:  # a node depends on a recent commit: the oldest go first
+                del self.held[next(iter(self.held))]
+
+    def following(self, run_id: str) -> bool:
+        """Whether ``doc`` is of run ``run_id`` (not of a run that deleted the session and wrote it again)."""
+        return self.doc is not None and (self.doc.fields.get("run") or {}).get("run_id") == run_id
+
+
+def _last_commit(doc: Document) -> str:
+    """The key of the last commit ``doc`` holds ("" for one saved without a version)."""
+    folded = doc.fields.get(_FOLDED_FIELD)
+    commit_id = doc.fields.get(COMMIT_FIELD)
+    version = folded.get("version") if isinstance(folded, dict) else None
+    return commit_key(commit_id, version) if isinstance(commit_id, str) and isinstance(version, str) else ""
 
 
 def _node_view(doc: Document, node_id: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -307,30 +329,38 @@ class PipelineActivities:
         A worker keeps the runs it serves and reads only the records committed since its last read, so
         a node's activity costs the same at the end of a long run as at its start. Every commit a node
         depends on was saved before its activity started, so a read that began after that has them all:
-        the parallel nodes of a fan-out share one read instead of listing the journal each."""
+        the parallel nodes of a fan-out share one read instead of listing the journal each. And a node
+        reads nothing when the worker's copy holds the commit it depends on (``after_commit``, by key:
+        number and version), which it knows of the last commit each read found and of the commit each
+        node depended on whose read began after it started. By key, a copy holding a commit that a
+        replayed workflow task saved again with more since does not pass for holding the new version."""
         started = time.monotonic()
         where = (request.storage, request.session_id, request.scope_id)
         reader = self._readers.pop(where, None) or _RunReader(storage, where)
         self._readers[where] = reader  # the most recently used last
         if len(self._readers) > 64:  # runs in flight on this worker; the least recently used goes first
             del self._readers[next(iter(self._readers))]
+        # (A read in progress applies its records between awaits, so the document is whole meanwhile.)
+        if request.after_commit in reader.held and reader.following(request.run_id):
+            return reader.doc
         async with reader.lock:  # parallel nodes of one run read the new records once
-            if (
-                reader.doc is not None
-                and reader.read_began >= started
-                and (reader.doc.fields.get("run") or {}).get("run_id") == request.run_id
-            ):
+            if reader.read_began >= started and reader.following(request.run_id):
+                reader.hold(request.after_commit)
                 return reader.doc
             began = time.monotonic()
             if reader.doc is not None:
                 reader.doc = await reader.journal.catch_up(reader.doc)
                 # Another run than the one followed: the session was deleted and written again.
-                if (reader.doc.fields.get("run") or {}).get("run_id") != request.run_id:
+                if not reader.following(request.run_id):
                     reader.doc = None
             if reader.doc is None:
                 reader.journal = Journal(reader.journal.storage, reader.journal.layout)
+                reader.held.clear()
                 reader.doc = await reader.journal.load()
             reader.read_began = began
+            if reader.doc is not None:
+                reader.hold(_last_commit(reader.doc))
+                reader.hold(request.after_commit)
             return reader.doc
 
     @staticmethod
@@ -689,7 +719,7 @@ class PipelineActivities:
         for key in request.delete:
             self._invocation_states.pop(key, None)
         folding = [key for key in [*(blob for _, blob in nodes), *item_blobs] if key]
-        digest = _digest(request)
+        digest = commit_digest(request)
         folded: set[str] = set()  # blobs a saved attempt of this commit folded in already
         if request.commit_id and journal.field(COMMIT_FIELD) == request.commit_id:
             # A retry of a commit that was saved (the worker died before Temporal heard of it). Saved before
@@ -703,6 +733,8 @@ class PipelineActivities:
         if request.commit_id:
             fields[COMMIT_FIELD] = request.commit_id
             fields[_FOLDED_FIELD] = {"digest": digest, "blobs": folding}
+            if request.version:  # which version of the commit a copy of the run holds (see _document)
+                fields[_FOLDED_FIELD]["version"] = request.version
         # Results are owned by storage: the workflow only holds their summaries.
         own = {f"node/{node_id}" for node_id, _ in nodes}
         for name, record in list(fields.items()):
@@ -767,22 +799,6 @@ def blob_base(request: NodeRequest) -> str:
     if request.map_key:
         base = f"{base}-in{request.map_key.partition(':')[2].replace(':', '.')}"
     return base
-
-
-def _digest(request: CommitRequest) -> str:
-    """What a commit holds, in 16 hex digits: a retry holding the same is the attempt that was saved."""
-    content = [
-        request.fields,
-        request.logs,
-        request.unset,
-        request.node_id,
-        request.blob,
-        request.batch,
-        request.map_list,
-        request.map_items,
-        request.log_from,
-    ]
-    return hashlib.sha256(dumps(content).encode()).hexdigest()[:16]
 
 
 async def _delete_inputs(storage: Storage, request: CommitRequest, inputs: list[str]) -> None:

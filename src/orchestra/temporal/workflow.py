@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         Swarm,
         SwarmScheduler,
     )
+    from orchestra.temporal._commits import commit_key, commit_version
     from orchestra.temporal._types import (
         WORKFLOW_NAME,
         CommitRequest,
@@ -70,6 +71,7 @@ _MAX_EVENTS = 10_000
 _MAX_BYTES = 10_000_000
 _NESTED_MAPS = "nested-maps"  # workflow.patched: see _run_items
 _SHIELDED_COMMITS = "shielded-commits"  # workflow.patched: see _commit
+_AFTER_COMMIT = "node-after-commit-version"  # workflow.patched: see _commit_now
 _CONTINUE = "continue"  # a map node's outcome when it stopped taking items for a continue-as-new
 
 
@@ -83,6 +85,8 @@ class PipelineWorkflow:
         self._request: RunRequest | None = None
         self._settings: dict[str, Any] = {}  # the spec's temporal: section
         self._commits = 0  # numbers this workflow run's commits (CommitRequest.commit_id)
+        self._version = ""  # the version of the last commit begun (CommitRequest.version)
+        self._saved = ""  # the key of the last commit saved: what a node scheduled now depends on
         # Map nodes commit their items while other nodes run: one commit at a time keeps one writer.
         self._commit_lock = asyncio.Lock()
         # Continue-as-new: set once the history crossed its threshold; no node or item starts after it.
@@ -351,6 +355,8 @@ class PipelineWorkflow:
         self, orchestrator: MultiAgentBase, request: NodeRequest, node_timeout: float | None
     ) -> NodeOutcome:
         assert self._request is not None
+        if self._saved:  # every commit the node depends on is saved, this one last (see _commit_now)
+            request = replace(request, after_commit=self._saved)
         try:
             outcome: NodeOutcome = await workflow.execute_activity(
                 "orchestra.execute_node",
@@ -481,31 +487,35 @@ class PipelineWorkflow:
                 logs[name], log_from[name] = items[length:], length
             self._committed_logs[name] = (items, len(items))
         kind = orchestrator.nodes[node_id].kind if node_id else None
-        await workflow.execute_local_activity(
-            "orchestra.commit",
-            CommitRequest(
-                request.session_id,
-                request.storage,
-                orchestrator.scope_id,
-                fields,
-                logs,
-                unset,
-                node_id,
-                kind,
-                blob or None,
-                task_ref or None,
-                str(orchestrator.run.get("run_id") or ""),
-                batch or [],
-                f"{workflow.info().run_id}/{self._commits}",
-                delete or [],
-                ends_run,
-                map_list or [],
-                map_items or [],
-                log_from,
-            ),
-            start_to_close_timeout=_LIGHT,
-            retry_policy=_COMMIT_RETRIES,
+        commit = CommitRequest(
+            request.session_id,
+            request.storage,
+            orchestrator.scope_id,
+            fields,
+            logs,
+            unset,
+            node_id,
+            kind,
+            blob or None,
+            task_ref or None,
+            str(orchestrator.run.get("run_id") or ""),
+            batch or [],
+            f"{workflow.info().run_id}/{self._commits}",
+            delete or [],
+            ends_run,
+            map_list or [],
+            map_items or [],
+            log_from,
         )
+        # Each commit's version (what it and the commits before it hold) goes with it, and its key to the
+        # nodes scheduled after it is saved (``_execute``): a worker whose copy of the run holds that
+        # version reads nothing for them. Histories recorded before scheduled nodes without it.
+        if workflow.patched(_AFTER_COMMIT):
+            self._version = commit.version = commit_version(self._version, commit)
+        await workflow.execute_local_activity(
+            "orchestra.commit", commit, start_to_close_timeout=_LIGHT, retry_policy=_COMMIT_RETRIES
+        )
+        self._saved = commit_key(commit.commit_id, commit.version)
 
     def _remaining(self, limit: float | None, started: Any) -> float | None:
         if limit is None:
