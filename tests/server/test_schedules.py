@@ -4,7 +4,9 @@
   record and one run, and the counted agent's model saw each tick's input once (a side effect outside
   the runs);
 - ticks missed while every server was down follow their schedule's policy: skipped, or run once;
-- the API: create, list, pause, resume, run now, delete, and what it refuses.
+- the API: create, list, pause, resume, run now, delete, and what it refuses;
+- tick records are pruned to what the config keeps, and servers whose cursor is behind the pruned ones
+  run none of them again.
 
 The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
 """
@@ -12,6 +14,7 @@ The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import os
 import time
@@ -22,7 +25,7 @@ import anyio
 import httpx
 import pytest
 
-from orchestra.hosting.schedules import TickRecord
+from orchestra.hosting.schedules import TickRecord, tick_key
 from orchestra.session import uuid7
 from orchestra.storage import PrefixedStorage, storage_from_uri
 from tests.server.conftest import FAST_RUNS, Server, auth, counted_config
@@ -254,3 +257,53 @@ def test_a_tick_whose_run_is_refused_says_why(tmp_path, monkeypatch):
         assert unknown.status_code == 404  # nothing of the refused run was kept
         started = [t for t in ticks_of(server.url, "busy") if t["status"] == "started"]
         assert started  # the one that held the session
+
+
+@pytest.fixture(params=["file", "postgres"])
+def pruned_storage(request, tmp_path) -> str:
+    if request.param == "file":
+        return f"file:{tmp_path}/store"
+    return f"'{request.getfixturevalue('postgres_uri')}'"
+
+
+def test_pruned_ticks_stay_bounded_and_none_runs_twice_across_two_servers(tmp_path, servers, pruned_storage):
+    # One server runs an every-second schedule keeping 3 tick records, pruning each second. It is killed,
+    # and the cursor hint (written without fsync: a power cut can take it back) is set back to the
+    # schedule's start. Two servers start from there, pruning as they go: they pass ticks whose records
+    # were pruned, and must run none of them again.
+    calls = tmp_path / "calls.txt"
+    every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none}\n'
+    config = schedule_config(tmp_path, pruned_storage, every)
+    config.write_text(config.read_text() + "schedule_ticks: {keep: 3, prune_every_s: 1}\n")
+    group = servers(config, ORCHESTRA_TEST_CALLS=str(calls))
+    first = group.start()
+    wait_for(lambda: len(calls_of(calls)) >= 5)
+    assert len(ticks_of(first, "every")) <= 4  # kept: 3, and a tick being claimed
+    group.kill(first)
+    workspace = PrefixedStorage(storage_from_uri(pruned_storage.strip("'")), "ws/acme")
+    start = datetime.fromisoformat(calls_of(calls)[0].removeprefix("tick ")) - timedelta(seconds=1)
+    anyio.run(workspace.write, "schedule-cursor/every", start.isoformat().encode())
+    with concurrent.futures.ThreadPoolExecutor(2) as starting:  # (a server takes seconds to start)
+        urls = list(starting.map(lambda _: group.start(), range(2)))
+    ran = len(calls_of(calls))
+    wait_for(lambda: len(calls_of(calls)) >= ran + 4, timeout=60)
+    paused = httpx.post(f"{urls[0]}/api/v1/schedules/every/pause", headers=auth(), timeout=30)
+    assert paused.status_code == 200, paused.text
+
+    def settled() -> list[dict] | None:
+        ticks = ticks_of(urls[1], "every")
+        if any(t["status"] != "started" for t in ticks):
+            return None
+        runs = [get(urls[1], f"/api/v1/runs/{t['run_id']}") for t in ticks]
+        return None if any(r.get("status") in (None, "queued", "executing") for r in runs) else ticks
+
+    ticks = wait_for(settled, timeout=120)
+    assert len(ticks) <= 4, [t["first"] for t in ticks]
+    floor = anyio.run(workspace.read, "schedule-floor/every")
+    assert floor is not None
+    assert all(tick_key(datetime.fromisoformat(t["first"])) >= floor[0].decode() for t in ticks)
+    # The side effect: each tick from the first to the last ran once, none lost while servers were down.
+    counted = collections.Counter(calls_of(calls))
+    assert max(counted.values()) == 1, [line for line, n in counted.items() if n > 1]
+    times = sorted(datetime.fromisoformat(line.removeprefix("tick ")) for line in counted)
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
