@@ -18,6 +18,7 @@ import concurrent.futures
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -25,9 +26,10 @@ import anyio
 import httpx
 import pytest
 
-from orchestra.hosting.schedules import TickRecord, tick_key
+from orchestra.hosting.schedules import TickRecord, TickRetention, tick_key
 from orchestra.session import uuid7
 from orchestra.storage import PrefixedStorage, storage_from_uri
+from orchestra.testing import FaultyStorage
 from tests.server.conftest import FAST_RUNS, Server, auth, counted_config
 from tests.server.test_platform_processes import Servers, final_record, get, wait_for
 
@@ -307,3 +309,87 @@ def test_pruned_ticks_stay_bounded_and_none_runs_twice_across_two_servers(tmp_pa
     assert max(counted.values()) == 1, [line for line, n in counted.items() if n > 1]
     times = sorted(datetime.fromisoformat(line.removeprefix("tick ")) for line in counted)
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
+
+
+class InOrderDeletes(FaultyStorage):
+    """Batch deletes one key after another, in order, as local files make them: one that fails half way
+    leaves the keys before it deleted and the keys after it in place."""
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            await self.delete(key)
+
+
+def test_a_prune_whose_deletes_fail_half_way_runs_nothing_twice_and_the_next_finishes(tmp_path, monkeypatch):
+    # A server keeps every record until it is told to keep 2; its first prune then deletes several, and
+    # the second delete is refused. A server that starts from the schedule's start (its cursor hint set
+    # back) passes the half-pruned ticks: the oldest record gone, others still there below the floor. No
+    # tick runs twice, and a later prune deletes what was left.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", every)
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    with Server(config) as server:
+        runtime = server.app.state.runtime
+        runtime.root = storage = InOrderDeletes(runtime.root)
+        made = wait_for(lambda: (found := ticks_of(server.url, "every"))[5:] and found)
+        oldest, second = (tick_key(datetime.fromisoformat(t["first"])) for t in made[:2])
+        storage.fail("delete", f"schedule-ticks/every/{second}")
+        runtime.schedules.retention = TickRetention(keep=2, prune_every_s=1)
+        wait_for(lambda: not storage.faults)
+        left = [tick_key(datetime.fromisoformat(t["first"])) for t in ticks_of(server.url, "every")]
+    floor = anyio.run(workspace.read, "schedule-floor/every")
+    assert floor is not None
+    assert oldest not in left
+    assert second in left
+    assert second < floor[0].decode()  # the prune stopped half way: a record below the floor is left
+    start = datetime.fromisoformat(calls_of(calls)[0].removeprefix("tick ")) - timedelta(seconds=1)
+    anyio.run(workspace.write, "schedule-cursor/every", start.isoformat().encode())
+    config.write_text(config.read_text() + "schedule_ticks: {keep: 2, prune_every_s: 1}\n")
+    with Server(config) as server:
+        ran = len(calls_of(calls))
+        wait_for(lambda: len(calls_of(calls)) >= ran + 3)
+        paused = httpx.post(f"{server.url}/api/v1/schedules/every/pause", headers=auth(), timeout=30)
+        assert paused.status_code == 200, paused.text
+
+        def started() -> list[dict] | None:
+            found = ticks_of(server.url, "every")
+            return found if all(t["status"] == "started" for t in found) else None
+
+        ticks = wait_for(started)
+        floor = anyio.run(workspace.read, "schedule-floor/every")
+        assert floor is not None
+        assert all(tick_key(datetime.fromisoformat(t["first"])) >= floor[0].decode() for t in ticks), ticks
+        assert len(ticks) <= 3
+        wait_for(lambda: all(final_record(server.url, t["run_id"])["status"] == "completed" for t in ticks))
+    counted = collections.Counter(calls_of(calls))
+    assert max(counted.values()) == 1, [line for line, n in counted.items() if n > 1]
+    times = sorted(datetime.fromisoformat(line.removeprefix("tick ")) for line in counted)
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
+
+
+def test_a_claim_left_below_the_floor_is_deleted_and_never_run(tmp_path, monkeypatch):
+    # What a server that was behind leaves when it is killed between creating the record of a tick whose
+    # record had been pruned and reading the floor: a record "claimed" below the floor, and its marker.
+    # The tick ran already: a sweep deletes the record and the marker, and runs nothing.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    daily = '  - {id: daily, agent: counted, cron: "0 7 * * *", input: "left {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", daily)
+    kept, tick = "2026-12-01T07:00:00+00:00", "2026-11-30T07:00:00+00:00"
+    common = {"schedule_id": "daily", "run_id": str(uuid7()), "claimed_at": kept}
+    floor = TickRecord(first=kept, last=kept, status="started", server="a-server", **common)
+    left = TickRecord(first=tick, last=tick, status="claimed", server="a-server-that-died", **common)
+    left.run_id = str(uuid7())
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    anyio.run(workspace.write, "schedule-ticks/daily/20261201T070000Z.json", floor.as_json())
+    anyio.run(workspace.write, "schedule-floor/daily", b"20261201T070000Z")
+    anyio.run(workspace.write, "schedule-ticks/daily/20261130T070000Z.json", left.as_json())
+    anyio.run(workspace.write, "schedule-open/daily/20261130T070000Z", b"")
+    with Server(config) as server:
+        wait_for(lambda: not anyio.run(workspace.list, "schedule-open/"))  # swept
+        assert [t["first"] for t in ticks_of(server.url, "daily")] == [kept]
+        unknown = httpx.get(f"{server.url}/api/v1/runs/{left.run_id}", headers=auth(), timeout=30)
+        assert unknown.status_code == 404
+    assert calls_of(calls) == []
