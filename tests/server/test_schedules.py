@@ -280,7 +280,6 @@ def test_pruned_ticks_stay_bounded_and_none_runs_twice_across_two_servers(tmp_pa
     group = servers(config, ORCHESTRA_TEST_CALLS=str(calls))
     first = group.start()
     wait_for(lambda: len(calls_of(calls)) >= 5)
-    assert len(ticks_of(first, "every")) <= 4  # kept: 3, and a tick being claimed
     group.kill(first)
     workspace = PrefixedStorage(storage_from_uri(pruned_storage.strip("'")), "ws/acme")
     start = datetime.fromisoformat(calls_of(calls)[0].removeprefix("tick ")) - timedelta(seconds=1)
@@ -305,7 +304,9 @@ def test_pruned_ticks_stay_bounded_and_none_runs_twice_across_two_servers(tmp_pa
     assert max(counted.values()) == 1, [line for line, n in counted.items() if n > 1]
     times = sorted(datetime.fromisoformat(line.removeprefix("tick ")) for line in counted)
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
-    assert len(ticks) <= 4, [t["first"] for t in ticks]
+    # Kept: 3, and those after a claim still open at the last prune (its run not queued yet: a slow
+    # server's, under load). Unpruned, there would be one a tick: 9 at least.
+    assert len(ticks) <= 6, [t["first"] for t in ticks]
     floor = anyio.run(workspace.read, "schedule-floor/every")
     assert floor is not None
     assert all(tick_key(datetime.fromisoformat(t["first"])) >= floor[0].decode() for t in ticks)

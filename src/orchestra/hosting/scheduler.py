@@ -422,13 +422,13 @@ class Scheduler:
 
     async def _prune_logged(self, workspace: str, schedule_id: str) -> None:
         try:
-            await self.prune(workspace, schedule_id)
+            await self.prune_ticks(workspace, schedule_id)
         except (OrchestraError, OSError) as exc:  # the next period's prune finishes it
             log.warning(
                 "schedule_prune_failed", schedule_id=schedule_id, error=f"{type(exc).__name__}: {exc}"
             )
 
-    async def prune(self, workspace: str, schedule_id: str) -> None:
+    async def prune_ticks(self, workspace: str, schedule_id: str) -> None:
         """Delete the schedule's tick records past ``schedule_ticks`` (``schedules.prune`` decides): the
         floor is stored first, then the records below it are deleted."""
         store = self.store(workspace)
