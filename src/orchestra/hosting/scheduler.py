@@ -136,7 +136,8 @@ class ScheduleStore:
         return sorted(k[len(prefix) : -len(".json")] for k in await self.storage.list(prefix))
 
     async def delete_ticks(self, schedule_id: str, keys: list[str]) -> None:
-        await delete_many(self.storage, [f"schedule-ticks/{schedule_id}/{k}.json" for k in keys])
+        if keys:
+            await delete_many(self.storage, [f"schedule-ticks/{schedule_id}/{k}.json" for k in keys])
 
     async def floor(self, schedule_id: str) -> tuple[str, str] | None:
         """The key of the oldest record kept (every tick before it was accounted for), and its version."""
@@ -153,6 +154,20 @@ class ScheduleStore:
             with contextlib.suppress(StorageConflictError):  # another server's prune: read it again
                 await self.storage.write(f"schedule-floor/{schedule_id}", key.encode(), expect=expect)
                 return
+
+    async def prune(self, schedule_id: str, retention: TickRetention, now: datetime) -> int:
+        """Delete the records past ``retention`` (``schedules.prune`` decides): the floor is stored first,
+        then the records below it are deleted. How many were deleted."""
+        keys = await self.tick_keys(schedule_id)
+        # Listed after the records: a record listed as claimed still had its marker (written first) when
+        # the records were listed, so a claim missing here was finished before.
+        opened = {key for _, key in await self.opened(schedule_id)}
+        floor = await self.floor(schedule_id)
+        decided = prune(keys, opened, None if floor is None else floor[0], now, retention)
+        if decided.floor is not None:
+            await self.raise_floor(schedule_id, decided.floor)
+        await self.delete_ticks(schedule_id, decided.delete)
+        return len(decided.delete)
 
     async def write_tick(self, key: str, record: TickRecord, expect: Any) -> str:
         """Create (``expect=ABSENT``) or replace a tick record; ``StorageConflictError`` if it changed."""
@@ -429,20 +444,10 @@ class Scheduler:
             )
 
     async def prune_ticks(self, workspace: str, schedule_id: str) -> None:
-        """Delete the schedule's tick records past ``schedule_ticks`` (``schedules.prune`` decides): the
-        floor is stored first, then the records below it are deleted."""
-        store = self.store(workspace)
-        keys = await store.tick_keys(schedule_id)
-        # Listed after the records: a record listed as claimed still had its marker (written first) when
-        # the records were listed, so a claim missing here was finished before.
-        opened = {key for _, key in await store.opened(schedule_id)}
-        floor = await store.floor(schedule_id)
-        decided = prune(keys, opened, None if floor is None else floor[0], datetime.now(UTC), self.retention)
-        if decided.floor is not None:
-            await store.raise_floor(schedule_id, decided.floor)
-        if decided.delete:
-            await store.delete_ticks(schedule_id, decided.delete)
-            log.info("schedule_ticks_pruned", schedule_id=schedule_id, deleted=len(decided.delete))
+        """Delete the schedule's tick records past ``schedule_ticks`` (``ScheduleStore.prune``)."""
+        deleted = await self.store(workspace).prune(schedule_id, self.retention, datetime.now(UTC))
+        if deleted:
+            log.info("schedule_ticks_pruned", schedule_id=schedule_id, deleted=deleted)
 
     async def _start(
         self, workspace: str, schedule: Schedule, key: str, record: TickRecord, version: str
