@@ -1,6 +1,6 @@
 """Which tick comes next (``orchestra.hosting.schedules``, pure): due ticks, missed ones counted into one
-record, time zones (a daily tick at 07:00 in Paris across a DST change), inputs, sessions, and what a
-schedule refuses."""
+record, time zones (a daily tick at 07:00 in Paris across a DST change), inputs, sessions, what a
+schedule refuses, and which tick records are pruned."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from orchestra.hosting.schedules import Schedule, due, plan, tick_key
+from orchestra.hosting.schedules import (
+    Pruning,
+    Schedule,
+    TickRetention,
+    due,
+    plan,
+    prune,
+    prune_due,
+    tick_key,
+)
 
 T0 = datetime(2026, 3, 27, 12, 0, 0, tzinfo=UTC)
 
@@ -79,3 +88,57 @@ def test_a_bad_schedule_is_refused_by_name(fields, words):
     with pytest.raises(ValidationError) as raised:
         Schedule(**{"id": "s", "agent": "a", "cron": "0 7 * * *", **fields})
     assert words in str(raised.value)
+
+
+# -- pruning (``schedules.prune``): which records go, and the floor stored before they do ----------------
+
+KEYS = [tick_key(T0 + timedelta(seconds=s)) for s in range(10)]
+
+
+def test_the_newest_records_are_kept_and_the_floor_is_the_oldest_kept():
+    decided = prune(KEYS, set(), None, T0, TickRetention(keep=3))
+    assert decided == Pruning(KEYS[7], KEYS[:7])
+    # Pruned again, with the floor stored: nothing more goes until more records come.
+    assert prune(KEYS[7:], set(), KEYS[7], T0, TickRetention(keep=3)) == Pruning(None, [])
+
+
+def test_an_open_claim_and_what_follows_it_stay():
+    decided = prune(KEYS, {KEYS[4]}, None, T0, TickRetention(keep=3))
+    assert decided == Pruning(KEYS[4], KEYS[:4])
+    assert prune(KEYS, {KEYS[0]}, None, T0, TickRetention(keep=3)) == Pruning(None, [])
+
+
+def test_records_left_below_the_floor_go_whatever_else_stays():
+    # A prune that stopped half way left 1 and 3 below the floor 5; an open claim below the floor is a
+    # leftover of a server that was behind: its record goes too.
+    left = [KEYS[1], KEYS[3], *KEYS[5:]]
+    decided = prune(left, {KEYS[3]}, KEYS[5], T0, TickRetention(keep=5))
+    assert decided == Pruning(None, [KEYS[1], KEYS[3]])
+
+
+def test_records_past_the_age_go_among_the_newest_but_the_newest_stays():
+    now = T0 + timedelta(days=2, seconds=5)
+    retention = TickRetention(keep=1000, max_age_days=2)
+    # Ticks 0-4 are more than two days old; 5 is exactly two days old and stays.
+    assert prune(KEYS, set(), None, now, retention) == Pruning(KEYS[5], KEYS[:5])
+    later = T0 + timedelta(days=30)
+    assert prune(KEYS, set(), None, later, retention) == Pruning(KEYS[9], KEYS[:9])
+    assert prune(KEYS[-1:], set(), None, later, retention) == Pruning(None, [])
+
+
+def test_the_floor_never_moves_back():
+    # Another server's prune stored a higher floor: what is above it stays, below it goes.
+    decided = prune(KEYS, set(), KEYS[8], T0, TickRetention(keep=5))
+    assert decided == Pruning(None, KEYS[:8])
+
+
+def test_one_record_a_period_prunes():
+    every = every_second()
+    cursor = T0 + timedelta(seconds=598)
+    ticks = []
+    for _ in range(4):  # 599, 600, 601, 602
+        tick = plan(every, cursor, cursor + timedelta(seconds=1))
+        assert tick is not None
+        ticks.append(prune_due(cursor, tick, 600))
+        cursor = tick.last
+    assert ticks == [False, True, False, False]

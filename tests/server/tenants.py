@@ -1,23 +1,25 @@
 """What the tests of many tenants share: an issuer (RSA keys, a JWKS served over real HTTP on 127.0.0.1,
-tokens), a config with JWT callers, and a hook for ``auth.hook``."""
+tokens), a config with JWT callers, a hook for ``auth.hook``, and a module's fixtures made of them
+(``issuer = issuer_fixture()``, ``api = server_fixture("name", ...)``)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import jwt
+import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from orchestra.server import hash_key
 from orchestra.server.auth import Identity
-from tests.server.conftest import KEYS, write_config
+from tests.server.conftest import KEYS, Server, write_config
 
 ISSUER = "https://issuer.test/"
 AUDIENCE = "orchestra"
@@ -87,14 +89,18 @@ class Issuer:
 USER_KEYS = {"alice": "alice-user-key", "bob": "bob-user-key"}
 
 
-def write_tenant_config(root: Path, storage: str, jwks_url: str, extra: str = "") -> Path:
+def write_tenant_config(
+    root: Path, storage: str, jwks_url: str, extra: str = "", *, agents: str = ""
+) -> Path:
     """``write_config``'s agents and keys, plus JWT callers (workspace from the ``org`` claim), one key
-    each for alice and bob (one user's keys, for the dashboard), and ``extra``."""
+    each for alice and bob (one user's keys, for the dashboard), ``agents`` (more lines of ``agents:``) and
+    ``extra``."""
     config = write_config(root, storage)
     text = config.read_text()
     text = text.replace(
         "api_keys:\n",
-        "api_keys:\n"
+        agents
+        + "api_keys:\n"
         + "".join(
             f"  - {{workspace: acme, sha256: {hash_key(key)}, user: {user}, roles: []}}\n"
             for user, key in USER_KEYS.items()
@@ -120,3 +126,33 @@ def header_identity(headers: Mapping[str, str]) -> Identity | None:
     """An ``auth.hook``: the caller named by ``X-Test-User`` (a gateway in front would set it)."""
     user = headers.get("x-test-user")
     return Identity("acme", user, frozenset(), via="hook") if user else None
+
+
+def issuer_fixture() -> Callable[..., Any]:
+    """A module's ``issuer`` fixture (``issuer = issuer_fixture()``): one issuer serving for the module."""
+
+    @pytest.fixture(scope="module")
+    def issuer() -> Iterator[Issuer]:
+        with Issuer().serving() as running:
+            yield running
+
+    return issuer
+
+
+def server_fixture(
+    name: str, *, agents: str = "", extra: str = "", files: Mapping[str, str] | None = None
+) -> Callable[..., Any]:
+    """A module's ``api`` fixture (``api = server_fixture(name, ...)``): one server on local files for the
+    module, with ``write_tenant_config``'s callers of the module's ``issuer``, ``agents`` and ``extra``, and
+    ``files`` (name: text) written beside its config."""
+
+    @pytest.fixture(scope="module")
+    def api(issuer: Issuer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+        root = tmp_path_factory.mktemp(name)
+        for file, text in (files or {}).items():
+            (root / file).write_text(text)
+        config = write_tenant_config(root, f"file:{root}/store", issuer.url, extra, agents=agents)
+        with Server(config) as server:
+            yield server
+
+    return api

@@ -16,13 +16,9 @@ from orchestra.errors import StorageConflictError
 from orchestra.hosting.audit import AuditLog
 from orchestra.storage import ABSENT, InMemoryStorage
 from tests.server.conftest import Server, auth
-from tests.server.tenants import Issuer, bearer, write_tenant_config
+from tests.server.tenants import Issuer, bearer, issuer_fixture, write_tenant_config
 
-
-@pytest.fixture(scope="module")
-def issuer():
-    with Issuer().serving() as running:
-        yield running
+issuer = issuer_fixture()
 
 
 def test_who_did_what_is_logged_and_read_back_filtered(tmp_path, issuer: Issuer) -> None:

@@ -99,7 +99,7 @@ def test_not_yaml_or_not_a_mapping_is_placed(folder):
     assert problems(folder, "version: 1\nagents: [\n")[0].startswith("server.yaml:3:1: syntax: ")
     assert problems(folder, "- a\n") == [
         "server.yaml:1:1: (document): expected a mapping of version, storage, agents, api_keys, limits, runs, "
-        "webhooks, schedules, memory, auth, quotas, audit, temporal"
+        "webhooks, schedules, schedule_ticks, memory, auth, quotas, audit, temporal"
     ]
 
 

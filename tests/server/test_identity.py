@@ -14,21 +14,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from orchestra.errors import ConfigurationError
 from orchestra.server import load_config
 from tests.server.conftest import Server, auth
-from tests.server.tenants import Issuer, bearer, write_tenant_config
+from tests.server.tenants import Issuer, bearer, issuer_fixture, server_fixture, write_tenant_config
 
-
-@pytest.fixture(scope="module")
-def issuer():
-    with Issuer().serving() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(issuer: Issuer, tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("identity")
-    extra = "  hook: tests.server.tenants:header_identity\n"
-    with Server(write_tenant_config(root, f"file:{root}/store", issuer.url, extra)) as server:
-        yield server
+issuer = issuer_fixture()
+api = server_fixture("identity", extra="  hook: tests.server.tenants:header_identity\n")
 
 
 def _tampered(token: str) -> str:

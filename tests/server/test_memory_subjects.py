@@ -6,30 +6,15 @@ from __future__ import annotations
 
 import contextvars
 
-import pytest
-
 from orchestra.client import Client
 from tests.server.conftest import Server
-from tests.server.tenants import ADMIN_KEY, Issuer, write_tenant_config
+from tests.server.tenants import ADMIN_KEY, Issuer, issuer_fixture, server_fixture
 from tests.server.test_memory_routes import SUPPORT
 
 SUPPORT_AGENT = "  - {id: support, spec: support.yaml, workspace: acme}\n"
 
-
-@pytest.fixture(scope="module")
-def issuer():
-    with Issuer().serving() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(issuer: Issuer, tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("subjects")
-    (root / "support.yaml").write_text(SUPPORT)
-    config = write_tenant_config(root, f"file:{root}/store", issuer.url)
-    config.write_text(config.read_text().replace("api_keys:\n", SUPPORT_AGENT + "api_keys:\n"))
-    with Server(config) as server:
-        yield server
+issuer = issuer_fixture()
+api = server_fixture("subjects", agents=SUPPORT_AGENT, files={"support.yaml": SUPPORT})
 
 
 def test_a_scheduled_run_remembers_into_its_makers_memory(api: Server, issuer: Issuer) -> None:

@@ -13,26 +13,14 @@ import pytest
 
 from orchestra.client import Client, NotFoundError
 from tests.server.conftest import Server
-from tests.server.tenants import USER_KEYS, Issuer, bearer, write_tenant_config
+from tests.server.tenants import USER_KEYS, Issuer, bearer, issuer_fixture, server_fixture
 
 pytestmark = pytest.mark.timeout(180)
 
 ALLOW = "  - {id: only-admins, spec: chat.yaml, workspace: acme, allow: ['role:admin', 'carol']}\n"
 
-
-@pytest.fixture(scope="module")
-def issuer():
-    with Issuer().serving() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(issuer: Issuer, tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("ownership")
-    config = write_tenant_config(root, f"file:{root}/store", issuer.url)
-    config.write_text(config.read_text().replace("api_keys:\n", ALLOW + "api_keys:\n"))
-    with Server(config) as server:
-        yield server
+issuer = issuer_fixture()
+api = server_fixture("ownership", agents=ALLOW)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,9 @@
   record and one run, and the counted agent's model saw each tick's input once (a side effect outside
   the runs);
 - ticks missed while every server was down follow their schedule's policy: skipped, or run once;
-- the API: create, list, pause, resume, run now, delete, and what it refuses.
+- the API: create, list, pause, resume, run now, delete, and what it refuses;
+- tick records are pruned to what the config keeps, and servers whose cursor is behind the pruned ones
+  run none of them again.
 
 The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
 """
@@ -12,9 +14,11 @@ The CI stretch is ~12 ticks; ``ORCHESTRA_STRESS=1`` runs the issue's minute.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -22,9 +26,10 @@ import anyio
 import httpx
 import pytest
 
-from orchestra.hosting.schedules import TickRecord
+from orchestra.hosting.schedules import TickRecord, TickRetention, tick_key
 from orchestra.session import uuid7
 from orchestra.storage import PrefixedStorage, storage_from_uri
+from orchestra.testing import FaultyStorage
 from tests.server.conftest import FAST_RUNS, Server, auth, counted_config
 from tests.server.test_platform_processes import Servers, final_record, get, wait_for
 
@@ -254,3 +259,144 @@ def test_a_tick_whose_run_is_refused_says_why(tmp_path, monkeypatch):
         assert unknown.status_code == 404  # nothing of the refused run was kept
         started = [t for t in ticks_of(server.url, "busy") if t["status"] == "started"]
         assert started  # the one that held the session
+
+
+@pytest.fixture(params=["file", "postgres"])
+def pruned_storage(request, tmp_path) -> str:
+    if request.param == "file":
+        return f"file:{tmp_path}/store"
+    return f"'{request.getfixturevalue('postgres_uri')}'"
+
+
+def tick_runs(url: str) -> list[dict] | None:
+    """The runs of schedule ``every``'s ticks, once each has ended (None before)."""
+    runs = get(url, "/api/v1/runs?agent_id=counted&metadata=schedule_id:every&limit=500")["runs"]
+    return None if any(r["status"] in ("queued", "executing") for r in runs) else runs
+
+
+def assert_one_run_a_tick(runs: list[dict]) -> None:
+    """Each tick from the first to the last started one run (a run taken over from a killed server keeps
+    its id: a tick run again would be a second run), and it completed."""
+    counted = collections.Counter(r["metadata"]["schedule_tick"] for r in runs)
+    assert max(counted.values()) == 1, [tick for tick, n in counted.items() if n > 1]
+    times = sorted(datetime.fromisoformat(tick) for tick in counted)
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(times)), times
+    assert all(r["status"] == "completed" for r in runs), runs
+
+
+def test_pruned_ticks_stay_bounded_and_none_runs_twice_across_two_servers(tmp_path, servers, pruned_storage):
+    # One server runs an every-second schedule keeping 3 tick records, pruning each second. It is killed,
+    # and the cursor hint (written without fsync: a power cut can take it back) is set back to the
+    # schedule's start. Two servers start from there, pruning as they go: they pass ticks whose records
+    # were pruned, and must run none of them again. (Runs are counted, not the model's calls: a run the
+    # SIGKILL stopped after its call runs again when taken over, the resume contract.)
+    calls = tmp_path / "calls.txt"
+    every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none}\n'
+    config = schedule_config(tmp_path, pruned_storage, every)
+    config.write_text(config.read_text() + "schedule_ticks: {keep: 3, prune_every_s: 1}\n")
+    group = servers(config, ORCHESTRA_TEST_CALLS=str(calls))
+    first = group.start()
+    wait_for(lambda: len(calls_of(calls)) >= 5)
+    group.kill(first)
+    workspace = PrefixedStorage(storage_from_uri(pruned_storage.strip("'")), "ws/acme")
+    start = datetime.fromisoformat(calls_of(calls)[0].removeprefix("tick ")) - timedelta(seconds=1)
+    anyio.run(workspace.write, "schedule-cursor/every", start.isoformat().encode())
+    with concurrent.futures.ThreadPoolExecutor(2) as starting:  # (a server takes seconds to start)
+        urls = list(starting.map(lambda _: group.start(), range(2)))
+    ran = len(calls_of(calls))
+    wait_for(lambda: len(calls_of(calls)) >= ran + 4, timeout=60)
+    paused = httpx.post(f"{urls[0]}/api/v1/schedules/every/pause", headers=auth(), timeout=30)
+    assert paused.status_code == 200, paused.text
+
+    def settled() -> list[dict] | None:
+        ticks = ticks_of(urls[1], "every")
+        return ticks if all(t["status"] == "started" for t in ticks) else None
+
+    ticks = wait_for(settled, timeout=120)
+    assert_one_run_a_tick(wait_for(lambda: tick_runs(urls[1]), timeout=120))
+    # Kept: 3, and those after a claim still open at the last prune (its run not queued yet: a slow
+    # server's, under load). Unpruned, there would be one a tick: 9 at least.
+    assert len(ticks) <= 6, [t["first"] for t in ticks]
+    floor = anyio.run(workspace.read, "schedule-floor/every")
+    assert floor is not None
+    assert all(tick_key(datetime.fromisoformat(t["first"])) >= floor[0].decode() for t in ticks)
+
+
+class InOrderDeletes(FaultyStorage):
+    """Batch deletes one key after another, in order, as local files make them: one that fails half way
+    leaves the keys before it deleted and the keys after it in place."""
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            await self.delete(key)
+
+
+def test_a_prune_whose_deletes_fail_half_way_runs_nothing_twice_and_the_next_finishes(tmp_path, monkeypatch):
+    # A server keeps every record until it is told to keep 2; its first prune then deletes several, and
+    # the second delete is refused. A server that starts from the schedule's start (its cursor hint set
+    # back) passes the half-pruned ticks: the oldest record gone, others still there below the floor. No
+    # tick runs twice, and a later prune deletes what was left.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", every)
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    with Server(config) as server:
+        runtime = server.app.state.runtime
+        runtime.root = storage = InOrderDeletes(runtime.root)
+        made = wait_for(lambda: (found := ticks_of(server.url, "every"))[5:] and found)
+        oldest, second = (tick_key(datetime.fromisoformat(t["first"])) for t in made[:2])
+        storage.fail("delete", f"schedule-ticks/every/{second}")
+        runtime.schedules.retention = TickRetention(keep=2, prune_every_s=1)
+        wait_for(lambda: not storage.faults)
+        left = [tick_key(datetime.fromisoformat(t["first"])) for t in ticks_of(server.url, "every")]
+    floor = anyio.run(workspace.read, "schedule-floor/every")
+    assert floor is not None
+    assert oldest not in left
+    assert second in left
+    assert second < floor[0].decode()  # the prune stopped half way: a record below the floor is left
+    start = datetime.fromisoformat(calls_of(calls)[0].removeprefix("tick ")) - timedelta(seconds=1)
+    anyio.run(workspace.write, "schedule-cursor/every", start.isoformat().encode())
+    config.write_text(config.read_text() + "schedule_ticks: {keep: 2, prune_every_s: 1}\n")
+    with Server(config) as server:
+        ran = len(calls_of(calls))
+        wait_for(lambda: len(calls_of(calls)) >= ran + 3)
+        paused = httpx.post(f"{server.url}/api/v1/schedules/every/pause", headers=auth(), timeout=30)
+        assert paused.status_code == 200, paused.text
+
+        def started() -> list[dict] | None:
+            found = ticks_of(server.url, "every")
+            return found if all(t["status"] == "started" for t in found) else None
+
+        ticks = wait_for(started)
+        floor = anyio.run(workspace.read, "schedule-floor/every")
+        assert floor is not None
+        assert all(tick_key(datetime.fromisoformat(t["first"])) >= floor[0].decode() for t in ticks), ticks
+        assert len(ticks) <= 3
+        assert_one_run_a_tick(wait_for(lambda: tick_runs(server.url)))
+
+
+def test_a_claim_left_below_the_floor_is_deleted_and_never_run(tmp_path, monkeypatch):
+    # What a server that was behind leaves when it is killed between creating the record of a tick whose
+    # record had been pruned and reading the floor: a record "claimed" below the floor, and its marker.
+    # The tick ran already: a sweep deletes the record and the marker, and runs nothing.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    daily = '  - {id: daily, agent: counted, cron: "0 7 * * *", input: "left {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", daily)
+    kept, tick = "2026-12-01T07:00:00+00:00", "2026-11-30T07:00:00+00:00"
+    common = {"schedule_id": "daily", "run_id": str(uuid7()), "claimed_at": kept}
+    floor = TickRecord(first=kept, last=kept, status="started", server="a-server", **common)
+    left = TickRecord(first=tick, last=tick, status="claimed", server="a-server-that-died", **common)
+    left.run_id = str(uuid7())
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    anyio.run(workspace.write, "schedule-ticks/daily/20261201T070000Z.json", floor.as_json())
+    anyio.run(workspace.write, "schedule-floor/daily", b"20261201T070000Z")
+    anyio.run(workspace.write, "schedule-ticks/daily/20261130T070000Z.json", left.as_json())
+    anyio.run(workspace.write, "schedule-open/daily/20261130T070000Z", b"")
+    with Server(config) as server:
+        wait_for(lambda: not anyio.run(workspace.list, "schedule-open/"))  # swept
+        assert [t["first"] for t in ticks_of(server.url, "daily")] == [kept]
+        unknown = httpx.get(f"{server.url}/api/v1/runs/{left.run_id}", headers=auth(), timeout=30)
+        assert unknown.status_code == 404
+    assert calls_of(calls) == []

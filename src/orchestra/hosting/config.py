@@ -27,6 +27,7 @@ webhooks:
   secret_env: ORCHESTRA_WEBHOOK_SECRET      # the variable that holds the signing secret (whsec_...)
 schedules:                                  # runs on a cron schedule (docs/schedules.md; croniter)
   - {id: daily, agent: support, cron: "0 7 * * *", timezone: Europe/Paris, input: "Report for {date}"}
+schedule_ticks: {keep: 1000, max_age_days: null, prune_every_s: 600}   # tick records kept per schedule
 auth: {jwt: ..., hook: ..., admin_roles: [admin]}   # JWTs and a hook (tenant_config.py, docs/tenants.md)
 quotas: {limits: [...], requests_per_s: 20}         # spend per workspace or user; a request rate
 audit: {enabled: true, retention_days: 90}          # who did what, kept this long
@@ -54,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestra.errors import ConfigurationError, OrchestraSpecError
 from orchestra.hosting.memory_settings import MemorySettings
-from orchestra.hosting.schedules import Schedule
+from orchestra.hosting.schedules import Schedule, TickRetention
 from orchestra.hosting.tenant_config import AuditSettings, AuthSettings, QuotaSettings
 from orchestra.memory.binding import load_embedder
 from orchestra.spec import LoadedSpec, load_document, parse_file
@@ -215,6 +216,7 @@ class ServerConfig(_Model):
     runs: RunSettings = Field(default_factory=RunSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     schedules: list[Schedule] = Field(default_factory=list)
+    schedule_ticks: TickRetention = Field(default_factory=TickRetention)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     quotas: QuotaSettings = Field(default_factory=QuotaSettings)

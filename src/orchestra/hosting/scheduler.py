@@ -8,6 +8,7 @@ What is stored, under the workspace (``ws/<workspace>/``):
 | ``schedule-ticks/<id>/<tick>.json`` | one record per tick (or per run of missed ticks), create-only |
 | ``schedule-open/<id>/<tick>`` | a tick being claimed: written before its record, deleted once it ran |
 | ``schedule-cursor/<id>`` | the last tick accounted for (a hint: a server starts from it) |
+| ``schedule-floor/<id>`` | the key of the oldest tick record kept: every tick before it was accounted for |
 
 How a tick runs: every server reads the schedules every second at most (and wakes at the next tick). For
 a due tick, a server writes its open marker, then creates the tick's record (``expect=ABSENT``) naming a
@@ -22,6 +23,12 @@ compare-and-swap (``taken_over`` + 1) and its run queued, unless the run's recor
 already. A marker without a record (its server died before writing it) is left to the servers' loops,
 which make that record in turn, and deleted once this server's loop is past its tick. So a tick's run is
 queued once, and its record says what happened to it.
+
+Pruning (the rules, and why no tick runs twice: ``schedules.py``): the server that makes the first record
+of a ``schedule_ticks.prune_every_s`` period lists the schedule's records, then its open claims, stores the
+floor ``schedules.prune`` gives, then deletes the records below it. A server that made a record reads the
+floor after it; so does a sweep before it finishes a claim: a record below the floor is a leftover of a
+server that was behind, deleted and never run.
 
 Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
 config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
@@ -47,11 +54,21 @@ from orchestra.hosting.outcomes import Refused
 from orchestra.hosting.ownership import SessionOwners
 from orchestra.hosting.quotas import Quotas
 from orchestra.hosting.records import RunRecord
-from orchestra.hosting.schedules import Schedule, Tick, TickRecord, due, plan
+from orchestra.hosting.schedules import (
+    Schedule,
+    Tick,
+    TickRecord,
+    TickRetention,
+    due,
+    key_time,
+    plan,
+    prune,
+    prune_due,
+)
 from orchestra.hosting.sessions import UnknownSession
 from orchestra.hosting.workspaces import Workspaces
 from orchestra.session import uuid7
-from orchestra.storage import ABSENT, Storage, read_many
+from orchestra.storage import ABSENT, Storage, delete_many, read_many
 
 __all__ = ["ScheduleStore", "Scheduler", "UnknownSchedule"]
 
@@ -94,6 +111,7 @@ class ScheduleStore:
         await self.storage.delete(f"schedules/{schedule_id}.json")
         await self.unsynced.delete(f"schedule-cursor/{schedule_id}")
         await self.storage.delete_prefix(f"schedule-ticks/{schedule_id}/")
+        await self.storage.delete(f"schedule-floor/{schedule_id}")
 
     async def cursor(self, schedule_id: str) -> datetime | None:
         found = await self.unsynced.read(f"schedule-cursor/{schedule_id}")
@@ -112,6 +130,45 @@ class ScheduleStore:
         found = await read_many(self.storage, keys[-limit:])
         return [TickRecord.model_validate_json(f[0]) for f in found if f is not None]
 
+    async def tick_keys(self, schedule_id: str) -> list[str]:
+        """The keys of the schedule's tick records, oldest first."""
+        prefix = f"schedule-ticks/{schedule_id}/"
+        return sorted(k[len(prefix) : -len(".json")] for k in await self.storage.list(prefix))
+
+    async def delete_ticks(self, schedule_id: str, keys: list[str]) -> None:
+        if keys:
+            await delete_many(self.storage, [f"schedule-ticks/{schedule_id}/{k}.json" for k in keys])
+
+    async def floor(self, schedule_id: str) -> tuple[str, str] | None:
+        """The key of the oldest record kept (every tick before it was accounted for), and its version."""
+        found = await self.storage.read(f"schedule-floor/{schedule_id}")
+        return None if found is None else (found[0].decode(), found[1])
+
+    async def raise_floor(self, schedule_id: str, key: str) -> None:
+        """Store ``key`` as the floor unless it is there or higher already (compare-and-swap: never lower)."""
+        while True:
+            found = await self.floor(schedule_id)
+            if found is not None and found[0] >= key:
+                return
+            expect = ABSENT if found is None else found[1]
+            with contextlib.suppress(StorageConflictError):  # another server's prune: read it again
+                await self.storage.write(f"schedule-floor/{schedule_id}", key.encode(), expect=expect)
+                return
+
+    async def prune(self, schedule_id: str, retention: TickRetention, now: datetime) -> int:
+        """Delete the records past ``retention`` (``schedules.prune`` decides): the floor is stored first,
+        then the records below it are deleted. How many were deleted."""
+        keys = await self.tick_keys(schedule_id)
+        # Listed after the records: a record listed as claimed still had its marker (written first) when
+        # the records were listed, so a claim missing here was finished before.
+        opened = {key for _, key in await self.opened(schedule_id)}
+        floor = await self.floor(schedule_id)
+        decided = prune(keys, opened, None if floor is None else floor[0], now, retention)
+        if decided.floor is not None:
+            await self.raise_floor(schedule_id, decided.floor)
+        await self.delete_ticks(schedule_id, decided.delete)
+        return len(decided.delete)
+
     async def write_tick(self, key: str, record: TickRecord, expect: Any) -> str:
         """Create (``expect=ABSENT``) or replace a tick record; ``StorageConflictError`` if it changed."""
         path = f"schedule-ticks/{record.schedule_id}/{key}.json"
@@ -123,9 +180,9 @@ class ScheduleStore:
     async def close(self, schedule_id: str, key: str) -> None:
         await self.unsynced.delete(f"schedule-open/{schedule_id}/{key}")
 
-    async def opened(self) -> list[tuple[str, str]]:
-        """The markers of ticks being claimed: (schedule id, tick key)."""
-        keys = await self.storage.list("schedule-open/")
+    async def opened(self, schedule_id: str | None = None) -> list[tuple[str, str]]:
+        """The markers of ticks being claimed (of one schedule, or all): (schedule id, tick key)."""
+        keys = await self.storage.list(f"schedule-open/{schedule_id}/" if schedule_id else "schedule-open/")
         return [(k.split("/")[1], k.split("/")[2]) for k in keys]
 
 
@@ -147,6 +204,7 @@ class Scheduler:
         self.workspaces = workspaces
         self.background = background
         self.liveness = workspaces.liveness
+        self.retention: TickRetention = config.schedule_ticks
         self._cursors: dict[tuple[str, str], datetime] = {}
         self._starting: set[tuple[str, str, str]] = set()  # ticks whose run this server is queueing
         self._unhosted: set[tuple[str, str]] = set()  # schedules whose agent is not hosted (logged)
@@ -291,8 +349,10 @@ class Scheduler:
                 continue
             cursor = await self._cursor(store, workspace, schedule)
             while (tick := plan(schedule, cursor, datetime.now(UTC))) is not None:
-                record = await self.claim(workspace, schedule, tick)
-                cursor = self._cursors[(workspace, schedule.id)] = _time(record.last)
+                last, made = await self.claim(workspace, schedule, tick)
+                if made and prune_due(cursor, tick, self.retention.prune_every_s):
+                    await self._prune_logged(workspace, schedule.id)
+                cursor = self._cursors[(workspace, schedule.id)] = last
                 with contextlib.suppress(StorageError):
                     await store.set_cursor(schedule.id, cursor)
             wait = min(wait, (due(schedule, cursor) - datetime.now(UTC)).total_seconds())
@@ -316,12 +376,13 @@ class Scheduler:
         after = _time(schedule.after) if schedule.after else datetime.now(UTC)
         return max(cursor, after) if cursor is not None else after
 
-    async def claim(self, workspace: str, schedule: Schedule, tick: Tick) -> TickRecord:
-        """The tick's record: made here (create-only) and its run queued, or the one another server made."""
+    async def claim(self, workspace: str, schedule: Schedule, tick: Tick) -> tuple[datetime, bool]:
+        """Account for the tick: its record made here (create-only) and its run queued, or the one another
+        server made. The last tick accounted for (the new cursor), and whether this server made it."""
         store = self.store(workspace)
         found = await store.tick(schedule.id, tick.key)
         if found is not None:
-            return found[0]
+            return _time(found[0].last), False
         await store.open(schedule.id, tick.key)
         runs = tick.runs or schedule.missed == "run_once"
         record = TickRecord(
@@ -340,9 +401,17 @@ class Scheduler:
             version = await store.write_tick(tick.key, record, ABSENT)
         except StorageConflictError:
             found = await store.tick(schedule.id, tick.key)
-            if found is None:  # the schedule was deleted meanwhile
-                return record
-            return found[0]
+            if found is not None:
+                return _time(found[0].last), False
+            if await self._pruned(store, schedule.id, tick.key):  # made and pruned meanwhile
+                return await self._from_floor(store, schedule.id, tick), False
+            return tick.last, False  # the schedule was deleted meanwhile
+        if await self._pruned(store, schedule.id, tick.key):
+            # This server was behind: the tick had been run, and its record pruned (schedules.py).
+            log.warning("schedule_tick_pruned_already", schedule_id=schedule.id, tick=tick.key)
+            await store.delete_ticks(schedule.id, [tick.key])
+            await store.close(schedule.id, tick.key)
+            return await self._from_floor(store, schedule.id, tick), False
         if runs:
             await self._start(workspace, schedule, tick.key, record, version)
         else:
@@ -350,7 +419,35 @@ class Scheduler:
                 "schedule_ticks_skipped", schedule_id=schedule.id, first=record.first, count=record.count
             )
             await store.close(schedule.id, tick.key)
-        return record
+        return tick.last, True
+
+    async def _pruned(self, store: ScheduleStore, schedule_id: str, key: str) -> bool:
+        """Whether the tick is below the floor: accounted for, and its record pruned."""
+        floor = await store.floor(schedule_id)
+        return floor is not None and key < floor[0]
+
+    async def _from_floor(self, store: ScheduleStore, schedule_id: str, tick: Tick) -> datetime:
+        """Where a server behind the floor goes on from: the last tick of the floor's record."""
+        floor = await store.floor(schedule_id)
+        if floor is None:  # the schedule was deleted meanwhile
+            return tick.last
+        found = await store.tick(schedule_id, floor[0])
+        # Without its record (pruned since by a newer floor), the floor's tick is still accounted for.
+        return key_time(floor[0]) if found is None else _time(found[0].last)
+
+    async def _prune_logged(self, workspace: str, schedule_id: str) -> None:
+        try:
+            await self.prune_ticks(workspace, schedule_id)
+        except (OrchestraError, OSError) as exc:  # the next period's prune finishes it
+            log.warning(
+                "schedule_prune_failed", schedule_id=schedule_id, error=f"{type(exc).__name__}: {exc}"
+            )
+
+    async def prune_ticks(self, workspace: str, schedule_id: str) -> None:
+        """Delete the schedule's tick records past ``schedule_ticks`` (``ScheduleStore.prune``)."""
+        deleted = await self.store(workspace).prune(schedule_id, self.retention, datetime.now(UTC))
+        if deleted:
+            log.info("schedule_ticks_pruned", schedule_id=schedule_id, deleted=deleted)
 
     async def _start(
         self, workspace: str, schedule: Schedule, key: str, record: TickRecord, version: str
@@ -414,11 +511,16 @@ class Scheduler:
             if schedule is None or (found is not None and found[0].status != "claimed"):
                 await store.close(schedule_id, key)
                 continue
+            if found is not None and await self._pruned(store, schedule_id, key):
+                # A leftover of a server that was behind and stopped before it deleted it: never run.
+                await store.delete_ticks(schedule_id, [key])
+                await store.close(schedule_id, key)
+                continue
             if found is None:
                 # Its server stopped before it made the record. Every server's loop goes through each tick
                 # in order, so the tick gets its record (or is in a record of missed ticks) there: once
                 # this server's loop is past it, the marker is left over.
-                tick = datetime.strptime(key, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+                tick = key_time(key)
                 passed = self._cursors.get((workspace, schedule_id))
                 if passed is not None and tick <= passed:
                     await store.close(schedule_id, key)

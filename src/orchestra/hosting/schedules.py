@@ -12,11 +12,35 @@ accounted for) is at ``now``:
 - a tick that is due and at most ``missed_after_s`` late is one record, and one run;
 - ticks later than that were missed (every server was down): they make one record together, keyed by the
   first of them; ``missed: skip`` runs nothing for them, ``missed: run_once`` runs once for all of them.
+
+Tick records are pruned (``prune`` decides which go; ``TickRetention`` says how many stay). A record is
+what stops a second server from running its tick: a server whose cursor is behind (it was paused, or
+slow) reads the record of each tick it passes, and creates it if there is none. So a pruned record must
+not look like a tick nobody ran. The rule that keeps it so:
+
+- the **floor** is the key of the oldest record kept. Every tick before it has been accounted for. It only
+  moves forward, and it is stored before any record below it is deleted;
+- a server that *creates* a record reads the floor after the create. A record below the floor was made
+  for a tick that had been pruned: it is deleted and not run, and the server goes on from the floor's
+  record. Why that is enough: if the record of tick ``k`` was pruned before the create, then the floor
+  above ``k`` was stored before that delete, so the read after the create sees it. If not, the create
+  conflicts with the record that is there, or ``k`` was never accounted for and is above the floor;
+- the floor never passes a tick whose claim is open (its run not queued yet, ``schedule-open/``), nor the
+  newest record, so a claim a sweep must finish, and the record the servers' cursors point at, stay.
+  Because a record below the floor can then only be such a leftover, a sweep never runs one;
+- records below the floor that are still there (a prune that stopped half way) are deleted by the next
+  prune.
+
+One server prunes a schedule once per ``prune_every_s``: the one that creates the first record of each
+such period (``prune_due``), so the cost is a listing and the deletes, once a period, whatever the number of
+servers. Two servers pruning at once is still safe: the floor is raised by compare-and-swap, never
+lowered, and each deletes only what is below its own floor.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,7 +54,19 @@ from orchestra.spec.models import ID_PATTERN
 if TYPE_CHECKING:
     from croniter import croniter as Croniter
 
-__all__ = ["MAX_COUNTED", "Schedule", "Tick", "TickRecord", "due", "plan", "tick_key"]
+__all__ = [
+    "MAX_COUNTED",
+    "Pruning",
+    "Schedule",
+    "Tick",
+    "TickRecord",
+    "TickRetention",
+    "due",
+    "plan",
+    "prune",
+    "prune_due",
+    "tick_key",
+]
 
 MAX_COUNTED = 100_000
 """Missed ticks counted one by one at most (past it a missed record says ``count`` is at least this)."""
@@ -144,6 +180,11 @@ def tick_key(tick: datetime) -> str:
     return tick.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
+def key_time(key: str) -> datetime:
+    """The tick a key names (``tick_key`` read back)."""
+    return datetime.strptime(key, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+
+
 @functools.lru_cache(maxsize=256)
 def _next_after(cron: str, timezone: str, after: datetime) -> datetime:
     following: datetime = _croniter()(cron, after.astimezone(ZoneInfo(timezone))).get_next(datetime)
@@ -213,3 +254,64 @@ class TickRecord(BaseModel):
 
     def as_json(self) -> bytes:
         return self.model_dump_json().encode()
+
+
+class TickRetention(BaseModel):
+    """How many tick records each schedule keeps (the server config's ``schedule_ticks:``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep: int = Field(default=1000, ge=1, description="The newest records kept per schedule.")
+    max_age_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Records older than this go even among the newest (the newest one always stays).",
+    )
+    prune_every_s: float = Field(
+        default=600, gt=0, description="How often a schedule's records past those are deleted (one server)."
+    )
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What ``prune`` decided: the floor to store first (None: it stays), then the records to delete."""
+
+    floor: str | None
+    delete: list[str]
+
+
+def prune(
+    keys: Sequence[str],
+    opened: Collection[str],
+    floor: str | None,
+    now: datetime,
+    retention: TickRetention,
+) -> Pruning:
+    """Which of a schedule's tick records go (see the module docstring for why the floor is safe).
+
+    Args:
+        keys: its records' tick keys, listed before ``opened`` was.
+        opened: the keys of its open claims (``schedule-open/``).
+        floor: the stored floor (None: nothing was pruned yet).
+        now: the clock, for ``retention.max_age_days``.
+        retention: how many stay.
+    """
+    ordered = sorted(keys)
+    below = [k for k in ordered if floor is not None and k < floor]
+    rest = ordered[len(below) :]
+    oldest = None if retention.max_age_days is None else now - timedelta(days=retention.max_age_days)
+    cut = 0
+    # The newest record always stays: it is where the servers' cursors are.
+    while cut < len(rest) - 1 and rest[cut] not in opened:
+        past_keep = cut < len(rest) - retention.keep
+        too_old = oldest is not None and key_time(rest[cut]) < oldest
+        if not (past_keep or too_old):
+            break
+        cut += 1
+    return Pruning(rest[cut] if cut else None, below + rest[:cut])
+
+
+def prune_due(cursor: datetime, tick: Tick, every_s: float) -> bool:
+    """Whether the record of ``tick`` (the one after ``cursor``) is the first of a pruning period: its
+    maker prunes then, so a schedule is pruned once a period, by one server."""
+    return int(cursor.timestamp() // every_s) != int(tick.first.timestamp() // every_s)
