@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 
 from orchestra.hosting.liveness import Liveness
@@ -44,3 +46,27 @@ async def test_a_first_beat_on_a_full_disk_does_not_stop_the_start_and_the_next_
         assert await two.is_alive(one.server_id)
     finally:
         await one.stop()
+
+
+async def test_a_storage_that_hangs_delays_the_start_only_so_long(tmp_path):
+    release = threading.Event()
+
+    class Hanging(LocalFileStorage):
+        async def write(self, key, data, *, expect=None):
+            await anyio.to_thread.run_sync(release.wait)
+            return await super().write(key, data, expect=expect)
+
+    storage = Hanging(tmp_path, durable=False)
+    one = Liveness(storage, every_s=5, gone_after_s=30, first_beat_s=0.2)
+    two = Liveness(storage, every_s=5, gone_after_s=30)
+    await one.start()  # returns although the first beat has not been written
+    assert not await two.is_alive(one.server_id)
+    await one.start()  # a second start starts no second heartbeat
+    release.set()
+    for _ in range(1000):  # until the held beat lands
+        if await two.is_alive(one.server_id):
+            break
+        await anyio.sleep(0.01)
+    await one.stop()
+    assert not await two.is_alive(one.server_id)
+    assert [p.name for p in (tmp_path / "servers").iterdir() if not p.name.startswith(".")] == []

@@ -30,11 +30,14 @@ log = get_logger("orchestra.server")
 class Liveness:
     """This server's heartbeat, and the question whether another one is alive."""
 
-    def __init__(self, storage: Storage, *, every_s: float, gone_after_s: float) -> None:
+    def __init__(
+        self, storage: Storage, *, every_s: float, gone_after_s: float, first_beat_s: float = 10.0
+    ) -> None:
         self.storage = storage
         self.server_id = str(uuid7())
         self.every_s = every_s
         self.gone_after_s = gone_after_s
+        self.first_beat_s = first_beat_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -42,16 +45,22 @@ class Liveness:
         return f"servers/{server_id}.json"
 
     async def start(self) -> None:
-        """Say this server is alive, and go on saying it (until ``stop``). The first beat is written before
-        this returns: a run this server takes is never seen by another server before its server is."""
+        """Say this server is alive, and go on saying it (until ``stop``). Returns once the first beat was
+        written, so a run this server takes is not seen by another server before its server is; or, when
+        that write fails or takes over ``first_beat_s`` (a storage that hangs), at that point, logged
+        (``heartbeat_failed`` / ``heartbeat_late``): a server then starts all the same, and its next beats
+        say it."""
         if self._thread is not None:
             return
         self._stop.clear()
-        await self._say_alive()
+        tried = threading.Event()
+        # The thread is set before the wait, so a second start meanwhile starts no second heartbeat.
         self._thread = threading.Thread(
-            target=anyio.run, args=(self._beat,), name="orchestra-heartbeat", daemon=True
+            target=anyio.run, args=(self._beat, tried), name="orchestra-heartbeat", daemon=True
         )
         self._thread.start()
+        if not await anyio.to_thread.run_sync(tried.wait, self.first_beat_s):
+            log.warning("heartbeat_late", server_id=self.server_id, waited_s=self.first_beat_s)
 
     async def _say_alive(self) -> None:
         try:
@@ -61,9 +70,12 @@ class Liveness:
         except StorageError as exc:  # the next beat tries again; runs are unaffected
             log.warning("heartbeat_failed", server_id=self.server_id, error=str(exc))
 
-    async def _beat(self) -> None:
-        while not await anyio.to_thread.run_sync(self._stop.wait, self.every_s):
+    async def _beat(self, tried: threading.Event) -> None:
+        while True:
             await self._say_alive()
+            tried.set()
+            if await anyio.to_thread.run_sync(self._stop.wait, self.every_s):
+                return
 
     async def stop(self) -> None:
         """Stop the heartbeat and say this server is gone (it runs nothing any more)."""
