@@ -17,18 +17,19 @@ import collections
 import concurrent.futures
 import itertools
 import os
+import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
-from orchestra.hosting.schedules import TickRecord, TickRetention, tick_key
+from orchestra.hosting.schedules import PRUNE_STEP, TickRecord, TickRetention, tick_key
 from orchestra.session import uuid7
-from orchestra.storage import PrefixedStorage, storage_from_uri
+from orchestra.storage import ForwardingStorage, PrefixedStorage, delete_many, storage_from_uri, write_many
 from orchestra.testing import FaultyStorage
 from tests.server.conftest import FAST_RUNS, Server, auth, counted_config
 from tests.server.test_platform_processes import Servers, final_record, get, wait_for
@@ -400,3 +401,64 @@ def test_a_claim_left_below_the_floor_is_deleted_and_never_run(tmp_path, monkeyp
         unknown = httpx.get(f"{server.url}/api/v1/runs/{left.run_id}", headers=auth(), timeout=30)
         assert unknown.status_code == 404
     assert calls_of(calls) == []
+
+
+class HeldDeletes(ForwardingStorage):
+    """Deletes of tick records wait until ``released`` is set (each batch's size is noted)."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.released = threading.Event()
+        self.batches: list[int] = []
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        if any("/schedule-ticks/" in key for key in keys):
+            self.batches.append(len(keys))
+            # (abandoned on cancel: a server that stops does not wait for the release)
+            await anyio.to_thread.run_sync(self.released.wait, abandon_on_cancel=True)
+        await delete_many(self.inner, keys)
+
+
+def test_a_large_backlog_is_pruned_in_steps_while_the_ticks_go_on(tmp_path, monkeypatch):
+    # A schedule's first prune after an upgrade meets a backlog of old records. It deletes them in steps of
+    # PRUNE_STEP, each step's floor stored before its deletes, in a task of its own: while its deletes are
+    # held, the server goes on claiming ticks (a prune inline in the tick loop would hold them), and no
+    # second prune of the schedule starts.
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
+    every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none}\n'
+    config = schedule_config(tmp_path, f"file:{tmp_path}/store", every)
+    config.write_text(config.read_text() + "schedule_ticks: {keep: 3, prune_every_s: 1}\n")
+    workspace = PrefixedStorage(storage_from_uri(f"file:{tmp_path}/store"), "ws/acme")
+    backlog = 2 * PRUNE_STEP + 500
+    day_ago = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+    old = [tick_key(day_ago + timedelta(seconds=s)) for s in range(backlog)]
+    done = {"schedule_id": "every", "status": "started", "server": "an-old-server", "claimed_at": "x"}
+    records = [
+        (f"schedule-ticks/every/{key}.json", TickRecord(first=key, last=key, **done).as_json()) for key in old
+    ]
+    anyio.run(write_many, workspace, records)
+    server = Server(config)
+    server.app.state.runtime.root = storage = HeldDeletes(server.app.state.runtime.root)
+    try:
+        with server:
+            wait_for(lambda: storage.batches)
+            # The first step: its floor, at the cap, stored before its deletes (which wait).
+            floor = anyio.run(workspace.read, "schedule-floor/every")
+            assert floor is not None
+            assert floor[0].decode() == old[PRUNE_STEP]
+            ran = len(calls_of(calls))
+            wait_for(lambda: len(calls_of(calls)) >= ran + 3)  # the ticks go on meanwhile
+            assert storage.batches == [PRUNE_STEP]  # one prune of the schedule at a time
+            storage.released.set()
+            left = wait_for(
+                lambda: (
+                    (keys := anyio.run(workspace.list, "schedule-ticks/every/")) and len(keys) < 10 and keys
+                )
+            )
+            assert not any(key.removesuffix(".json") in old for key in left)
+            assert storage.batches[:2] == [PRUNE_STEP, PRUNE_STEP]
+            assert all(size <= PRUNE_STEP for size in storage.batches)
+    finally:
+        storage.released.set()
+    assert len(set(calls_of(calls))) == len(calls_of(calls))  # no tick ran twice
