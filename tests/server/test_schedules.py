@@ -404,12 +404,19 @@ def test_a_claim_left_below_the_floor_is_deleted_and_never_run(tmp_path, monkeyp
 
 
 class HeldDeletes(ForwardingStorage):
-    """Deletes of tick records wait until ``released`` is set (each batch's size is noted)."""
+    """Deletes of tick records wait until ``released`` is set (each batch's size is noted); the keys of
+    open markers written through it (durably) are noted too."""
 
     def __init__(self, inner) -> None:
         super().__init__(inner)
         self.released = threading.Event()
         self.batches: list[int] = []
+        self.opened: list[str] = []
+
+    async def write(self, key: str, data: bytes, *, expect=None) -> str:
+        if "/schedule-open/" in key:
+            self.opened.append(key)
+        return await super().write(key, data, expect=expect)
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         if any("/schedule-ticks/" in key for key in keys):
@@ -423,7 +430,7 @@ def test_a_large_backlog_is_pruned_in_steps_while_the_ticks_go_on(tmp_path, monk
     # A schedule's first prune after an upgrade meets a backlog of old records. It deletes them in steps of
     # PRUNE_STEP, each step's floor stored before its deletes, in a task of its own: while its deletes are
     # held, the server goes on claiming ticks (a prune inline in the tick loop would hold them), and no
-    # second prune of the schedule starts.
+    # second prune of the schedule starts. Open markers are written durably (through the synced storage).
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("ORCHESTRA_TEST_CALLS", str(calls))
     every = '  - {id: every, agent: counted, cron: "* * * * * *", input: "tick {tick}", session: none}\n'
@@ -459,6 +466,7 @@ def test_a_large_backlog_is_pruned_in_steps_while_the_ticks_go_on(tmp_path, monk
             assert not any(key.removesuffix(".json") in old for key in left)
             assert storage.batches[:2] == [PRUNE_STEP, PRUNE_STEP]
             assert all(size <= PRUNE_STEP for size in storage.batches)
+            assert storage.opened  # each tick's marker went through the synced storage
     finally:
         storage.released.set()
     assert len(set(calls_of(calls))) == len(calls_of(calls))  # no tick ran twice

@@ -6,7 +6,7 @@ What is stored, under the workspace (``ws/<workspace>/``):
 | --- | --- |
 | ``schedules/<id>.json`` | the schedule, and whether it is paused (changed by compare-and-swap) |
 | ``schedule-ticks/<id>/<tick>.json`` | one record per tick (or per run of missed ticks), create-only |
-| ``schedule-open/<id>/<tick>`` | a tick being claimed: written before its record, deleted once it ran |
+| ``schedule-open/<id>/<tick>`` | a tick being claimed: written (with fsync) before its record, deleted once it ran |
 | ``schedule-cursor/<id>`` | the last tick accounted for (a hint: a server starts from it) |
 | ``schedule-floor/<id>`` | the key of the oldest tick record kept: every tick before it was accounted for |
 
@@ -185,7 +185,9 @@ class ScheduleStore:
         return await self.storage.write(path, record.as_json(), expect=expect)
 
     async def open(self, schedule_id: str, key: str) -> None:
-        await self.unsynced.write(f"schedule-open/{schedule_id}/{key}", b"")
+        # Durable (fsync): the floor never passes an open claim, so a record that outlives a power cut
+        # must not outlive its marker.
+        await self.storage.write(f"schedule-open/{schedule_id}/{key}", b"")
 
     async def close(self, schedule_id: str, key: str) -> None:
         await self.unsynced.delete(f"schedule-open/{schedule_id}/{key}")
