@@ -28,9 +28,8 @@ Pruning (the rules, and why no tick runs twice: ``schedules.py``): the server th
 of a ``schedule_ticks.prune_every_s`` period starts the schedule's prune in a task of its own (one at a time
 per schedule; the ticks do not wait for it). It lists the schedule's records, then its open claims, and in
 steps of at most ``PRUNE_STEP`` stores the floor ``schedules.prune`` gives, then deletes the records below
-it. A server that made a record reads the
-floor after it; so does a sweep before it finishes a claim: a record below the floor is a leftover of a
-server that was behind, deleted and never run.
+it. A server that made a record reads the floor after it; so does a sweep before it finishes a claim: a
+record below the floor is a leftover of a server that was behind, deleted and never run.
 
 Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
 config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
