@@ -142,3 +142,16 @@ def test_one_record_a_period_prunes():
         ticks.append(prune_due(cursor, tick, 600))
         cursor = tick.last
     assert ticks == [False, True, False, False]
+
+
+def test_one_step_deletes_at_most_its_limit_with_the_floor_at_the_cap():
+    retention = TickRetention(keep=2)
+    first = prune(KEYS, set(), None, T0, retention, limit=3)
+    assert first == Pruning(KEYS[3], KEYS[:3])
+    # The next step, given what is left and that floor, goes on from there; the last one stops at keep.
+    second = prune(KEYS[3:], set(), KEYS[3], T0, retention, limit=3)
+    assert second == Pruning(KEYS[6], KEYS[3:6])
+    assert prune(KEYS[6:], set(), KEYS[6], T0, retention, limit=3) == Pruning(KEYS[8], KEYS[6:8])
+    # Leftovers below the floor count against the limit, and go first (the floor stays until they are gone).
+    assert prune(KEYS, set(), KEYS[5], T0, retention, limit=3) == Pruning(None, KEYS[:3])
+    assert prune(KEYS[3:], set(), KEYS[5], T0, retention, limit=3) == Pruning(KEYS[6], KEYS[3:6])

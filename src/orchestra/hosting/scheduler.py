@@ -6,7 +6,7 @@ What is stored, under the workspace (``ws/<workspace>/``):
 | --- | --- |
 | ``schedules/<id>.json`` | the schedule, and whether it is paused (changed by compare-and-swap) |
 | ``schedule-ticks/<id>/<tick>.json`` | one record per tick (or per run of missed ticks), create-only |
-| ``schedule-open/<id>/<tick>`` | a tick being claimed: written before its record, deleted once it ran |
+| ``schedule-open/<id>/<tick>`` | a tick being claimed: written (with fsync) before its record, deleted once it ran |
 | ``schedule-cursor/<id>`` | the last tick accounted for (a hint: a server starts from it) |
 | ``schedule-floor/<id>`` | the key of the oldest tick record kept: every tick before it was accounted for |
 
@@ -25,10 +25,11 @@ which make that record in turn, and deleted once this server's loop is past its 
 queued once, and its record says what happened to it.
 
 Pruning (the rules, and why no tick runs twice: ``schedules.py``): the server that makes the first record
-of a ``schedule_ticks.prune_every_s`` period lists the schedule's records, then its open claims, stores the
-floor ``schedules.prune`` gives, then deletes the records below it. A server that made a record reads the
-floor after it; so does a sweep before it finishes a claim: a record below the floor is a leftover of a
-server that was behind, deleted and never run.
+of a ``schedule_ticks.prune_every_s`` period starts the schedule's prune in a task of its own (one at a time
+per schedule; the ticks do not wait for it). It lists the schedule's records, then its open claims, and in
+steps of at most ``PRUNE_STEP`` stores the floor ``schedules.prune`` gives, then deletes the records below
+it. A server that made a record reads the floor after it; so does a sweep before it finishes a claim: a
+record below the floor is a leftover of a server that was behind, deleted and never run.
 
 Ownership (``identity.py``): a schedule made over the API records its caller's user as ``owner`` (the
 config's have none); a caller that does not see its whole workspace lists, reads and acts only on its own
@@ -43,6 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from orchestra._logging import get_logger
 from orchestra.errors import OrchestraError, StorageConflictError, StorageError
@@ -55,6 +57,7 @@ from orchestra.hosting.ownership import SessionOwners
 from orchestra.hosting.quotas import Quotas
 from orchestra.hosting.records import RunRecord
 from orchestra.hosting.schedules import (
+    PRUNE_STEP,
     Schedule,
     Tick,
     TickRecord,
@@ -155,19 +158,25 @@ class ScheduleStore:
                 await self.storage.write(f"schedule-floor/{schedule_id}", key.encode(), expect=expect)
                 return
 
-    async def prune(self, schedule_id: str, retention: TickRetention, now: datetime) -> int:
-        """Delete the records past ``retention`` (``schedules.prune`` decides): the floor is stored first,
-        then the records below it are deleted. How many were deleted."""
+    async def prune(
+        self, schedule_id: str, retention: TickRetention, now: datetime, step: int = PRUNE_STEP
+    ) -> int:
+        """Delete the records past ``retention`` (``schedules.prune`` decides) in steps of at most ``step``:
+        each step stores its floor, then deletes the records below it. How many were deleted."""
         keys = await self.tick_keys(schedule_id)
         # Listed after the records: a record listed as claimed still had its marker (written first) when
         # the records were listed, so a claim missing here was finished before.
         opened = {key for _, key in await self.opened(schedule_id)}
-        floor = await self.floor(schedule_id)
-        decided = prune(keys, opened, None if floor is None else floor[0], now, retention)
-        if decided.floor is not None:
-            await self.raise_floor(schedule_id, decided.floor)
-        await self.delete_ticks(schedule_id, decided.delete)
-        return len(decided.delete)
+        found = await self.floor(schedule_id)
+        floor, deleted = None if found is None else found[0], 0
+        while (decided := prune(keys, opened, floor, now, retention, step)).delete:
+            if decided.floor is not None:
+                await self.raise_floor(schedule_id, decided.floor)
+                floor = decided.floor
+            await self.delete_ticks(schedule_id, decided.delete)
+            deleted += len(decided.delete)
+            keys = keys[len(decided.delete) :]  # (the oldest ones: ``tick_keys`` are in order)
+        return deleted
 
     async def write_tick(self, key: str, record: TickRecord, expect: Any) -> str:
         """Create (``expect=ABSENT``) or replace a tick record; ``StorageConflictError`` if it changed."""
@@ -175,7 +184,9 @@ class ScheduleStore:
         return await self.storage.write(path, record.as_json(), expect=expect)
 
     async def open(self, schedule_id: str, key: str) -> None:
-        await self.unsynced.write(f"schedule-open/{schedule_id}/{key}", b"")
+        # Durable (fsync): the floor never passes an open claim, so a record that outlives a power cut
+        # must not outlive its marker.
+        await self.storage.write(f"schedule-open/{schedule_id}/{key}", b"")
 
     async def close(self, schedule_id: str, key: str) -> None:
         await self.unsynced.delete(f"schedule-open/{schedule_id}/{key}")
@@ -208,6 +219,7 @@ class Scheduler:
         self._cursors: dict[tuple[str, str], datetime] = {}
         self._starting: set[tuple[str, str, str]] = set()  # ticks whose run this server is queueing
         self._unhosted: set[tuple[str, str]] = set()  # schedules whose agent is not hosted (logged)
+        self._pruning: set[tuple[str, str]] = set()  # schedules this server prunes now (one prune each)
 
     def store(self, workspace: str) -> ScheduleStore:
         return ScheduleStore(self.workspaces.storage(workspace), self.workspaces.unsynced(workspace))
@@ -327,12 +339,16 @@ class Scheduler:
             except (OrchestraError, OSError) as exc:
                 log.warning("schedules_not_synced", error=f"{type(exc).__name__}: {exc}")
                 await anyio.sleep(self.config.runs.sweep_s)
+        async with anyio.create_task_group() as prunes:
+            await self._tick_forever(prunes)
+
+    async def _tick_forever(self, prunes: TaskGroup) -> None:
         swept = anyio.current_time()
         while True:
             wait = _MAX_WAIT_S
             for workspace in self.workspaces.all():
                 try:
-                    wait = min(wait, await self.advance(workspace))
+                    wait = min(wait, await self.advance(workspace, prunes))
                     if anyio.current_time() - swept >= self.config.runs.sweep_s:
                         await self.sweep(workspace)
                 except (OrchestraError, OSError) as exc:
@@ -341,8 +357,9 @@ class Scheduler:
                 swept = anyio.current_time()
             await anyio.sleep(max(wait, 0.01))
 
-    async def advance(self, workspace: str) -> float:
-        """Account for every due tick of the workspace's schedules; the seconds until the next one."""
+    async def advance(self, workspace: str, prunes: TaskGroup) -> float:
+        """Account for every due tick of the workspace's schedules; the seconds until the next one. A
+        prune that is due runs in ``prunes``, on its own: the ticks do not wait for it."""
         store, wait = self.store(workspace), _MAX_WAIT_S
         for schedule, _ in await store.all():
             if schedule.paused or not self._runnable(workspace, schedule):
@@ -351,7 +368,7 @@ class Scheduler:
             while (tick := plan(schedule, cursor, datetime.now(UTC))) is not None:
                 last, made = await self.claim(workspace, schedule, tick)
                 if made and prune_due(cursor, tick, self.retention.prune_every_s):
-                    await self._prune_logged(workspace, schedule.id)
+                    self._start_prune(prunes, workspace, schedule.id)
                 cursor = self._cursors[(workspace, schedule.id)] = last
                 with contextlib.suppress(StorageError):
                     await store.set_cursor(schedule.id, cursor)
@@ -435,6 +452,13 @@ class Scheduler:
         # Without its record (pruned since by a newer floor), the floor's tick is still accounted for.
         return key_time(floor[0]) if found is None else _time(found[0].last)
 
+    def _start_prune(self, prunes: TaskGroup, workspace: str, schedule_id: str) -> None:
+        """Prune the schedule in a task of its own, unless this server prunes it already (the next
+        period's prune then does what is left)."""
+        if (workspace, schedule_id) not in self._pruning:
+            self._pruning.add((workspace, schedule_id))
+            prunes.start_soon(self._prune_logged, workspace, schedule_id)
+
     async def _prune_logged(self, workspace: str, schedule_id: str) -> None:
         try:
             await self.prune_ticks(workspace, schedule_id)
@@ -442,6 +466,8 @@ class Scheduler:
             log.warning(
                 "schedule_prune_failed", schedule_id=schedule_id, error=f"{type(exc).__name__}: {exc}"
             )
+        finally:
+            self._pruning.discard((workspace, schedule_id))
 
     async def prune_ticks(self, workspace: str, schedule_id: str) -> None:
         """Delete the schedule's tick records past ``schedule_ticks`` (``ScheduleStore.prune``)."""

@@ -29,7 +29,9 @@ not look like a tick nobody ran. The rule that keeps it so:
   newest record, so a claim a sweep must finish, and the record the servers' cursors point at, stay.
   Because a record below the floor can then only be such a leftover, a sweep never runs one;
 - records below the floor that are still there (a prune that stopped half way) are deleted by the next
-  prune.
+  prune;
+- a prune goes in steps of at most ``PRUNE_STEP`` deletes, the floor at each step's cap stored before its
+  deletes: each step is a prune of its own, so a prune stopped between steps is one that stopped half way.
 
 One server prunes a schedule once per ``prune_every_s``: the one that creates the first record of each
 such period (``prune_due``), so the cost is a listing and the deletes, once a period, whatever the number of
@@ -39,6 +41,7 @@ lowered, and each deletes only what is below its own floor.
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_COUNTED",
+    "PRUNE_STEP",
     "Pruning",
     "Schedule",
     "Tick",
@@ -70,6 +74,9 @@ __all__ = [
 
 MAX_COUNTED = 100_000
 """Missed ticks counted one by one at most (past it a missed record says ``count`` is at least this)."""
+
+PRUNE_STEP = 1000
+"""The most tick records one step of a prune deletes (a backlog goes in steps, the floor raised before each)."""
 
 SessionChoice = Literal["new", "continue", "none"]
 Missed = Literal["skip", "run_once"]
@@ -286,8 +293,11 @@ def prune(
     floor: str | None,
     now: datetime,
     retention: TickRetention,
+    limit: int = PRUNE_STEP,
 ) -> Pruning:
-    """Which of a schedule's tick records go (see the module docstring for why the floor is safe).
+    """Which of a schedule's tick records go in one step of at most ``limit`` deletes (see the module
+    docstring for why the floor is safe): the floor is at the cap, and the next step, given the rest of
+    ``keys`` and that floor, goes on from there.
 
     Args:
         keys: its records' tick keys, listed before ``opened`` was.
@@ -295,20 +305,22 @@ def prune(
         floor: the stored floor (None: nothing was pruned yet).
         now: the clock, for ``retention.max_age_days``.
         retention: how many stay.
+        limit: the most records deleted.
     """
     ordered = sorted(keys)
-    below = [k for k in ordered if floor is not None and k < floor]
-    rest = ordered[len(below) :]
+    start = 0 if floor is None else bisect.bisect_left(ordered, floor)
+    if start >= limit:  # leftovers below the floor go first; the floor stays
+        return Pruning(None, ordered[:limit])
     oldest = None if retention.max_age_days is None else now - timedelta(days=retention.max_age_days)
-    cut = 0
+    end = start
     # The newest record always stays: it is where the servers' cursors are.
-    while cut < len(rest) - 1 and rest[cut] not in opened:
-        past_keep = cut < len(rest) - retention.keep
-        too_old = oldest is not None and key_time(rest[cut]) < oldest
+    while end < min(len(ordered) - 1, limit) and ordered[end] not in opened:
+        past_keep = end < len(ordered) - retention.keep
+        too_old = oldest is not None and key_time(ordered[end]) < oldest
         if not (past_keep or too_old):
             break
-        cut += 1
-    return Pruning(rest[cut] if cut else None, below + rest[:cut])
+        end += 1
+    return Pruning(ordered[end] if end > start else None, ordered[:end])
 
 
 def prune_due(cursor: datetime, tick: Tick, every_s: float) -> bool:
