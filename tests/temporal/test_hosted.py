@@ -572,6 +572,53 @@ def test_a_followed_run_whose_session_is_deleted_says_so(temporal_address, tmp_p
     assert "the run failed on the Temporal workers: session d2 of 'long' was deleted" in record["error"]
 
 
+def test_answers_to_a_workflow_that_ended_first_are_a_409_naming_it(
+    temporal_address, tmp_path, calls, monkeypatch
+):
+    """Answers that reach a run's workflow just after it ended (another server stopped it between the look
+    and the signal) are refused 409 ``workflow_ended``, naming the workflow: Temporal answered, so it is
+    never a 503 that asks whether Temporal is up."""
+    from temporalio.client import WorkflowHandle
+
+    queue = "q-hosted-ended"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    original = WorkflowHandle.signal
+
+    async def ended_first(self, *args, **kwargs):
+        await self.terminate(reason="stopped by another server")  # just before the answers arrive
+        return await original(self, *args, **kwargs)
+
+    with (
+        workers(temporal_address, queue, tmp_path / "approval.yaml"),
+        Server(config) as server,
+        httpx.Client(timeout=60) as http,
+    ):
+        asked = http.post(
+            f"{server.url}/api/v1/agents/approval/invoke",
+            json={"input": "go", "session_id": "e1"},
+            headers=AUTH,
+        ).json()
+        assert asked["status"] == "interrupted", asked
+        monkeypatch.setattr(WorkflowHandle, "signal", ended_first)
+        answered = http.post(
+            f"{server.url}/api/v1/agents/approval/invoke",
+            json={
+                "session_id": "e1",
+                "responses": [{"interrupt_id": asked["interrupts"][0]["id"], "response": "yes"}],
+            },
+            headers=AUTH,
+        )
+    assert answered.status_code == 409, answered.text
+    error = answered.json()["error"]
+    assert error["code"] == "workflow_ended", error
+    assert (
+        "the workflow orchestra/acme/approval/e1 of session e1 ended before the answers" in error["message"]
+    )
+    assert len(error["message"].splitlines()) == 1
+
+
 async def start_elsewhere(address: str, workflow_id: str) -> None:
     """Start a workflow under ``workflow_id`` as another client would (on a queue no worker polls: it
     stays running)."""
