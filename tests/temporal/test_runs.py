@@ -10,8 +10,13 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from orchestra.errors import TemporalUnavailableError, WorkflowFailedError, WorkflowRequestError
-from orchestra.temporal import TemporalTarget, WorkflowRuns
+from orchestra.errors import (
+    ConfigurationError,
+    TemporalUnavailableError,
+    WorkflowFailedError,
+    WorkflowRequestError,
+)
+from orchestra.temporal import TemporalConnection, TemporalTarget, WorkflowRuns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,3 +89,13 @@ def test_a_failure_without_a_message_is_named_by_its_type():
     ):
         raise WorkflowFailureError(cause=ApplicationError(""))
     assert str(failed.value) == "ApplicationError"
+
+
+async def test_a_connection_misconfigured_here_is_not_blamed_on_temporal(tmp_path):
+    """A certificate that cannot be read is the caller's to fix: a ConfigurationError naming the file, never
+    a Temporal that cannot be reached."""
+    missing = str(tmp_path / "client.pem")
+    connection = TemporalConnection(tls_cert=missing, tls_key=missing)
+    runs = WorkflowRuns(TemporalTarget("127.0.0.1:1", "default", "q"), connection)
+    with pytest.raises(ConfigurationError, match="cannot read the TLS certificate"):
+        await runs.client()

@@ -31,6 +31,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from orchestra.errors import (
+    OrchestraError,
     TemporalUnavailableError,
     WorkflowBusyError,
     WorkflowFailedError,
@@ -55,9 +56,12 @@ def _first_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _connecting(address: str) -> Iterator[None]:
-    """Whatever connecting raises means Temporal was not reached (the SDK raises a bare RuntimeError)."""
+    """Whatever connecting raises means Temporal was not reached (the SDK raises a bare RuntimeError),
+    but orchestra's own errors: a connection misconfigured here (a certificate that cannot be read)."""
     try:
         yield
+    except OrchestraError:
+        raise
     except Exception as exc:
         raise TemporalUnavailableError(address, _first_line(exc)) from None
 
