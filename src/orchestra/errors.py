@@ -38,7 +38,9 @@ Each class also inherits the nearest builtin, so callers can catch either::
         │                                      or stopped (``orchestra.temporal``)
         ├── TemporalUnavailableError           Temporal was not reached, or refused; ``reason`` says why
         ├── WorkflowBusyError                  a workflow already runs under the id; ``workflow_id``
-        └── WorkflowFailedError                the workflow failed on the workers; says the node's reason
+        ├── WorkflowFailedError                the workflow failed on the workers; says the node's reason
+        └── WorkflowRequestError               Temporal is up, but the workflow did not take a signal or
+                                               query (it ended, no worker serves it); ``workflow_id``
 
 Control-flow signals (a tool interrupting for a human, a handoff) are not errors and do not live here.
 
@@ -84,6 +86,7 @@ __all__ = [
     "TemporalUnavailableError",
     "WorkflowBusyError",
     "WorkflowFailedError",
+    "WorkflowRequestError",
 ]
 
 
@@ -314,3 +317,21 @@ class WorkflowBusyError(TemporalError):
 
 class WorkflowFailedError(TemporalError):
     """The run's workflow failed on the workers (or was terminated); the message says why."""
+
+
+class WorkflowRequestError(TemporalError):
+    """Temporal answered, but the workflow did not take a request: it had ended (a signal to it), no worker
+    serves its queue (a query), or its query failed. Temporal is up: asking again will not help while the
+    workflow stays so.
+
+    Attributes:
+        workflow_id: the workflow asked.
+        request: what it was asked (``signal respond``, ``query progress``, ``result``).
+        reason: why it did not take it, in one line.
+    """
+
+    def __init__(self, workflow_id: str, request: str, reason: str) -> None:
+        super().__init__(f"workflow {workflow_id} did not take the {request}: {reason}")
+        self.workflow_id = workflow_id
+        self.request = request
+        self.reason = reason

@@ -69,7 +69,12 @@ def temporal_address():
         time.sleep(0.3)
     yield address
     server.terminate()
-    server.wait(30)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()  # never left running on a shared machine
+        server.wait()
+        raise
 
 
 def worker_process(address: str, queue: str, *specs: Path) -> subprocess.Popen[bytes]:
@@ -93,7 +98,9 @@ def worker_process(address: str, queue: str, *specs: Path) -> subprocess.Popen[b
     )
     assert process.stderr is not None
     line = process.stderr.readline().decode()
-    assert "worker ready" in line, line
+    if "worker ready" not in line:
+        stop_process(process, kill=True)
+        raise AssertionError(f"the worker did not start: {line}")
     return process
 
 
@@ -102,7 +109,12 @@ def stop_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> Non
     and commit first (``create_worker``'s graceful shutdown); waits until it has exited."""
     if process.poll() is None:
         process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-    process.communicate(timeout=60)  # also closes its stderr pipe
+    try:
+        process.communicate(timeout=60)  # also closes its stderr pipe
+    except subprocess.TimeoutExpired:
+        process.kill()  # a worker that does not stop is a failure, not a process left on the machine
+        process.communicate()
+        raise
 
 
 class WorkerProcesses:
@@ -129,8 +141,10 @@ class WorkerProcesses:
         return found
 
     def stop(self) -> None:
-        while self.running:
-            stop_process(self.running.pop())
+        """Stop every worker left; one that fails to stop does not leave the others running."""
+        with contextlib.ExitStack() as stopping:  # runs every callback, then raises what failed
+            while self.running:
+                stopping.callback(stop_process, self.running.pop())
 
     def __enter__(self) -> WorkerProcesses:
         return self

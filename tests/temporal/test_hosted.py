@@ -115,6 +115,25 @@ def completed_in_session(storage: str, session_id: str, scope: str = "hosted") -
     return anyio.run(read)
 
 
+def wait_completed(
+    storage: str,
+    session_id: str,
+    scope: str = "hosted",
+    *,
+    count: int = 1,
+    alive: subprocess.Popen | None = None,
+) -> list[str]:
+    """The session's completed nodes once there are ``count`` (asked a bounded number of times: a run that
+    never gets there fails the test instead of hanging it); ``alive``: a process that must not exit first."""
+    for _ in range(1200):
+        done = completed_in_session(storage, session_id, scope)
+        if len(done) >= count:
+            return done
+        assert alive is None or alive.poll() is None, f"it exited with {alive.returncode}"
+        time.sleep(0.05)
+    raise AssertionError(f"session {session_id} never had {count} completed nodes of {scope!r}: {done}")
+
+
 def final(http: httpx.Client, url: str, run_id: str) -> dict:
     """The run's record once it ended (the run goes on in other processes: asked until it says so)."""
     deadline = time.monotonic() + 120
@@ -231,8 +250,7 @@ def test_a_hosted_pipeline_runs_on_the_workers(temporal_address, tmp_path, calls
             f"{url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "c1"}, headers=AUTH
         ).json()["run_id"]
         sessions = f"sqlite:{tmp_path}/server.db?prefix=ws/acme/agents/long"
-        while len(completed_in_session(sessions, "c1", "long")) < 2:
-            time.sleep(0.02)
+        wait_completed(sessions, "c1", "long", count=2)
         assert http.post(f"{url}/api/v1/runs/{cancelled}/cancel", headers=AUTH).status_code == 202
         stopped = final(http, url, cancelled)
         assert stopped["status"] == "interrupted", stopped
@@ -325,8 +343,7 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
 
                 following = threading.Thread(target=follow_long)
                 following.start()
-                while not completed_in_session(f"{sessions}/long", "p1", "long"):
-                    time.sleep(0.05)
+                wait_completed(f"{sessions}/long", "p1", "long")
                 started = http.post(
                     f"http://127.0.0.1:{first}/api/v1/agents/pipe/runs",
                     json={"input": "go", "session_id": "s1"},
@@ -334,9 +351,7 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
                 )
                 assert started.status_code == 202, started.text
                 run_id = started.json()["run_id"]
-                while len(completed_in_session(f"{sessions}/pipe", "s1")) < 2:
-                    assert killed.poll() is None
-                    time.sleep(0.05)
+                wait_completed(f"{sessions}/pipe", "s1", count=2, alive=killed)
                 followed_done = completed_in_session(f"{sessions}/long", "p1", "long")
                 assert len(followed_done) < len(LONG_NODES)  # still going on when its server dies
                 killed.send_signal(signal.SIGKILL)
@@ -362,8 +377,7 @@ def test_a_killed_servers_run_moves_to_the_workers(temporal_address, tmp_path, c
                 )
                 # The plain invoke the killed server followed went on on the worker; its record is settled
                 # from the session once it ended there.
-                while len(completed_in_session(f"{sessions}/long", "p1", "long")) < len(LONG_NODES):
-                    time.sleep(0.05)
+                wait_completed(f"{sessions}/long", "p1", "long", count=len(LONG_NODES))
                 (followed,) = http.get(f"{url}/api/v1/runs?agent_id=long", headers=AUTH).json()["runs"]
                 settled = final(http, url, followed["run_id"])
                 assert settled["status"] == "completed", settled
@@ -550,13 +564,59 @@ def test_a_followed_run_whose_session_is_deleted_says_so(temporal_address, tmp_p
             f"{server.url}/api/v1/agents/long/runs", json={"input": "go", "session_id": "d2"}, headers=AUTH
         )
         assert run.status_code == 202, run.text
-        while not completed_in_session(f"{storage}?prefix=ws/acme/agents/long", "d2", "long"):
-            time.sleep(0.02)
+        wait_completed(f"{storage}?prefix=ws/acme/agents/long", "d2", "long")
         deleted = http.delete(f"{server.url}/api/v1/agents/long/sessions/d2", headers=AUTH)
         assert deleted.status_code == 204, deleted.text
         record = final(http, server.url, run.json()["run_id"])
     assert record["status"] == "failed", record
     assert "the run failed on the Temporal workers: session d2 of 'long' was deleted" in record["error"]
+
+
+def test_answers_to_a_workflow_that_ended_first_are_a_409_naming_it(
+    temporal_address, tmp_path, calls, monkeypatch
+):
+    """Answers that reach a run's workflow just after it ended (another server stopped it between the look
+    and the signal) are refused 409 ``workflow_ended``, naming the workflow: Temporal answered, so it is
+    never a 503 that asks whether Temporal is up."""
+    from temporalio.client import WorkflowHandle
+
+    queue = "q-hosted-ended"
+    config = write_config(
+        tmp_path, f"sqlite:{tmp_path}/server.db", f"temporal://{temporal_address}/default?task_queue={queue}"
+    )
+    original = WorkflowHandle.signal
+
+    async def ended_first(self, *args, **kwargs):
+        await self.terminate(reason="stopped by another server")  # just before the answers arrive
+        return await original(self, *args, **kwargs)
+
+    with (
+        workers(temporal_address, queue, tmp_path / "approval.yaml"),
+        Server(config) as server,
+        httpx.Client(timeout=60) as http,
+    ):
+        asked = http.post(
+            f"{server.url}/api/v1/agents/approval/invoke",
+            json={"input": "go", "session_id": "e1"},
+            headers=AUTH,
+        ).json()
+        assert asked["status"] == "interrupted", asked
+        monkeypatch.setattr(WorkflowHandle, "signal", ended_first)
+        answered = http.post(
+            f"{server.url}/api/v1/agents/approval/invoke",
+            json={
+                "session_id": "e1",
+                "responses": [{"interrupt_id": asked["interrupts"][0]["id"], "response": "yes"}],
+            },
+            headers=AUTH,
+        )
+    assert answered.status_code == 409, answered.text
+    error = answered.json()["error"]
+    assert error["code"] == "workflow_ended", error
+    assert (
+        "the workflow orchestra/acme/approval/e1 of session e1 ended before the answers" in error["message"]
+    )
+    assert len(error["message"].splitlines()) == 1
 
 
 async def start_elsewhere(address: str, workflow_id: str) -> None:

@@ -17,7 +17,9 @@ the workers open the very keys this server reads). The server follows it as ``or
   writes into the session once it is gone;
 - a Temporal that cannot be reached or refuses is a 503 (``temporal_unavailable``) that says where; a
   run the workers ended that the session here does not show ended (workers on other storage) fails
-  saying so.
+  saying so; answers to a workflow that ended before they reached it are a 409 (``workflow_ended``),
+  and a workflow that does not answer its progress query (no worker serves it) fails the run, naming
+  the workflow: neither blames Temporal.
 
 Temporal is reached through ``orchestra.temporal``'s ``WorkflowRuns``, which raises orchestra's own
 errors (``TemporalError``); it is imported here when a run goes to workers (the config checked at start
@@ -35,6 +37,7 @@ from orchestra.errors import (
     TemporalUnavailableError,
     WorkflowBusyError,
     WorkflowFailedError,
+    WorkflowRequestError,
 )
 from orchestra.hosting.config import ServerConfig
 from orchestra.hosting.outcomes import Refused
@@ -167,6 +170,10 @@ class Workers:
                 ) from None
             except WorkflowFailedError as exc:
                 raise OrchestraError(f"the run failed on the Temporal workers: {exc}") from None
+            except WorkflowRequestError as exc:  # Temporal is up: the workflow did not answer
+                raise OrchestraError(
+                    f"cannot follow the run on the Temporal workers: {exc}; it may still run there"
+                ) from None
             except TemporalUnavailableError as exc:
                 raise Refused(
                     503,
@@ -210,7 +217,15 @@ class Workers:
         )
         # A run taken over from a gone server, or a resume, follows the running workflow.
         join = invocation.prior is not None or invocation.resume
-        return await self.runs().start_or_join(request, workflow=self.workflow_of(invocation), join=join)
+        try:
+            return await self.runs().start_or_join(request, workflow=self.workflow_of(invocation), join=join)
+        except WorkflowRequestError as exc:  # it ended between the look and the answers
+            raise Refused(
+                409,
+                "workflow_ended",
+                f"the workflow {exc.workflow_id} of session {session_id} ended before the answers reached "
+                f"it ({exc.reason}): nothing was answered; see how the run ended, then resume the session",
+            ) from None
 
     async def _follow(
         self,

@@ -208,7 +208,15 @@ async def by_reference(request: RunRequest) -> RunRequest:
 
 async def running_handle(client: Client, spec_id: str, session_id: str) -> WorkflowHandle[Any, Any] | None:
     """The session's workflow (``workflow_id(spec_id, session_id)``) if it is still running (for example
-    waiting for interrupt responses)."""
+    waiting for interrupt responses); None if it ended, or never was.
+
+    Changed: it no longer takes ``workflow=`` (for a workflow under another id, such as a hosted run's,
+    call ``running_workflow(client, workflow)``), and a Temporal that does not answer raises ``RPCError``
+    where it used to return None.
+
+    Raises:
+        RPCError: Temporal did not answer whether there is one (not reached, refused).
+    """
     return await running_workflow(client, workflow_id(spec_id, session_id))
 
 
