@@ -31,7 +31,7 @@ EXPECTED = "\n".join(
 async def answer_each_question(handle, workflow) -> list[str]:
     """Answer the run's approval questions as they come (by the payee); the payees asked about."""
     asked: list[str] = []
-    while True:
+    for _ in range(1200):  # bounded: a run that never ends fails the test instead of hanging it
         progress = await handle.query(workflow.progress)
         if progress["status"] in ("completed", "failed"):
             return asked
@@ -44,6 +44,7 @@ async def answer_each_question(handle, workflow) -> list[str]:
                 asked.append(payee)
                 await handle.signal(workflow.respond, {question["id"]: ANSWERS[payee]})
         await anyio.sleep(0.1)
+    raise AssertionError(f"the run did not end; it asked about {asked}")
 
 
 async def test_an_edit_a_rejection_and_always_on_temporal(temporal_address, tmp_path):

@@ -67,8 +67,9 @@ async def test_a_stopped_temporal_run_completes_locally(temporal_address, tmp_pa
     async with temporal.create_worker(client, target.task_queue, [loaded]):
         handle = await temporal.start_run(client, target, request)
         # The run's progress is in another component (the workflow): ask the session until it shows it.
-        while len([n for n, r in (await saved_or_empty(storage)).items() if r == "completed"]) < 3:  # noqa: ASYNC110
-            await anyio.sleep(0.05)
+        with anyio.fail_after(120):  # a bound, not a measure: a run that never gets there fails the test
+            while len([n for n, r in (await saved_or_empty(storage)).items() if r == "completed"]) < 3:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
         await handle.terminate("moved to a local run")
     before = ran(calls)
     assert 0 < len(before) < len(NODES)

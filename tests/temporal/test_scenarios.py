@@ -252,8 +252,13 @@ def test_spending_survives_a_worker_sigkill(temporal_address, tmp_path, monkeypa
 
     with workers(temporal_address, queue, spec, count=2) as pool:
         handle = anyio.run(start)
-        while not (tools := [c for c in (calls.read_text().split() if calls.exists() else []) if "@" in c]):
+        for _ in range(
+            2400
+        ):  # bounded: a node that never reaches its tool fails the test instead of hanging it
+            if tools := [c for c in (calls.read_text().split() if calls.exists() else []) if "@" in c]:
+                break
             time.sleep(0.05)
+        assert tools, "no worker reached the node's tool"
         running = int(tools[0].split("@")[1])  # the worker running the node: SIGKILL it in the tool
         pool.kill(pool.by_pid(running))
         summary = anyio.run(handle.result)
